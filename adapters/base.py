@@ -1,0 +1,62 @@
+"""The adapter contract: framework primitives only.
+
+An adapter never times itself and never talks to other workers: harness/worker.py owns the
+step and calls these in order, with synchronize() at every phase boundary:
+
+    to_device -> forward -> backward -> pack  | all-reduce |  unpack -> apply
+
+Gradients and the loss are *sums* over the worker's samples. pack() puts the gradient sums
+(in spec order) and the loss sum (last element) into comm_buffer(); after the all-reduce,
+unpack() takes the global sums back and apply() does params -= scale * grads with
+scale = lr / global sample count.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from workloads.models import ModelSpec
+
+
+class Adapter(Protocol):
+    framework: str
+
+    def __init__(self, spec: ModelSpec, device: str, threads: int) -> None: ...
+
+    @staticmethod
+    def versions() -> dict[str, str]:
+        """Framework and library versions for the manifest."""
+        ...
+
+    def load_parameters(self, values: dict[str, np.ndarray]) -> None: ...
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Current parameters by spec name, float32 on the host."""
+        ...
+
+    def comm_buffer(self, on_device: bool) -> torch.Tensor:
+        """The flat torch buffer (spec.num_elements + 1 floats) that is all-reduced."""
+        ...
+
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any: ...
+
+    def forward(self, batch: Any) -> Any:
+        """Returns a handle on the loss sum over the batch."""
+        ...
+
+    def backward(self, loss: Any) -> None: ...
+
+    def pack(self, loss: Any) -> None: ...
+
+    def unpack(self) -> None: ...
+
+    def apply(self, scale: float) -> None: ...
+
+    def zero_grad(self) -> None: ...
+
+    def synchronize(self) -> None: ...

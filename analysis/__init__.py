@@ -1,0 +1,1 @@
+"""Pure analysis functions: DataFrame in, DataFrame out. Plotting lives only in figures."""

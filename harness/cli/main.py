@@ -1,0 +1,56 @@
+"""`hetbench` entry point. Imports no framework: subcommands are loaded on use."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness import __version__
+from harness.errors import UsageError
+
+# subcommand -> module with add_arguments(parser) and run(args) -> exit status
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("harness.cli.run", "run a benchmark suite (default: the built-in 'quick')"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hetbench",
+        description="Variability study and benchmarking harness for heterogeneous "
+                    "data-parallel training.",
+    )
+    parser.add_argument("--version", action="version", version=f"hetbench {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(module=module)
+        # Argument definitions live beside each command but must not import frameworks.
+        importlib.import_module(module).add_arguments(sub_parser)
+    return parser
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(args.module).run(args))
+    except UsageError as exc:
+        if args.debug:
+            raise
+        print(f"hetbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hetbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

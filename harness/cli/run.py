@@ -1,0 +1,94 @@
+"""`hetbench run [SUITE]`: run a suite (TOML file or built-in name), print a summary per run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SUITE = "quick"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
+                        help=f"suite TOML file or built-in name (default: {DEFAULT_SUITE})")
+    parser.add_argument("--out", type=Path, default=Path("results"),
+                        help="results folder (default: results/)")
+    parser.add_argument("--skip-unavailable", action="store_true",
+                        help="skip runs whose devices this host lacks (recorded as skipped)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+class StepProgress:
+    """A tqdm bar fed absolute step counts (the launcher reads them from the part files)."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=label, unit="step", disable=not enabled,
+                        leave=False, file=sys.stderr)
+
+    def update(self, done: int) -> None:
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.config import load_suite
+    from harness.launch import run_suite
+
+    suite = load_suite(args.suite)
+    print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
+          f"{args.out / suite.name}")
+    show_progress = not args.no_progress
+
+    def on_start(run_spec: Any, repeat: int) -> None:
+        workers = ", ".join(_worker_text(w) for w in run_spec.workers)
+        print(f"\n== {run_spec.name} (repeat {repeat}): {run_spec.framework} "
+              f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps, "
+              f"batch {run_spec.global_batch}, {run_spec.partition.policy}; {workers}",
+              flush=True)
+
+    results = run_suite(
+        suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
+        on_end=print_result,
+        progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
+    )
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+          + f"; results in {args.out / suite.name}")
+    return 1 if counts.get("failed") else 0
+
+
+def _worker_text(w: Any) -> str:
+    text = f"{w.device} x{w.threads}"
+    if w.slowdown != 1.0:
+        text += f" slowdown {w.slowdown:g}"
+    return text
+
+
+def print_result(result: Any) -> None:
+    from analysis.metrics import run_summary, worker_summary
+    from harness.results import load_run
+
+    print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
+          f"[{result.run_dir}]")
+    if result.status == "skipped":
+        return
+    data = load_run(result.run_dir)
+    summary = run_summary(data.steps, data.warmup_steps)
+    history = data.manifest.get("partition_history") or [{}]
+    print(f"   {summary['steps']} steps after warm-up: {summary['samples_per_s']:.0f} samples/s, "
+          f"mean step {summary['mean_step_ms']:.2f} ms, "
+          f"idle fraction {summary['idle_fraction']:.1%}; partition {history[0].get('sizes')}")
+    workers = worker_summary(data.steps, data.warmup_steps)
+    if len(workers):
+        print("   worker  slice  compute mean ms  compute CV  idle mean ms")
+        for row in workers.itertuples(index=False):
+            print(f"   {row.rank:>6}  {row.batch_size:>5.0f}  {row.compute_mean_ms:>15.2f}  "
+                  f"{row.compute_cv:>10.3f}  {row.idle_mean_ms:>12.2f}")

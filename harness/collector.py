@@ -1,0 +1,166 @@
+"""Step records -> run directory.
+
+While a run is going, each worker appends its records in small parts to
+`parts/rank<R>.bin` (fixed-size binary rows, RECORD_DTYPE), so a crash loses at most the
+last unflushed part and a half-written row is simply dropped on reading. At the end the
+records become `steps.parquet` (one row per worker and step) and `trace.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class Phase(str, Enum):
+    LOAD = "load"
+    TO_DEVICE = "to_device"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    PACK = "pack"
+    ALLREDUCE = "allreduce"
+    UNPACK = "unpack"
+    APPLY = "apply"
+
+
+PHASES: tuple[Phase, ...] = tuple(Phase)
+# Phases before `ready` (gradients in the communication buffer): what a slowdown stretches.
+COMPUTE_PHASES: tuple[Phase, ...] = PHASES[: PHASES.index(Phase.PACK) + 1]
+
+RECORD_DTYPE = np.dtype(
+    [("rank", "<i4"), ("step", "<i8"), ("batch_size", "<i4"), ("slice_start", "<i4"),
+     ("begin_ns", "<i8"), ("ready_ns", "<i8"), ("reduced_ns", "<i8"), ("end_ns", "<i8")]
+    + [(f"{p.value}_ns", "<i8") for p in PHASES]
+    + [("stretch_ns", "<i8"), ("loss", "<f8"), ("local_loss", "<f8"),
+       ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
+       ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
+       ("gc_ns", "<i8"), ("gc_collections", "<i4")]
+)
+RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
+
+STEPS_FILE = "steps.parquet"
+TRACE_FILE = "trace.json"
+PARTS_DIR = "parts"
+
+
+def part_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / PARTS_DIR / f"rank{rank}.bin"
+
+
+class RecordWriter:
+    """Buffers record tuples and appends them to the rank's part file every few steps."""
+
+    def __init__(self, path: Path, flush_every: int = 16, flush_interval_s: float = 0.5) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._pending: list[tuple[Any, ...]] = []
+        self._written: list[np.ndarray] = []
+        self._flush_every = flush_every
+        self._interval_ns = int(flush_interval_s * 1e9)
+        self._last_flush = time.perf_counter_ns()
+
+    def append(self, record: tuple[Any, ...]) -> None:
+        self._pending.append(record)
+        if (len(self._pending) >= self._flush_every
+                or time.perf_counter_ns() - self._last_flush >= self._interval_ns):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            rows = np.array(self._pending, dtype=RECORD_DTYPE)
+            os.write(self._fd, rows.tobytes())
+            self._written.append(rows)
+            self._pending = []
+        self._last_flush = time.perf_counter_ns()
+
+    def records(self) -> np.ndarray:
+        self.flush()
+        if not self._written:
+            return np.empty(0, dtype=RECORD_DTYPE)
+        return np.concatenate(self._written)
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+def read_part(path: Path) -> np.ndarray:
+    """Every complete row of a part file; a torn last row (crash mid-write) is dropped."""
+    data = path.read_bytes()
+    usable = len(data) - len(data) % RECORD_DTYPE.itemsize
+    return np.frombuffer(data[:usable], dtype=RECORD_DTYPE).copy()
+
+
+def read_parts(run_dir: Path) -> list[np.ndarray]:
+    folder = run_dir / PARTS_DIR
+    if not folder.is_dir():
+        return []
+    return [read_part(p) for p in sorted(folder.glob("rank*.bin"))]
+
+
+def steps_done(run_dir: Path, world_size: int) -> int:
+    """Steps flushed by the slowest rank (for the progress bar; reads only file sizes)."""
+    counts = []
+    for rank in range(world_size):
+        try:
+            counts.append(part_path(run_dir, rank).stat().st_size // RECORD_DTYPE.itemsize)
+        except FileNotFoundError:
+            counts.append(0)
+    return min(counts) if counts else 0
+
+
+def records_frame(arrays: Iterable[np.ndarray], clock_offsets_ns: list[int] | None = None):  # type: ignore[no-untyped-def]
+    """One tidy DataFrame, one row per (rank, step), timestamps on rank 0's clock."""
+    import pandas as pd
+
+    arrays = [a for a in arrays if len(a)]
+    merged = np.concatenate(arrays) if arrays else np.empty(0, dtype=RECORD_DTYPE)
+    frame = pd.DataFrame(merged)
+    if clock_offsets_ns and len(frame) and any(clock_offsets_ns):
+        offsets = np.asarray(clock_offsets_ns, dtype=np.int64)[frame["rank"].to_numpy()]
+        for column in ("begin_ns", "ready_ns", "reduced_ns", "end_ns"):
+            frame[column] = frame[column] - offsets
+    return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def write_steps(run_dir: Path, frame: Any) -> None:
+    tmp = run_dir / f".{STEPS_FILE}.tmp"
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(run_dir / STEPS_FILE)
+
+
+def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
+    """Chrome trace event JSON: one process per worker, one complete ('X') slice per phase."""
+    events: list[dict[str, Any]] = []
+    for rank, label in enumerate(worker_labels):
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                       "args": {"name": f"worker {rank} ({label})"}})
+    if len(frame):
+        origin = int(frame["begin_ns"].min())
+        columns = ["rank", "step", "begin_ns", *(f"{p.value}_ns" for p in PHASES)]
+        for row in frame[columns].itertuples(index=False):
+            ts = row.begin_ns - origin
+            for phase, duration in zip(PHASES, row[3:], strict=True):
+                events.append({"ph": "X", "name": phase.value, "cat": "step", "pid": row.rank,
+                               "tid": 0, "ts": ts / 1000.0, "dur": duration / 1000.0,
+                               "args": {"step": row.step}})
+                ts += duration
+    tmp = run_dir / f".{TRACE_FILE}.tmp"
+    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    tmp.replace(run_dir / TRACE_FILE)
+
+
+def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
+             clock_offsets_ns: list[int] | None = None) -> int:
+    """Write steps.parquet and trace.json from the records; returns the number of rows."""
+    frame = records_frame(arrays, clock_offsets_ns)
+    write_steps(run_dir, frame)
+    write_trace(run_dir, frame, worker_labels)
+    return len(frame)

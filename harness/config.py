@@ -1,0 +1,352 @@
+"""Suite and run specs: TOML -> frozen dataclasses, with one-line errors that name the field.
+
+A suite file looks like::
+
+    [suite]
+    name = "example"
+    repeats = 1
+
+    [defaults]            # optional: keys applied to every run unless the run sets them
+    steps = 30
+
+    [[runs]]
+    name = "two-unequal"
+    framework = "pytorch"
+    workload = "mlp"
+    dataset = "digits"
+    global_batch = 128
+    partition = { policy = "sizes", sizes = [32, 96] }
+    workers = [ { device = "cpu", threads = 1 }, { device = "cpu", slowdown = 3.0 } ]
+
+A string naming no file is looked up among the built-in suites (harness/suites/*.toml).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from adapters import FRAMEWORKS
+from harness.errors import UsageError
+from harness.partition import POLICIES
+from workloads import COMPATIBLE_DATASETS, DATASETS, WORKLOADS
+
+DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+)$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    device: str = "cpu"
+    threads: int = 1
+    cores: tuple[int, ...] | None = None
+    slowdown: float = 1.0
+    framework: str = "pytorch"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    policy: str = "equal"
+    sizes: tuple[int, ...] | None = None
+    weights: tuple[float, ...] | None = None
+    profile_steps: int = 5
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    framework: str
+    workload: str
+    dataset: str
+    steps: int
+    warmup_steps: int
+    global_batch: int
+    lr: float
+    seed: int
+    partition: PartitionSpec
+    workers: tuple[WorkerSpec, ...]
+    timeout_s: float = 120.0
+    instrument: bool = True
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    @property
+    def heterogeneity(self) -> str:
+        """'real' when device kinds differ, 'emulated' when only slowdown/threads/cores do."""
+        if len({w.device.split(":")[0] for w in self.workers}) > 1:
+            return "real"
+        if any(w.slowdown != 1.0 for w in self.workers):
+            return "emulated"
+        if len({(w.threads, w.cores) for w in self.workers}) > 1:
+            return "emulated"
+        return "homogeneous"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    repeats: int
+    runs: tuple[RunSpec, ...]
+    source: str = ""
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "framework": "pytorch",
+    "workload": "mlp",
+    "dataset": "digits",
+    "steps": 30,
+    "warmup_steps": 0,
+    "global_batch": 128,
+    "lr": 0.1,
+    "seed": 0,
+    "timeout_s": 120.0,
+    "instrument": True,
+}
+RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
+SUITE_KEYS = {"name", "repeats", "description"}
+TOP_KEYS = {"suite", "defaults", "runs"}
+WORKER_KEYS = {"device", "threads", "cores", "slowdown", "framework"}
+PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"}
+
+
+def builtin_suites() -> list[str]:
+    folder = resources.files("harness") / "suites"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_suite(name_or_path: str) -> SuiteSpec:
+    """Read a suite from a TOML file or a built-in name; raise UsageError on anything wrong."""
+    path = Path(name_or_path)
+    if path.is_file():
+        text, source = _read_text(path), str(path)
+    elif name_or_path in builtin_suites():
+        text = (resources.files("harness") / "suites" / f"{name_or_path}.toml").read_text()
+        source = f"builtin:{name_or_path}"
+    elif path.suffix == ".toml" or "/" in name_or_path:
+        raise UsageError(str(path), "no such file")
+    else:
+        raise UsageError(
+            "suite", f"{name_or_path!r} is neither a file nor a built-in suite "
+            f"({', '.join(builtin_suites())})"
+        )
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(source, f"invalid TOML: {exc}") from None
+    return parse_suite(data, source)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(str(path), f"cannot read: {exc}") from None
+
+
+def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
+    _check_keys(data, TOP_KEYS, "")
+    suite = _table(data.get("suite", {}), "suite")
+    _check_keys(suite, SUITE_KEYS, "suite")
+    name = _name(suite.get("name", Path(source).stem or "suite"), "suite.name")
+    repeats = _int(suite.get("repeats", 1), "suite.repeats", minimum=1)
+    description = _str(suite.get("description", ""), "suite.description")
+    defaults = _table(data.get("defaults", {}), "defaults")
+    _check_keys(defaults, RUN_KEYS - {"name"}, "defaults")
+    raw_runs = data.get("runs")
+    if not isinstance(raw_runs, list) or not raw_runs:
+        raise UsageError("runs", "at least one [[runs]] table is required")
+    runs = tuple(
+        parse_run({**defaults, **_table(raw, f"runs[{i}]")}, f"runs[{i}]")
+        for i, raw in enumerate(raw_runs)
+    )
+    seen: set[str] = set()
+    for i, run in enumerate(runs):
+        if run.name in seen:
+            raise UsageError(f"runs[{i}].name", f"{run.name!r} is used twice; names are unique")
+        seen.add(run.name)
+    return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description)
+
+
+def parse_run(raw: dict[str, Any], where: str) -> RunSpec:
+    _check_keys(raw, RUN_KEYS, where)
+    if "name" not in raw:
+        raise UsageError(f"{where}.name", "required (letters, digits, '.', '_', '-')")
+    values = {**RUN_DEFAULTS, **raw}
+    framework = _choice(values["framework"], FRAMEWORKS, f"{where}.framework")
+    global_batch = _int(values["global_batch"], f"{where}.global_batch", minimum=1)
+    steps = _int(values["steps"], f"{where}.steps", minimum=1)
+    warmup = _int(values["warmup_steps"], f"{where}.warmup_steps", minimum=0)
+    if warmup >= steps:
+        raise UsageError(f"{where}.warmup_steps", f"{warmup} must be below steps ({steps})")
+    workers = _workers(values.get("workers"), framework, f"{where}.workers")
+    if global_batch < len(workers):
+        raise UsageError(
+            f"{where}.global_batch",
+            f"{global_batch} is smaller than the number of workers ({len(workers)})",
+        )
+    partition = _partition(
+        values.get("partition", {}), len(workers), global_batch, f"{where}.partition"
+    )
+    workload = _choice(values["workload"], WORKLOADS, f"{where}.workload")
+    dataset = _choice(values["dataset"], DATASETS, f"{where}.dataset")
+    if dataset not in COMPATIBLE_DATASETS[workload]:
+        raise UsageError(
+            f"{where}.dataset",
+            f"{dataset!r} does not fit workload {workload!r} "
+            f"(allowed: {', '.join(COMPATIBLE_DATASETS[workload])})",
+        )
+    return RunSpec(
+        name=_name(values["name"], f"{where}.name"),
+        framework=framework,
+        workload=workload,
+        dataset=dataset,
+        steps=steps,
+        warmup_steps=warmup,
+        global_batch=global_batch,
+        lr=_float(values["lr"], f"{where}.lr", minimum=0.0, strict=True),
+        seed=_int(values["seed"], f"{where}.seed", minimum=0),
+        partition=partition,
+        workers=workers,
+        timeout_s=_float(values["timeout_s"], f"{where}.timeout_s", minimum=1.0),
+        instrument=_bool(values["instrument"], f"{where}.instrument"),
+    )
+
+
+def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
+    if raw is None:
+        raw = [{}]
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(where, "must be a non-empty list of worker tables")
+    workers = []
+    for i, item in enumerate(raw):
+        w = f"{where}[{i}]"
+        item = _table(item, w)
+        _check_keys(item, WORKER_KEYS, w)
+        device = _str(item.get("device", "cpu"), f"{w}.device")
+        if not DEVICE_PATTERN.match(device):
+            raise UsageError(f"{w}.device", f"{device!r} is not a device (cpu, cuda:N)")
+        cores = item.get("cores")
+        if cores is not None:
+            if not isinstance(cores, list) or not cores:
+                raise UsageError(f"{w}.cores", "must be a non-empty list of core numbers")
+            cores = tuple(_int(c, f"{w}.cores", minimum=0) for c in cores)
+        workers.append(
+            WorkerSpec(
+                device=device,
+                threads=_int(item.get("threads", 1), f"{w}.threads", minimum=1),
+                cores=cores,
+                slowdown=_float(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0),
+                framework=_choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
+            )
+        )
+    return tuple(workers)
+
+
+def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> PartitionSpec:
+    raw = _table(raw, where)
+    _check_keys(raw, PARTITION_KEYS, where)
+    policy = _choice(raw.get("policy", "equal"), POLICIES, f"{where}.policy")
+    sizes = weights = None
+    if policy == "sizes":
+        if "sizes" not in raw:
+            raise UsageError(f"{where}.sizes", "required for policy 'sizes'")
+        sizes = _int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=1)
+        if sum(sizes) != global_batch:
+            raise UsageError(
+                f"{where}.sizes", f"sum {sum(sizes)} must equal global_batch {global_batch}"
+            )
+    elif "sizes" in raw:
+        raise UsageError(f"{where}.sizes", f"only allowed with policy 'sizes', not {policy!r}")
+    if policy == "weights":
+        if "weights" not in raw:
+            raise UsageError(f"{where}.weights", "required for policy 'weights'")
+        raw_weights = raw["weights"]
+        if not isinstance(raw_weights, list) or len(raw_weights) != n_workers:
+            raise UsageError(f"{where}.weights", f"must be a list of {n_workers} numbers")
+        weights = tuple(
+            _float(v, f"{where}.weights", minimum=0.0, strict=True) for v in raw_weights
+        )
+    elif "weights" in raw:
+        raise UsageError(f"{where}.weights", f"only allowed with policy 'weights', not {policy!r}")
+    profile_steps = _int(raw.get("profile_steps", 5), f"{where}.profile_steps", minimum=1)
+    return PartitionSpec(policy=policy, sizes=sizes, weights=weights, profile_steps=profile_steps)
+
+
+# -- small typed readers: each names the field and what is allowed ---------------------------
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            field_name = f"{where}.{key}" if where else key
+            raise UsageError(field_name, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(where, f"must be a table, not {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(where, f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _name(value: Any, where: str) -> str:
+    value = _str(value, where)
+    if not NAME_PATTERN.match(value):
+        raise UsageError(where, f"{value!r} is not a name (letters, digits, '.', '_', '-')")
+    return value
+
+
+def _choice(value: Any, allowed: Any, where: str) -> str:
+    value = _str(value, where)
+    if value not in allowed:
+        raise UsageError(where, f"unknown {value!r} (allowed: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(where, f"must be true or false, not {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(where, f"must be an integer, not {type(value).__name__}")
+    if value < minimum:
+        raise UsageError(where, f"{value} is below the minimum {minimum}")
+    return value
+
+
+def _float(value: Any, where: str, minimum: float, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(where, f"must be a number, not {type(value).__name__}")
+    if value < minimum or (strict and value == minimum):
+        bound = f"above {minimum}" if strict else f"at least {minimum}"
+        raise UsageError(where, f"{value} is not allowed (must be {bound})")
+    return float(value)
+
+
+def _int_list(value: Any, where: str, length: int, minimum: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) != length:
+        raise UsageError(where, f"must be a list of {length} integers, one per worker")
+    return tuple(_int(v, where, minimum) for v in value)

@@ -1,0 +1,42 @@
+"""Reading run directories back: manifest (schema-checked) and step records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import collector, manifest
+from harness.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunData:
+    run_dir: Path
+    manifest: dict[str, Any]
+    steps: pd.DataFrame
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", "unknown"))
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.manifest["run"].get("warmup_steps", 0))
+
+
+def load_run(run_dir: Path) -> RunData:
+    """A run directory's manifest and steps; a run that never finalised is read from its
+    flushed parts, so a crashed run still shows every step it recorded."""
+    meta = manifest.read(run_dir)
+    steps_file = run_dir / collector.STEPS_FILE
+    if steps_file.is_file():
+        try:
+            steps = pd.read_parquet(steps_file)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+            raise UsageError(str(steps_file), f"unreadable: {exc}") from None
+    else:
+        steps = collector.records_frame(collector.read_parts(run_dir))
+    return RunData(run_dir, meta, steps)

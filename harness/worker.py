@@ -1,0 +1,428 @@
+"""THE training loop: one process per worker, the only place phases are timed.
+
+Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
+
+    python -m harness.worker --run-dir DIR                     # prepared by hetbench run
+    torchrun ... -m harness.worker --suite S --run NAME --out DIR   # env:// rendezvous
+
+Rank and world size come from RANK and WORLD_SIZE. Core affinity and thread counts are set
+before any framework is imported, so every framework thread inherits them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import collector, manifest
+from harness.collector import RecordWriter
+from harness.config import PartitionSpec, RunSpec, WorkerSpec
+from harness.errors import UsageError
+from harness.partition import equal_sizes, largest_remainder, slice_bounds, throughput_sizes
+
+RUN_FILE = "run.json"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+PR_SET_PDEATHSIG = 1
+
+
+class Stopped(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT so records are flushed on the way out."""
+
+
+def run_from_dict(data: dict[str, Any]) -> RunSpec:
+    partition = PartitionSpec(**{k: tuple(v) if isinstance(v, list) else v
+                                 for k, v in data["partition"].items()})
+    workers = tuple(
+        WorkerSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in w.items()})
+        for w in data["workers"]
+    )
+    return RunSpec(**{**data, "partition": partition, "workers": workers})
+
+
+def prepare_process(worker: WorkerSpec) -> None:
+    """Affinity and thread limits first: threads started later inherit them."""
+    if worker.cores:
+        os.sched_setaffinity(0, worker.cores)
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(worker.threads)
+    if os.environ.get("HETBENCH_LAUNCHER_PID"):
+        # Die with the launcher: no worker outlives a killed `hetbench run`.
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
+        if os.getppid() != int(os.environ["HETBENCH_LAUNCHER_PID"]):
+            sys.exit(1)
+
+
+class GcTimer:
+    """Time spent in the cyclic garbage collector, via gc.callbacks."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+        self.collections = 0
+        self._start = 0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        else:
+            self.total_ns += time.perf_counter_ns() - self._start
+            self.collections += 1
+
+    def take(self) -> tuple[int, int]:
+        out = (self.total_ns, self.collections)
+        self.total_ns = self.collections = 0
+        return out
+
+
+class Counters:
+    """Per-step process counters. getrusage and a pread of /proc/self/statm cost about
+    1 us each here; psutil's equivalents cost 30-150 us (FRAMEWORK-NOTES.md)."""
+
+    def __init__(self) -> None:
+        self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._last = resource.getrusage(resource.RUSAGE_SELF)
+        self.gc = GcTimer()
+
+    def take(self) -> tuple[int, int, int, int, int, int, int]:
+        now = resource.getrusage(resource.RUSAGE_SELF)
+        last, self._last = self._last, now
+        rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
+        gc_ns, gc_count = self.gc.take()
+        return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
+                int((now.ru_utime - last.ru_utime) * 1e9), int((now.ru_stime - last.ru_stime) * 1e9),
+                rss, gc_ns, gc_count)
+
+
+class Stretcher:
+    """Emulated slowdown: after a compute phase of d ns, wait (factor - 1) * d more.
+    Sleeps for the bulk and spins the last stretch, as sleep overshoots by ~50-100 us."""
+
+    SPIN_NS = 100_000
+
+    def __init__(self, factor: float) -> None:
+        self.extra = factor - 1.0
+        self.total_ns = 0
+
+    def __call__(self, start: int, end: int) -> int:
+        if self.extra <= 0.0:
+            return end
+        target = end + int(self.extra * (end - start))
+        remaining = target - time.perf_counter_ns()
+        if remaining > self.SPIN_NS:
+            time.sleep((remaining - self.SPIN_NS) / 1e9)
+        while (now := time.perf_counter_ns()) < target:
+            pass
+        self.total_ns += now - end
+        return now
+
+
+@dataclass
+class Trainer:
+    """Holds what one worker needs for a step; `step()` is the timed loop body."""
+
+    run: RunSpec
+    rank: int
+    adapter: Any
+    inputs: Any
+    targets: Any
+    order: Any
+    stretch: Stretcher
+    sync_device: bool
+    buffer: Any = None
+    partition_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def compute(self, step: int, lo: int, hi: int, marks: list[int]) -> Any:
+        """load -> to_device -> forward -> backward -> pack; appends a timestamp per phase."""
+        adapter, stretch, sync, now = self.adapter, self.stretch, self.sync_device, time.perf_counter_ns
+        t = marks[-1]
+        idx = self.order.indices(step)[lo:hi]
+        x, y = self.inputs[idx], self.targets[idx]
+        t = stretch(t, now())
+        marks.append(t)
+        batch = adapter.to_device(x, y)
+        if sync:
+            adapter.synchronize()
+        t = stretch(t, now())
+        marks.append(t)
+        loss = adapter.forward(batch)
+        if sync:
+            adapter.synchronize()
+        t = stretch(t, now())
+        marks.append(t)
+        adapter.backward(loss)
+        if sync:
+            adapter.synchronize()
+        t = stretch(t, now())
+        marks.append(t)
+        adapter.pack(loss)
+        if sync:
+            adapter.synchronize()
+        marks.append(stretch(t, now()))
+        return loss
+
+    def step(self, step: int, lo: int, hi: int, allreduce: Any) -> tuple[list[int], float, float]:
+        """One synchronous SGD step; returns the 9 phase-boundary timestamps and the losses."""
+        marks = [time.perf_counter_ns()]
+        self.compute(step, lo, hi, marks)
+        local_loss = float(self.buffer[-1]) / (hi - lo)
+        allreduce(self.buffer)
+        if self.sync_device:
+            self.adapter.synchronize()
+        marks.append(time.perf_counter_ns())
+        loss = float(self.buffer[-1]) / self.run.global_batch
+        self.adapter.unpack()
+        if self.sync_device:
+            self.adapter.synchronize()
+        marks.append(time.perf_counter_ns())
+        self.adapter.apply(self.run.lr / self.run.global_batch)
+        self.adapter.zero_grad()
+        if self.sync_device:
+            self.adapter.synchronize()
+        marks.append(time.perf_counter_ns())
+        return marks, loss, local_loss
+
+    def step_bare(self, step: int, lo: int, hi: int, allreduce: Any) -> None:
+        """The same step with no timing, counters or phase synchronisation: the baseline
+        that instrumentation overhead is measured against (instrument = false)."""
+        adapter = self.adapter
+        idx = self.order.indices(step)[lo:hi]
+        loss = adapter.forward(adapter.to_device(self.inputs[idx], self.targets[idx]))
+        adapter.backward(loss)
+        adapter.pack(loss)
+        allreduce(self.buffer)
+        adapter.unpack()
+        adapter.apply(self.run.lr / self.run.global_batch)
+        adapter.zero_grad()
+
+    def solo_throughput(self, size: int, steps: int) -> float:
+        """Samples/s of this worker computing `size` samples alone (no update applied)."""
+        durations = []
+        for s in range(steps + 1):  # the first step warms caches and allocators
+            marks = [time.perf_counter_ns()]
+            self.compute(s, 0, size, marks)
+            self.adapter.zero_grad()
+            durations.append(marks[-1] - marks[0])
+        return size / (statistics.median(durations[1:]) / 1e9)
+
+
+def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ...]:
+    run, policy = trainer.run, trainer.run.partition
+    n, total = run.world_size, run.global_batch
+    reason = f"policy {policy.policy}"
+    if policy.policy == "sizes":
+        sizes = tuple(policy.sizes or ())
+    elif policy.policy == "weights":
+        sizes = largest_remainder(total, policy.weights or ())
+    elif policy.policy == "profiled":
+        probe = equal_sizes(total, n)[trainer.rank]
+        rate = 0.0
+        for turn in range(n):  # one worker at a time, the others wait in the barrier
+            if turn == trainer.rank:
+                rate = trainer.solo_throughput(probe, policy.profile_steps)
+            comm.barrier()
+        rates = comm.all_gather_floats(rate, device)
+        sizes = throughput_sizes(total, rates)
+        reason += f": solo samples/s {[round(r, 1) for r in rates]}"
+    else:
+        sizes = equal_sizes(total, n)
+    trainer.partition_history.append({"step": 0, "sizes": list(sizes), "reason": reason})
+    return sizes
+
+
+def worker_label(w: WorkerSpec) -> str:
+    label = f"{w.framework} {w.device} x{w.threads}"
+    if w.cores:
+        label += f" cores {','.join(map(str, w.cores))}"
+    if w.slowdown != 1.0:
+        label += f" slowdown {w.slowdown:g}"
+    return label
+
+
+def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
+    import numpy as np
+    import torch
+
+    from harness import comm
+
+    from workloads.data import BatchOrder, load_dataset
+    from workloads.models import build_spec
+
+    worker = run.workers[rank]
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes)
+    adapter = adapter_cls(spec, worker.device, worker.threads)
+    adapter.load_parameters(spec.initial_parameters(run.seed))
+    on_device = backend == "nccl"
+    device = torch.device(worker.device if on_device else "cpu")
+    trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
+                      BatchOrder(len(data), run.global_batch, run.seed),
+                      Stretcher(worker.slowdown), sync_device=worker.is_cuda and run.instrument)
+    trainer.buffer = adapter.comm_buffer(on_device)
+    adapter.zero_grad()
+
+    info = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+            "label": worker_label(worker), **run.to_dict()["workers"][rank],
+            "emulated": worker.slowdown != 1.0, "affinity": sorted(os.sched_getaffinity(0)),
+            "versions": adapter_cls.versions(), "dataset_source": data.source,
+            "dataset_fingerprint": data.fingerprint, "parameters": spec.num_elements}
+    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
+
+    offsets_start = comm.clock_offsets(device)
+    sizes = initial_partition(trainer, comm, device)
+    lo, hi = slice_bounds(sizes)[rank]
+    trainer.stretch.total_ns = 0
+    writer = RecordWriter(collector.part_path(run_dir, rank))
+    counters = Counters()
+    allreduce = comm.allreduce_sum
+    try:
+        for step in range(run.steps):
+            if run.instrument:
+                marks, loss, local_loss = trainer.step(step, lo, hi, allreduce)
+                phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+                writer.append((rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
+                               *phases, trainer.stretch.total_ns, loss, local_loss,
+                               *counters.take()))
+                trainer.stretch.total_ns = 0
+            else:
+                begin = time.perf_counter_ns()
+                trainer.step_bare(step, lo, hi, allreduce)
+                end = time.perf_counter_ns()
+                writer.append((rank, step, hi - lo, lo, begin, 0, 0, end, *[0] * 8, 0,
+                               float("nan"), float("nan"), *[0] * 7))
+    finally:
+        writer.close()
+    offsets_end = comm.clock_offsets(device)
+
+    gathered = comm.gather_objects((info, writer.records()))
+    if rank != 0 or gathered is None:
+        return
+    infos = [g[0] for g in gathered]  # type: ignore[index]
+    same_host = len({i["host"] for i in infos}) == 1
+    rows = collector.finalize(run_dir, [g[1] for g in gathered], [i["label"] for i in infos],  # type: ignore[index]
+                              None if same_host else offsets_start)
+    np.savez(run_dir / "params.npz", **adapter.parameters())
+    manifest.update(
+        run_dir, status="completed", end=manifest.now_iso(), workers=infos,
+        partition_history=trainer.partition_history, rows=rows,
+        clock={"same_host": same_host, "offsets_start_ns": offsets_start,
+               "offsets_end_ns": offsets_end, "applied": not same_host},
+        backend=backend,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", type=Path, help="run directory prepared by hetbench run")
+    parser.add_argument("--suite", help="suite file or built-in name (torchrun mode)")
+    parser.add_argument("--run", dest="run_name", help="run name within the suite")
+    parser.add_argument("--repeat", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stopped)
+    try:
+        run, suite_name = _load_run(args)
+    except UsageError as exc:
+        print(f"hetbench worker: error: {exc}", file=sys.stderr)
+        return 2
+    if world_size != run.world_size:
+        print(f"hetbench worker: error: WORLD_SIZE={world_size} but run {run.name!r} has "
+              f"{run.world_size} workers", file=sys.stderr)
+        return 2
+    worker = run.workers[rank]
+    prepare_process(worker)
+
+    from adapters import load_adapter
+    from harness import comm as comm_module
+
+    adapter_cls = load_adapter(worker.framework)
+    backend = comm_module.choose_backend(all(w.is_cuda for w in run.workers))
+    comm_module.init(rank, world_size, backend, run.timeout_s)
+    run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank)
+    (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        train(run, run_dir, rank, backend, adapter_cls)
+        return 0
+    except Stopped:
+        _record_error(run_dir, rank, "interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - reported to the launcher, then exit non-zero
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        _record_error(run_dir, rank, reason)
+        traceback.print_exc()
+        return 1
+    finally:
+        _quiet_shutdown(comm_module)
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _record_error(run_dir: Path, rank: int, reason: str) -> None:
+    try:
+        (run_dir / collector.PARTS_DIR / f"rank{rank}.error").write_text(reason + "\n")
+    except OSError:
+        pass
+
+
+def _quiet_shutdown(comm_module: Any) -> None:
+    try:
+        comm_module.shutdown()
+    except Exception:  # noqa: BLE001 - a broken group at exit must not mask the real error
+        pass
+
+
+def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
+    if args.run_dir is not None:
+        data = json.loads((args.run_dir / RUN_FILE).read_text())
+        return run_from_dict(data["run"]), data["suite"]
+    if not args.suite or not args.run_name:
+        raise UsageError("arguments", "give --run-dir, or --suite and --run (torchrun mode)")
+    from harness.config import load_suite
+
+    suite = load_suite(args.suite)
+    for run in suite.runs:
+        if run.name == args.run_name:
+            return run, suite.name
+    names = ", ".join(r.name for r in suite.runs)
+    raise UsageError("--run", f"no run {args.run_name!r} in suite {suite.name} ({names})")
+
+
+def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, rank: int) -> Path:
+    """Rank 0 creates the run directory and manifest; every rank learns its name."""
+    import torch.distributed as dist
+
+    from harness import launch
+
+    name = [None]
+    if rank == 0:
+        run_dir = launch.prepare_run_dir(args.out, suite_name, run, args.repeat)
+        name = [str(run_dir)]
+    dist.broadcast_object_list(name, src=0)
+    return Path(str(name[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Data sources. Nothing is downloaded: digits ships inside scikit-learn, the text corpus is
+source code of Python's own standard library, synthetic data is generated from the seed.
+
+The samples of step s depend only on (dataset, seed, global batch): each epoch is a seeded
+permutation, cut into full global batches in order. A partition only decides which worker
+takes which contiguous slice of that batch, so it never changes what the model sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TEXT_SEQ_LEN = 64
+# Fixed vocabulary: 0 unknown, 1 newline, 2.. printable ASCII. Independent of the corpus so
+# every framework and every Python version agree on the model's shapes.
+TEXT_VOCAB = ["\ufffd", "\n"] + [chr(c) for c in range(32, 127)]
+TEXT_SOURCES = ("argparse.py", "difflib.py", "textwrap.py", "string.py", "fractions.py", "csv.py")
+TEXT_MAX_CHARS = 300_000
+SYNTHETIC_SAMPLES = 4096
+SYNTHETIC_IMAGE = (1, 28, 28)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """In-memory samples: inputs (float32 images N,C,H,W or int64 tokens N,L), int64 targets."""
+
+    name: str
+    inputs: np.ndarray
+    targets: np.ndarray
+    num_classes: int
+    source: str
+    fingerprint: str = field(default="")
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.inputs.shape[1:])
+
+    @property
+    def is_tokens(self) -> bool:
+        return self.inputs.dtype == np.int64
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+
+class BatchOrder:
+    """Global batch indices for each step: a seeded permutation per epoch, cut in order."""
+
+    def __init__(self, num_samples: int, global_batch: int, seed: int) -> None:
+        if global_batch > num_samples:
+            raise ValueError(f"global batch {global_batch} exceeds the {num_samples} samples")
+        self.num_samples = num_samples
+        self.global_batch = global_batch
+        self.seed = seed
+        self.steps_per_epoch = num_samples // global_batch
+        self._epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+
+    def indices(self, step: int) -> np.ndarray:
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._perm = rng.permutation(self.num_samples)
+            self._epoch = epoch
+        start = offset * self.global_batch
+        return self._perm[start : start + self.global_batch]
+
+
+def _fingerprint(*arrays: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_digits(workload: str, seed: int) -> Dataset:
+    """The 1797 8x8 handwritten digits that scikit-learn ships, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch = sklearn_digits()
+    inputs = (bunch.data.reshape(-1, 1, 8, 8) / 16.0).astype(np.float32)
+    targets = bunch.target.astype(np.int64)
+    return Dataset("digits", inputs, targets, 10, "sklearn.datasets.load_digits",
+                   _fingerprint(inputs, targets))
+
+
+def text_corpus() -> tuple[str, str]:
+    """Source code of a few standard-library modules: real text that ships with Python."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    parts = [(stdlib / name).read_text(encoding="utf-8") for name in TEXT_SOURCES]
+    corpus = "".join(parts)[:TEXT_MAX_CHARS]
+    return corpus, f"python{sysconfig.get_python_version()} stdlib: {', '.join(TEXT_SOURCES)}"
+
+
+def encode_text(text: str) -> np.ndarray:
+    lookup = {ch: i for i, ch in enumerate(TEXT_VOCAB)}
+    return np.fromiter((lookup.get(ch, 0) for ch in text), dtype=np.int64, count=len(text))
+
+
+def load_text(workload: str, seed: int) -> Dataset:
+    """Character language model samples: windows of TEXT_SEQ_LEN+1 chars, next-char targets."""
+    corpus, source = text_corpus()
+    ids = encode_text(corpus)
+    window = TEXT_SEQ_LEN + 1
+    n = len(ids) // window
+    windows = ids[: n * window].reshape(n, window)
+    inputs = np.ascontiguousarray(windows[:, :-1])
+    targets = np.ascontiguousarray(windows[:, 1:])
+    return Dataset("text", inputs, targets, len(TEXT_VOCAB), source, _fingerprint(inputs))
+
+
+def load_synthetic(workload: str, seed: int) -> Dataset:
+    """Generated samples shaped for the workload: MNIST-sized images, or random tokens."""
+    rng = np.random.default_rng([seed, 0x5EED])
+    if workload == "lstm":
+        vocab = len(TEXT_VOCAB)
+        tokens = rng.integers(0, vocab, size=(SYNTHETIC_SAMPLES, TEXT_SEQ_LEN + 1))
+        inputs, targets = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+        return Dataset("synthetic", inputs, targets, vocab, "generated tokens",
+                       _fingerprint(inputs, targets))
+    inputs = rng.standard_normal((SYNTHETIC_SAMPLES, *SYNTHETIC_IMAGE), dtype=np.float32)
+    targets = rng.integers(0, 10, size=SYNTHETIC_SAMPLES).astype(np.int64)
+    return Dataset("synthetic", inputs, targets, 10, "generated images",
+                   _fingerprint(inputs, targets))
+
+
+def load_dataset(name: str, workload: str, seed: int) -> Dataset:
+    from workloads import DATASETS
+
+    module_name, attr = DATASETS[name].split(":")
+    loader = getattr(importlib.import_module(module_name), attr)
+    return loader(workload, seed)  # type: ignore[no-any-return]
