@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 class Adapter(Protocol):
     framework: str
+    spec: ModelSpec
 
     def __init__(self, spec: ModelSpec, device: str, threads: int) -> None: ...
 

@@ -12,14 +12,14 @@ import json
 import os
 import time
 from collections.abc import Iterable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     LOAD = "load"
     TO_DEVICE = "to_device"
     FORWARD = "forward"

@@ -23,6 +23,7 @@ A string naming no file is looked up among the built-in suites (harness/suites/*
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -35,8 +36,9 @@ from harness.errors import UsageError
 from harness.partition import POLICIES
 from workloads import COMPATIBLE_DATASETS, DATASETS, WORKLOADS
 
-DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+)$")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Used with fullmatch: '$' alone would also accept a trailing newline.
+DEVICE_PATTERN = re.compile(r"cpu|cuda:\d+")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
     if not isinstance(raw_runs, list) or not raw_runs:
         raise UsageError("runs", "at least one [[runs]] table is required")
     runs = tuple(
-        parse_run({**defaults, **_table(raw, f"runs[{i}]")}, f"runs[{i}]")
+        parse_run(_table(raw, f"runs[{i}]"), f"runs[{i}]", defaults)
         for i, raw in enumerate(raw_runs)
     )
     seen: set[str] = set()
@@ -182,49 +184,70 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
     return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description)
 
 
-def parse_run(raw: dict[str, Any], where: str) -> RunSpec:
+def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None
+              ) -> RunSpec:
+    """One [[runs]] table over the suite's [defaults]; errors name the table a value came
+    from (runs[i].key, or defaults.key when the run does not set it)."""
     _check_keys(raw, RUN_KEYS, where)
     if "name" not in raw:
         raise UsageError(f"{where}.name", "required (letters, digits, '.', '_', '-')")
-    values = {**RUN_DEFAULTS, **raw}
-    framework = _choice(values["framework"], FRAMEWORKS, f"{where}.framework")
-    global_batch = _int(values["global_batch"], f"{where}.global_batch", minimum=1)
-    steps = _int(values["steps"], f"{where}.steps", minimum=1)
-    warmup = _int(values["warmup_steps"], f"{where}.warmup_steps", minimum=0)
+    defaults = defaults or {}
+    values = {**RUN_DEFAULTS, **defaults, **raw}
+
+    def at(key: str) -> str:
+        return f"defaults.{key}" if key in defaults and key not in raw else f"{where}.{key}"
+
+    framework = _choice(values["framework"], FRAMEWORKS, at("framework"))
+    global_batch = _int(values["global_batch"], at("global_batch"), minimum=1)
+    steps = _int(values["steps"], at("steps"), minimum=1)
+    warmup = _int(values["warmup_steps"], at("warmup_steps"), minimum=0)
     if warmup >= steps:
-        raise UsageError(f"{where}.warmup_steps", f"{warmup} must be below steps ({steps})")
-    workers = _workers(values.get("workers"), framework, f"{where}.workers")
+        raise UsageError(at("warmup_steps"), f"{warmup} must be below steps ({steps})")
+    workers = _workers(values.get("workers"), framework, at("workers"))
     if global_batch < len(workers):
         raise UsageError(
-            f"{where}.global_batch",
+            at("global_batch"),
             f"{global_batch} is smaller than the number of workers ({len(workers)})",
         )
     partition = _partition(
-        values.get("partition", {}), len(workers), global_batch, f"{where}.partition"
+        values.get("partition", {}), len(workers), global_batch, at("partition")
     )
-    workload = _choice(values["workload"], WORKLOADS, f"{where}.workload")
-    dataset = _choice(values["dataset"], DATASETS, f"{where}.dataset")
+    workload = _choice(values["workload"], WORKLOADS, at("workload"))
+    dataset = _choice(values["dataset"], DATASETS, at("dataset"))
     if dataset not in COMPATIBLE_DATASETS[workload]:
         raise UsageError(
-            f"{where}.dataset",
+            at("dataset"),
             f"{dataset!r} does not fit workload {workload!r} "
             f"(allowed: {', '.join(COMPATIBLE_DATASETS[workload])})",
         )
     return RunSpec(
-        name=_name(values["name"], f"{where}.name"),
+        name=_name(values["name"], at("name")),
         framework=framework,
         workload=workload,
         dataset=dataset,
         steps=steps,
         warmup_steps=warmup,
         global_batch=global_batch,
-        lr=_float(values["lr"], f"{where}.lr", minimum=0.0, strict=True),
-        seed=_int(values["seed"], f"{where}.seed", minimum=0),
+        lr=_float(values["lr"], at("lr"), minimum=0.0, strict=True),
+        seed=_int(values["seed"], at("seed"), minimum=0),
         partition=partition,
         workers=workers,
-        timeout_s=_float(values["timeout_s"], f"{where}.timeout_s", minimum=1.0),
-        instrument=_bool(values["instrument"], f"{where}.instrument"),
+        timeout_s=_float(values["timeout_s"], at("timeout_s"), minimum=1.0),
+        instrument=_bool(values["instrument"], at("instrument")),
     )
+
+
+def run_from_dict(data: dict[str, Any]) -> RunSpec:
+    """The inverse of RunSpec.to_dict() (JSON turns tuples into lists)."""
+
+    def tuples(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+    return RunSpec(**{
+        **data,
+        "partition": PartitionSpec(**tuples(data["partition"])),
+        "workers": tuple(WorkerSpec(**tuples(w)) for w in data["workers"]),
+    })
 
 
 def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
@@ -238,7 +261,7 @@ def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
         item = _table(item, w)
         _check_keys(item, WORKER_KEYS, w)
         device = _str(item.get("device", "cpu"), f"{w}.device")
-        if not DEVICE_PATTERN.match(device):
+        if not DEVICE_PATTERN.fullmatch(device):
             raise UsageError(f"{w}.device", f"{device!r} is not a device (cpu, cuda:N)")
         cores = item.get("cores")
         if cores is not None:
@@ -293,7 +316,8 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
 def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
     for key in table:
         if key not in allowed:
-            field_name = f"{where}.{key}" if where else key
+            shown = key if key.isprintable() else repr(key)  # errors stay on one line
+            field_name = f"{where}.{shown}" if where else shown
             raise UsageError(field_name, f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
@@ -311,7 +335,7 @@ def _str(value: Any, where: str) -> str:
 
 def _name(value: Any, where: str) -> str:
     value = _str(value, where)
-    if not NAME_PATTERN.match(value):
+    if not NAME_PATTERN.fullmatch(value):
         raise UsageError(where, f"{value!r} is not a name (letters, digits, '.', '_', '-')")
     return value
 
@@ -340,6 +364,8 @@ def _int(value: Any, where: str, minimum: int) -> int:
 def _float(value: Any, where: str, minimum: float, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(where, f"must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise UsageError(where, f"{value} is not allowed (must be a finite number)")
     if value < minimum or (strict and value == minimum):
         bound = f"above {minimum}" if strict else f"at least {minimum}"
         raise UsageError(where, f"{value} is not allowed (must be {bound})")

@@ -6,6 +6,7 @@ least 1. It never changes the mathematics (DESIGN.md principle 4), only who comp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 # name -> description; the policies themselves are the functions below (issue 5 adds
@@ -30,8 +31,10 @@ def largest_remainder(total: int, weights: Sequence[float], minimum: int = 1) ->
         raise ValueError("no workers")
     if total < n * minimum:
         raise ValueError(f"total {total} cannot give {n} workers at least {minimum} each")
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise ValueError(f"weights must be non-negative with a positive sum: {list(weights)}")
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(
+            f"weights must be finite and non-negative with a positive sum: {list(weights)}"
+        )
     weight_sum = float(sum(weights))
     quotas = [total * w / weight_sum for w in weights]
     sizes = [int(q) for q in quotas]

@@ -3,7 +3,7 @@
 Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
 
     python -m harness.worker --run-dir DIR                     # prepared by hetbench run
-    torchrun ... -m harness.worker --suite S --run NAME --out DIR   # env:// rendezvous
+    torchrun ... -m harness.worker --suite S --run-name NAME --out DIR   # env:// rendezvous
 
 Rank and world size come from RANK and WORLD_SIZE. Core affinity and thread counts are set
 before any framework is imported, so every framework thread inherits them.
@@ -23,33 +23,26 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import collector, manifest
 from harness.collector import RecordWriter
-from harness.config import PartitionSpec, RunSpec, WorkerSpec
+from harness.config import RunSpec, WorkerSpec, run_from_dict
 from harness.errors import UsageError
 from harness.partition import equal_sizes, largest_remainder, slice_bounds, throughput_sizes
 
 RUN_FILE = "run.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
+# Record fields after end_ns for an untimed step: phases, stretch, losses, counters.
+UNTIMED_TAIL = (*[0] * 9, float("nan"), float("nan"), *[0] * 7)
 
 
 class Stopped(BaseException):
     """Raised in the main thread by SIGTERM/SIGINT so records are flushed on the way out."""
-
-
-def run_from_dict(data: dict[str, Any]) -> RunSpec:
-    partition = PartitionSpec(**{k: tuple(v) if isinstance(v, list) else v
-                                 for k, v in data["partition"].items()})
-    workers = tuple(
-        WorkerSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in w.items()})
-        for w in data["workers"]
-    )
-    return RunSpec(**{**data, "partition": partition, "workers": workers})
 
 
 def prepare_process(worker: WorkerSpec) -> None:
@@ -91,23 +84,32 @@ class GcTimer:
 
 
 class Counters:
-    """Per-step process counters. getrusage and a pread of /proc/self/statm cost about
-    1 us each here; psutil's equivalents cost 30-150 us (FRAMEWORK-NOTES.md)."""
+    """Per-step process counters: context switches and CPU time from getrusage (~2 us in
+    the loop; psutil's equivalents cost 30-150 us, FRAMEWORK-NOTES.md). RSS moves slowly
+    and reading /proc/self/statm costs ~7 us in the loop, so it is sampled every
+    RSS_EVERY steps and held in between."""
+
+    RSS_EVERY = 8
 
     def __init__(self) -> None:
         self._statm = os.open("/proc/self/statm", os.O_RDONLY)
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._last = resource.getrusage(resource.RUSAGE_SELF)
+        self._calls = 0
+        self._rss = 0
         self.gc = GcTimer()
 
     def take(self) -> tuple[int, int, int, int, int, int, int]:
         now = resource.getrusage(resource.RUSAGE_SELF)
         last, self._last = self._last, now
-        rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
+        if self._calls % self.RSS_EVERY == 0:
+            self._rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
+        self._calls += 1
+        rss = self._rss
         gc_ns, gc_count = self.gc.take()
         return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
-                int((now.ru_utime - last.ru_utime) * 1e9), int((now.ru_stime - last.ru_stime) * 1e9),
-                rss, gc_ns, gc_count)
+                int((now.ru_utime - last.ru_utime) * 1e9),
+                int((now.ru_stime - last.ru_stime) * 1e9), rss, gc_ns, gc_count)
 
 
 class Stretcher:
@@ -146,11 +148,23 @@ class Trainer:
     stretch: Stretcher
     sync_device: bool
     buffer: Any = None
+    read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def set_buffer(self, buffer: Any) -> None:
+        """The communication buffer; its last element is the loss sum."""
+        self.buffer = buffer
+        if buffer.device.type == "cpu":
+            # A numpy view reads the loss slot in ~0.1 us; indexing the tensor costs ~5 us.
+            view = buffer.numpy()
+            self.read_loss = lambda: float(view[-1])
+        else:
+            self.read_loss = lambda: float(buffer[-1].item())
 
     def compute(self, step: int, lo: int, hi: int, marks: list[int]) -> Any:
         """load -> to_device -> forward -> backward -> pack; appends a timestamp per phase."""
-        adapter, stretch, sync, now = self.adapter, self.stretch, self.sync_device, time.perf_counter_ns
+        adapter, stretch, sync = self.adapter, self.stretch, self.sync_device
+        now = time.perf_counter_ns
         t = marks[-1]
         idx = self.order.indices(step)[lo:hi]
         x, y = self.inputs[idx], self.targets[idx]
@@ -181,12 +195,12 @@ class Trainer:
         """One synchronous SGD step; returns the 9 phase-boundary timestamps and the losses."""
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)
-        local_loss = float(self.buffer[-1]) / (hi - lo)
+        local_loss = self.read_loss() / (hi - lo)
         allreduce(self.buffer)
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        loss = float(self.buffer[-1]) / self.run.global_batch
+        loss = self.read_loss() / self.run.global_batch
         self.adapter.unpack()
         if self.sync_device:
             self.adapter.synchronize()
@@ -210,6 +224,23 @@ class Trainer:
         adapter.unpack()
         adapter.apply(self.run.lr / self.run.global_batch)
         adapter.zero_grad()
+
+    def timed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
+                   ) -> tuple[Any, ...]:
+        """step() plus its record: timestamps, phase durations, losses, counters."""
+        marks, loss, local_loss = self.step(step, lo, hi, allreduce)
+        phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        stretched, self.stretch.total_ns = self.stretch.total_ns, 0
+        return (self.rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
+                *phases, stretched, loss, local_loss, *counters.take())
+
+    def untimed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
+                     ) -> tuple[Any, ...]:
+        """step_bare() with only its begin and end recorded (instrument = false)."""
+        begin = time.perf_counter_ns()
+        self.step_bare(step, lo, hi, allreduce)
+        end = time.perf_counter_ns()
+        return (self.rank, step, hi - lo, lo, begin, 0, 0, end, *UNTIMED_TAIL)
 
     def solo_throughput(self, size: int, steps: int) -> float:
         """Samples/s of this worker computing `size` samples alone (no update applied)."""
@@ -255,12 +286,8 @@ def worker_label(w: WorkerSpec) -> str:
     return label
 
 
-def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
-    import numpy as np
-    import torch
-
-    from harness import comm
-
+def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tuple[Trainer, Any]:
+    """Data, model and adapter of one worker, initial parameters loaded; also the dataset."""
     from workloads.data import BatchOrder, load_dataset
     from workloads.models import build_spec
 
@@ -269,19 +296,30 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     spec = build_spec(run.workload, data.sample_shape, data.num_classes)
     adapter = adapter_cls(spec, worker.device, worker.threads)
     adapter.load_parameters(spec.initial_parameters(run.seed))
-    on_device = backend == "nccl"
-    device = torch.device(worker.device if on_device else "cpu")
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed),
                       Stretcher(worker.slowdown), sync_device=worker.is_cuda and run.instrument)
-    trainer.buffer = adapter.comm_buffer(on_device)
+    trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
     adapter.zero_grad()
+    return trainer, data
+
+
+def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
+    import numpy as np
+    import torch
+
+    from harness import comm
+
+    worker = run.workers[rank]
+    trainer, data = build_trainer(run, rank, backend, adapter_cls)
+    adapter = trainer.adapter
+    device = torch.device(worker.device if backend == "nccl" else "cpu")
 
     info = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
             "label": worker_label(worker), **run.to_dict()["workers"][rank],
             "emulated": worker.slowdown != 1.0, "affinity": sorted(os.sched_getaffinity(0)),
             "versions": adapter_cls.versions(), "dataset_source": data.source,
-            "dataset_fingerprint": data.fingerprint, "parameters": spec.num_elements}
+            "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
     (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
 
     offsets_start = comm.clock_offsets(device)
@@ -292,20 +330,9 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     counters = Counters()
     allreduce = comm.allreduce_sum
     try:
+        step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
         for step in range(run.steps):
-            if run.instrument:
-                marks, loss, local_loss = trainer.step(step, lo, hi, allreduce)
-                phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
-                writer.append((rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
-                               *phases, trainer.stretch.total_ns, loss, local_loss,
-                               *counters.take()))
-                trainer.stretch.total_ns = 0
-            else:
-                begin = time.perf_counter_ns()
-                trainer.step_bare(step, lo, hi, allreduce)
-                end = time.perf_counter_ns()
-                writer.append((rank, step, hi - lo, lo, begin, 0, 0, end, *[0] * 8, 0,
-                               float("nan"), float("nan"), *[0] * 7))
+            writer.append(step_fn(step, lo, hi, allreduce, counters))
     finally:
         writer.close()
     offsets_end = comm.clock_offsets(device)
@@ -332,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", type=Path, help="run directory prepared by hetbench run")
     parser.add_argument("--suite", help="suite file or built-in name (torchrun mode)")
-    parser.add_argument("--run", dest="run_name", help="run name within the suite")
+    parser.add_argument("--run-name", help="run name within the suite (torchrun mode)")
     parser.add_argument("--repeat", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
@@ -399,7 +426,7 @@ def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
         data = json.loads((args.run_dir / RUN_FILE).read_text())
         return run_from_dict(data["run"]), data["suite"]
     if not args.suite or not args.run_name:
-        raise UsageError("arguments", "give --run-dir, or --suite and --run (torchrun mode)")
+        raise UsageError("arguments", "give --run-dir, or --suite and --run-name (torchrun mode)")
     from harness.config import load_suite
 
     suite = load_suite(args.suite)
@@ -407,7 +434,7 @@ def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
         if run.name == args.run_name:
             return run, suite.name
     names = ", ".join(r.name for r in suite.runs)
-    raise UsageError("--run", f"no run {args.run_name!r} in suite {suite.name} ({names})")
+    raise UsageError("--run-name", f"no run {args.run_name!r} in suite {suite.name} ({names})")
 
 
 def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, rank: int) -> Path:
@@ -416,7 +443,7 @@ def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, r
 
     from harness import launch
 
-    name = [None]
+    name: list[str | None] = [None]
     if rank == 0:
         run_dir = launch.prepare_run_dir(args.out, suite_name, run, args.repeat)
         name = [str(run_dir)]

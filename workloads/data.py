@@ -124,10 +124,10 @@ def load_synthetic(workload: str, seed: int) -> Dataset:
         inputs, targets = tokens[:, :-1].copy(), tokens[:, 1:].copy()
         return Dataset("synthetic", inputs, targets, vocab, "generated tokens",
                        _fingerprint(inputs, targets))
-    inputs = rng.standard_normal((SYNTHETIC_SAMPLES, *SYNTHETIC_IMAGE), dtype=np.float32)
-    targets = rng.integers(0, 10, size=SYNTHETIC_SAMPLES).astype(np.int64)
-    return Dataset("synthetic", inputs, targets, 10, "generated images",
-                   _fingerprint(inputs, targets))
+    images = rng.standard_normal((SYNTHETIC_SAMPLES, *SYNTHETIC_IMAGE), dtype=np.float32)
+    labels = rng.integers(0, 10, size=SYNTHETIC_SAMPLES).astype(np.int64)
+    return Dataset("synthetic", images, labels, 10, "generated images",
+                   _fingerprint(images, labels))
 
 
 def load_dataset(name: str, workload: str, seed: int) -> Dataset:

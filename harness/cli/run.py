@@ -57,11 +57,14 @@ def run(args: argparse.Namespace) -> int:
         on_end=print_result,
         progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
     )
+    figures = write_figures(suite.name, results, args.out / suite.name / "figures")
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
     print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
           + f"; results in {args.out / suite.name}")
+    for path in figures:
+        print(f"figure: {path}")
     return 1 if counts.get("failed") else 0
 
 
@@ -92,3 +95,19 @@ def print_result(result: Any) -> None:
         for row in workers.itertuples(index=False):
             print(f"   {row.rank:>6}  {row.batch_size:>5.0f}  {row.compute_mean_ms:>15.2f}  "
                   f"{row.compute_cv:>10.3f}  {row.idle_mean_ms:>12.2f}")
+
+
+def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
+    from analysis.figures import compute_time_frame, plot_compute_per_step
+    from harness.results import load_run
+
+    runs = []
+    for result in results:
+        if result.status == "skipped":
+            continue
+        data = load_run(result.run_dir)
+        label = f"{result.run.name} r{result.repeat}"
+        runs.append((label, data.manifest.get("heterogeneity", "?"), data.steps,
+                     data.warmup_steps))
+    return plot_compute_per_step(compute_time_frame(runs), out,
+                                 f"suite {suite_name}: compute time per batch, after warm-up")

@@ -1,0 +1,141 @@
+"""Errors are for people (DESIGN.md principle 7), end to end through the `hetbench` process:
+one line naming the field or path, exit status 2, no traceback unless --debug. None of these
+tests starts a worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hetbench_command
+
+TIMEOUT_S = 60
+
+GPU_SUITE = """
+[suite]
+name = "needs-gpu"
+
+[[runs]]
+name = "on-gpu"
+steps = 2
+global_batch = 8
+workers = [ { device = "cuda:7" } ]
+"""
+
+
+def hetbench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a usage error, after checking the contract around it."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hetbench: error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cuda_7_missing() -> None:
+    from harness.launch import cuda_device_count  # probes in a subprocess: no torch here
+
+    if cuda_device_count() > 7:
+        pytest.skip("this host has a cuda:7")
+
+
+@pytest.mark.parametrize(("body", "where", "allowed"), [
+    ('[[runs]]\nname = "r"\nsteps = "many"\n', "runs[0].steps", "must be an integer"),
+    ('[[runs]]\nname = "r"\nworkers = [ { device = "cpu", thread = 2 } ]\n',
+     "runs[0].workers[0].thread", "allowed: cores, device, framework, slowdown, threads"),
+    ('[[runs]]\nname = "r"\nframework = "jax"\n', "runs[0].framework", "allowed: pytorch"),
+    ('[[runs]]\nname = "r"\nglobal_batch = 128\nworkers = [ {}, {} ]\n'
+     'partition = { policy = "sizes", sizes = [100, 20] }\n',
+     "runs[0].partition.sizes", "must equal global_batch 128"),
+    ('[[runs]]\nname = "r"\nworkers = [ { device = "gpu" } ]\n',
+     "runs[0].workers[0].device", "(cpu, cuda:N)"),
+], ids=["type", "worker key", "framework", "sizes", "device"])
+def test_bad_suite_is_one_line_naming_the_field(tmp_path: Path, write_suite, body: str,
+                                                where: str, allowed: str) -> None:
+    suite = write_suite(body)
+    line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "out")))
+    assert line.startswith(f"hetbench: error: {where}: ")
+    assert allowed in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, write_suite) -> None:
+    suite = write_suite('[[runs]]\nname = "r"\nsteps = "many"\n')
+    result = hetbench(tmp_path, "--debug", "run", str(suite))
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+    assert "UsageError: runs[0].steps: must be an integer" in result.stderr
+
+
+def test_invalid_toml_is_one_line_naming_the_file(tmp_path: Path, write_suite) -> None:
+    suite = write_suite('[[runs]\nname = "r"\n')
+    line = error_line(hetbench(tmp_path, "run", str(suite)))
+    assert line.startswith(f"hetbench: error: {suite}: invalid TOML")
+
+
+def test_missing_suite_file_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "suite.toml"
+    line = error_line(hetbench(tmp_path, "run", str(missing)))
+    assert line == f"hetbench: error: {missing}: no such file"
+
+
+def test_unknown_builtin_suite_lists_the_builtins(tmp_path: Path) -> None:
+    line = error_line(hetbench(tmp_path, "run", "no-such-suite"))
+    assert "'no-such-suite' is neither a file nor a built-in suite" in line
+    assert "quick" in line
+
+
+def test_help_exits_zero(tmp_path: Path) -> None:
+    result = hetbench(tmp_path, "--help")
+    assert result.returncode == 0
+    assert "usage: hetbench" in result.stdout
+    assert "run" in result.stdout
+    assert result.stderr == ""
+
+
+def test_cli_imports_no_framework(tmp_path: Path) -> None:
+    code = ("import sys; import harness.cli.main as m; m.build_parser()\n"
+            "loaded = [f for f in ('torch', 'tensorflow', 'mxnet') if f in sys.modules]\n"
+            "assert not loaded, loaded")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.usefixtures("cuda_7_missing")
+def test_missing_gpu_is_a_usage_error(tmp_path: Path, write_suite) -> None:
+    suite = write_suite(GPU_SUITE)
+    out = tmp_path / "out"
+    line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress"))
+    assert line.startswith("hetbench: error: runs[0].workers[0].device: cuda:7 not available")
+    assert not list(out.glob("*/*"))  # nothing recorded when the suite is refused
+
+
+@pytest.mark.usefixtures("cuda_7_missing")
+def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite) -> None:
+    suite = write_suite(GPU_SUITE)
+    out = tmp_path / "out"
+    result = hetbench(tmp_path, "run", str(suite), "--out", str(out), "--skip-unavailable",
+                      "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    (run_dir,) = (out / "needs-gpu").iterdir()
+    assert run_dir.name.startswith("on-gpu-r0-")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "skipped"
+    assert manifest["reason"].startswith("runs[0].workers[0].device: cuda:7 not available")
+    assert manifest["run"]["name"] == "on-gpu"
+    assert manifest["end"] is not None
+    assert not (run_dir / "logs").exists()  # no worker was started
+    assert "1 skipped" in result.stdout

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.data import TEXT_VOCAB, BatchOrder, load_dataset
+
+
+def test_batch_order_depends_only_on_dataset_seed_and_batch() -> None:
+    a, b = BatchOrder(1797, 128, 5), BatchOrder(1797, 128, 5)
+    steps = [0, 1, 13, 14, 40, 2]  # crosses epochs (13 full batches per epoch) and goes back
+    for s in steps:
+        assert np.array_equal(a.indices(s), b.indices(s))
+    epoch = np.concatenate([a.indices(s) for s in range(13)])
+    assert len(set(epoch.tolist())) == 13 * 128  # no sample twice within an epoch
+    assert not np.array_equal(a.indices(0), a.indices(13))  # a new permutation each epoch
+    assert not np.array_equal(a.indices(0), BatchOrder(1797, 128, 6).indices(0))
+
+
+def test_digits_are_the_real_scikit_learn_images() -> None:
+    data = load_dataset("digits", "mlp", 0)
+    assert data.inputs.shape == (1797, 1, 8, 8) and data.inputs.dtype == np.float32
+    assert 0.0 <= data.inputs.min() and data.inputs.max() <= 1.0
+    assert set(np.unique(data.targets)) == set(range(10))
+
+
+def test_text_is_standard_library_source() -> None:
+    data = load_dataset("text", "lstm", 0)
+    assert data.inputs.shape[1] == 64 and data.num_classes == len(TEXT_VOCAB)
+    decoded = "".join(TEXT_VOCAB[i] for i in data.inputs[0])
+    text = "".join(TEXT_VOCAB[i] for i in data.inputs[:200].ravel())
+    assert "def " in text and "argparse" in text
+    # Targets are the inputs shifted by one character.
+    assert np.array_equal(data.inputs[0, 1:], data.targets[0, :-1]), decoded
+
+
+def test_synthetic_is_generated_from_the_seed() -> None:
+    a, b = load_dataset("synthetic", "cnn", 1), load_dataset("synthetic", "cnn", 1)
+    assert a.fingerprint == b.fingerprint and a.inputs.shape[1:] == (1, 28, 28)
+    assert load_dataset("synthetic", "cnn", 2).fingerprint != a.fingerprint
+    tokens = load_dataset("synthetic", "lstm", 1)
+    assert tokens.is_tokens and tokens.inputs.shape[1] == 64
