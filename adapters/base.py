@@ -9,6 +9,10 @@ Gradients and the loss are *sums* over the worker's samples. pack() puts the gra
 (in spec order) and the loss sum (last element) into comm_buffer(); after the all-reduce,
 unpack() takes the global sums back and apply() does params -= scale * grads with
 scale = lr / global sample count.
+
+The worker calls synchronize() at phase boundaries when the device is a GPU, or when the
+adapter sets `synchronize_on_host` (frameworks whose host operators run asynchronously,
+like MXNet's engine), so that a phase ends only when its work has ended.
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ if TYPE_CHECKING:
 class Adapter(Protocol):
     framework: str
     spec: ModelSpec
+    # True when operators return before their work has run, even on the CPU
+    synchronize_on_host: bool
 
     def __init__(self, spec: ModelSpec, device: str, threads: int) -> None: ...
 
     @staticmethod
     def versions() -> dict[str, str]:
-        """Framework and library versions for the manifest."""
+        """Framework and library versions for the manifest (the framework's and numpy's)."""
         ...
 
     def load_parameters(self, values: dict[str, np.ndarray]) -> None: ...

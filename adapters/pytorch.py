@@ -72,6 +72,7 @@ TORCH_NAMES = {
 
 class TorchAdapter:
     framework = "pytorch"
+    synchronize_on_host = False  # CPU kernels run in the calling thread
 
     def __init__(self, spec: ModelSpec, device: str, threads: int) -> None:
         torch.set_num_threads(threads)
@@ -95,7 +96,7 @@ class TorchAdapter:
 
     @staticmethod
     def versions() -> dict[str, str]:
-        return {"torch": torch.__version__}
+        return {"torch": torch.__version__, "numpy": np.__version__}
 
     def load_parameters(self, values: dict[str, np.ndarray]) -> None:
         flat = np.concatenate([values[p.name].ravel() for p in self.spec.params])

@@ -1,55 +1,169 @@
-"""Figures (the only module that plots). Each figure says which runs it shows and whether
-heterogeneity was real or emulated; axes carry units."""
+"""Figures (the only module that plots), as PNG and PDF. Each figure's title says which
+runs it shows and whether heterogeneity was real or emulated; axes carry units.
+
+Inputs are (manifest, steps) pairs, as harness.results.load_run gives them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import after_warmup, instrumented, with_derived
+from analysis.metrics import PHASE_COLUMNS, after_warmup, instrumented, phase_stats, with_derived
+from analysis.runs import runs_table, slowdowns
+from analysis.stragglers import attribute, cause_shares, straggler_summary
+from analysis.whatif import what_if
+
+Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 
 
-def compute_time_frame(runs: Sequence[tuple[str, str, pd.DataFrame, int]]) -> pd.DataFrame:
-    """Tidy per-batch compute time: columns run, heterogeneity, worker, step, compute_ms.
-    Each input is (run label, heterogeneity, steps, warm-up steps)."""
+def _label(manifest: dict[str, Any]) -> str:
+    return f"{manifest.get('run_id', '?')} ({manifest.get('heterogeneity', '?')})"
+
+
+def _warmup(manifest: dict[str, Any]) -> int:
+    return int(manifest.get("run", {}).get("warmup_steps", 0))
+
+
+def _scope(runs: Runs) -> str:
+    kinds = sorted({m.get("heterogeneity", "?") for m, _ in runs})
+    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    return f"{len(runs)} run(s) of {', '.join(suites)}; heterogeneity: {', '.join(kinds)}"
+
+
+def per_run_frame(runs: Runs, build: Callable[[dict[str, Any], pd.DataFrame], pd.DataFrame]
+                  ) -> pd.DataFrame:
     parts = []
-    for label, heterogeneity, steps, warmup in runs:
-        steps = after_warmup(steps, warmup)
-        if steps.empty or not instrumented(steps):
-            continue
-        derived = with_derived(steps)
-        parts.append(pd.DataFrame({
-            "run": f"{label} ({heterogeneity})",
-            "worker": derived["rank"].astype(str),
-            "step": derived["step"],
-            "compute_ms": derived["compute_ns"] / 1e6,
-        }))
-    columns = ["run", "worker", "step", "compute_ms"]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    for manifest, steps in runs:
+        if len(steps) and instrumented(after_warmup(steps, _warmup(manifest))):
+            frame = build(manifest, steps)
+            if len(frame):
+                parts.append(frame.assign(run=_label(manifest)))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def plot_compute_per_step(frame: pd.DataFrame, out: Path, title: str) -> list[Path]:
-    """Per-batch compute time of each worker over steps, one panel per run; PNG and PDF."""
+def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    d = with_derived(after_warmup(steps, _warmup(manifest)))
+    return pd.DataFrame({"worker": d["rank"].astype(str), "step": d["step"],
+                         "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
+
+
+# The all-reduce phase is shown as its two parts: idle (waiting for the last worker) and
+# communication (after the last worker arrived).
+BREAKDOWN = tuple(p for p in PHASE_COLUMNS if p != "allreduce") + ("idle", "comm")
+
+
+def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    stats = phase_stats(steps, _warmup(manifest))
+    stats = stats[stats["phase"].isin(BREAKDOWN)]
+    return stats.assign(worker=stats["rank"].astype(str), phase=stats["phase"].astype(str))
+
+
+def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    warmup = _warmup(manifest)
+    shares = cause_shares(attribute(steps, warmup, slowdowns(manifest)))
+    shares = shares[shares["rank"] >= 0]
+    last = straggler_summary(steps, warmup).set_index("rank")["share_last"]
+    shares = shares.assign(worker=shares["rank"].astype(str),
+                           share_last=shares["rank"].map(last))
+    # Each cause's part of all steps: share of steps last x share of its excess.
+    shares["part"] = shares["share"].fillna(0) * shares["share_last"]
+    return shares
+
+
+def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    return what_if(steps, _warmup(manifest))
+
+
+def _save(figure: Any, out: Path, name: str) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for path in paths:
+        figure.savefig(path, bbox_inches="tight", dpi=120)
+    plt.close(figure)
+    return paths
+
+
+def _workers(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["worker"].unique(), key=int)
+
+
+def _facets(frame: pd.DataFrame) -> dict[str, Any]:
+    n = frame["run"].nunique()
+    return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
+
+
+def write_all(runs: Runs, out: Path) -> list[Path]:
+    """Every figure that the runs have data for; returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import seaborn as sns
 
-    if frame.empty:
-        return []
-    grid = sns.relplot(data=frame, x="step", y="compute_ms", hue="worker", col="run",
-                       col_wrap=min(3, frame["run"].nunique()), kind="line", height=2.8,
-                       aspect=1.4, linewidth=0.8, facet_kws={"sharey": False})
-    grid.set_axis_labels("step", "compute time per batch (ms)")
-    grid.set_titles("{col_name}", size=8)
-    grid.figure.suptitle(title, y=1.02, size=10)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "compute_per_step.png", out / "compute_per_step.pdf"]
-    for path in paths:
-        grid.figure.savefig(path, bbox_inches="tight", dpi=120)
-    import matplotlib.pyplot as plt
+    scope = _scope(runs)
+    paths: list[Path] = []
+    compute = per_run_frame(runs, compute_frame)
+    if len(compute):
+        grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
+                           linewidth=0.8, facet_kws={"sharey": False}, **_facets(compute))
+        grid.set_axis_labels("step", "compute time per batch (ms)")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
+        paths += _save(grid.figure, out, "compute_per_step")
 
-    plt.close(grid.figure)
+        grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
+                           facet_kws={"sharex": False}, **_facets(compute))
+        grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
+        paths += _save(grid.figure, out, "idle_ecdf")
+
+    phases = per_run_frame(runs, phase_frame)
+    if len(phases):
+        grid = sns.catplot(data=phases, x="worker", y="mean_ms", hue="phase", kind="bar",
+                           order=_workers(phases), hue_order=list(BREAKDOWN), sharey=False,
+                           **_facets(phases))
+        grid.set_axis_labels("worker", "mean time per step (ms)")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Phase breakdown per worker — {scope}", y=1.02, size=10)
+        paths += _save(grid.figure, out, "phase_breakdown")
+
+    causes = per_run_frame(runs, cause_frame)
+    if len(causes):
+        grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
+                           order=_workers(causes), sharey=False, **_facets(causes))
+        grid.set_axis_labels("worker", "share of steps last x share of excess")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02,
+                             size=10)
+        paths += _save(grid.figure, out, "straggler_causes")
+
+    whatif = per_run_frame(runs, whatif_frame)
+    if len(whatif):
+        grid = sns.catplot(data=whatif, x="scenario", y="total_s", kind="bar", sharey=False,
+                           **_facets(whatif))
+        grid.set_axis_labels("scenario", "total time of measured steps (s)")
+        grid.set_titles("{col_name}", size=8)
+        grid.tick_params(axis="x", rotation=20)
+        grid.figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
+                             y=1.02, size=10)
+        paths += _save(grid.figure, out, "what_if")
+
+    table = runs_table(runs)
+    if len(table) and table["compute_cv_max"].notna().any():
+        import matplotlib.pyplot as plt
+
+        figure, ax = plt.subplots(figsize=(7, 3.2))
+        table["group"] = table["framework"] + " " + table["workload"] + "\n" + table["devices"]
+        sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
+        sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
+        ax.set_xlabel("framework, workload, devices (each point: one repeat)")
+        ax.set_ylabel("largest worker CV of compute time")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
+        paths += _save(figure, out, "cv_by_group")
     return paths

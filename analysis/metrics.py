@@ -79,5 +79,101 @@ def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
         return steps
     world = steps["rank"].nunique()
-    counts = steps.groupby("step")["rank"].transform("nunique")
+    counts = steps.groupby("step")["rank"].transform("size")  # one row per (rank, step)
     return steps[counts == world]
+
+
+PHASE_COLUMNS = ("load", "to_device", "forward", "backward", "pack", "allreduce", "unpack",
+                 "apply")
+# Derived per-row durations summarised beside the recorded phases.
+DERIVED_COLUMNS = ("compute", "idle", "comm", "busy")
+
+
+def phase_stats(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+    """Per worker and phase (recorded phases plus compute, idle, comm, busy), after
+    warm-up: n, mean_ms, std_ms, cv, p50_ms, p95_ms, p99_ms, p95_p50, p99_p50.
+
+    Tidy: one row per (rank, phase)."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    columns = ["rank", "phase", "n", "mean_ms", "std_ms", "cv", "p50_ms", "p95_ms", "p99_ms",
+               "p95_p50", "p99_p50"]
+    if steps.empty or not instrumented(steps):
+        return pd.DataFrame(columns=columns)
+    derived = with_derived(steps)
+    names = [*PHASE_COLUMNS, *DERIVED_COLUMNS]
+    # Per rank, one numpy pass over a (steps x phases) array: melting a million records
+    # by twelve phases and grouping would cost seconds.
+    rows = []
+    for rank, block in derived.groupby("rank"):
+        values = block[[f"{p}_ns" for p in names]].to_numpy(dtype=np.float64) / 1e6
+        p50, p95, p99 = np.percentile(values, [50, 95, 99], axis=0)
+        std = values.std(axis=0, ddof=1) if len(values) > 1 else np.full(len(names), np.nan)
+        rows.append(pd.DataFrame({
+            "rank": rank, "phase": names, "n": len(values), "mean_ms": values.mean(axis=0),
+            "std_ms": std, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
+        }))
+    out = pd.concat(rows, ignore_index=True)
+    out["cv"] = out["std_ms"] / out["mean_ms"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["p95_p50"] = out["p95_ms"] / out["p50_ms"]
+        out["p99_p50"] = out["p99_ms"] / out["p50_ms"]
+    out["phase"] = pd.Categorical(out["phase"], categories=names, ordered=True)
+    return out.sort_values(["rank", "phase"]).reset_index(drop=True)[columns]
+
+
+def step_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+    """One row per step: step, samples, step_ms (latest end - earliest begin), arrival
+    spread (latest - earliest ready), imbalance (max compute / mean compute - 1),
+    straggler (rank that was ready last), lead_ms (its lead over the second latest),
+    idle_ms (summed over workers), comm_ms (mean over workers)."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    columns = ["step", "samples", "step_ms", "spread_ms", "imbalance", "straggler", "lead_ms",
+               "idle_ms", "comm_ms"]
+    if steps.empty or not instrumented(steps):
+        return pd.DataFrame(columns=columns)
+    d = with_derived(steps)
+    world = int(d["rank"].nunique())
+    # Complete steps have one row per worker: sorted by (step, ready) the rows reshape to
+    # (steps x workers), the last column being each step's straggler.
+    order = np.lexsort((d["ready_ns"].to_numpy(), d["step"].to_numpy()))
+
+    def grid(column: str) -> np.ndarray:
+        return d[column].to_numpy()[order].reshape(-1, world)
+
+    ready, rank, compute = grid("ready_ns"), grid("rank"), grid("compute_ns")
+    second = ready[:, -2] if world > 1 else ready[:, -1]
+    out = pd.DataFrame({
+        "step": grid("step")[:, 0],
+        "samples": grid("batch_size").sum(axis=1),
+        "step_ms": (grid("end_ns").max(axis=1) - grid("begin_ns").min(axis=1)) / 1e6,
+        "spread_ms": (ready[:, -1] - ready[:, 0]) / 1e6,
+        "imbalance": compute.max(axis=1) / compute.mean(axis=1) - 1.0,
+        "straggler": rank[:, -1],
+        "lead_ms": (ready[:, -1] - second) / 1e6,
+        "idle_ms": grid("idle_ns").sum(axis=1) / 1e6,
+        "comm_ms": grid("comm_ns").mean(axis=1) / 1e6,
+    })
+    return out[columns]
+
+
+def worker_idle(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+    """Per worker: idle fraction (idle / busy time), mean idle and communication (ms)."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    columns = ["rank", "idle_fraction", "idle_mean_ms", "comm_mean_ms"]
+    if steps.empty or not instrumented(steps):
+        return pd.DataFrame(columns=columns)
+    g = with_derived(steps).groupby("rank")
+    out = pd.DataFrame({
+        "idle_fraction": g["idle_ns"].sum() / g["busy_ns"].sum(),
+        "idle_mean_ms": g["idle_ns"].mean() / 1e6,
+        "comm_mean_ms": g["comm_ns"].mean() / 1e6,
+    }).reset_index()
+    return out[columns]
+
+
+def heterogeneous_efficiency(samples_per_s: float, standalone: pd.DataFrame) -> float:
+    """Achieved samples/s over the sum of each worker's standalone samples/s on its own
+    slice (`standalone` columns: rank, samples_per_s). 1.0 is ideal; NaN if not measured."""
+    if standalone.empty or not np.isfinite(samples_per_s):
+        return float("nan")
+    return float(samples_per_s / standalone["samples_per_s"].sum())

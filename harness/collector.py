@@ -38,7 +38,7 @@ RECORD_DTYPE = np.dtype(
     [("rank", "<i4"), ("step", "<i8"), ("batch_size", "<i4"), ("slice_start", "<i4"),
      ("begin_ns", "<i8"), ("ready_ns", "<i8"), ("reduced_ns", "<i8"), ("end_ns", "<i8")]
     + [(f"{p.value}_ns", "<i8") for p in PHASES]
-    + [("stretch_ns", "<i8"), ("loss", "<f8"), ("local_loss", "<f8"),
+    + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("loss", "<f8"), ("local_loss", "<f8"),
        ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
        ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
        ("gc_ns", "<i8"), ("gc_collections", "<i4")]

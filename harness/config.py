@@ -77,6 +77,8 @@ class RunSpec:
     workers: tuple[WorkerSpec, ...]
     timeout_s: float = 120.0
     instrument: bool = True
+    calibrate: bool = False
+    calibrate_steps: int = 10
 
     @property
     def world_size(self) -> int:
@@ -118,6 +120,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "timeout_s": 120.0,
     "instrument": True,
+    "calibrate": False,
+    "calibrate_steps": 10,
 }
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
@@ -234,6 +238,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         workers=workers,
         timeout_s=_float(values["timeout_s"], at("timeout_s"), minimum=1.0),
         instrument=_bool(values["instrument"], at("instrument")),
+        calibrate=_bool(values["calibrate"], at("calibrate")),
+        calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1),
     )
 
 

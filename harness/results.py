@@ -40,3 +40,22 @@ def load_run(run_dir: Path) -> RunData:
     else:
         steps = collector.records_frame(collector.read_parts(run_dir))
     return RunData(run_dir, meta, steps)
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run directories named directly, or found below a suite or results folder (two
+    levels down at most), in a stable order. A path with no run is an error."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise UsageError(str(path), "no such file or directory")
+        if (path / manifest.MANIFEST_FILE).is_file():
+            found.append(path)
+            continue
+        below = sorted(p.parent for p in path.glob(f"*/{manifest.MANIFEST_FILE}"))
+        below += sorted(p.parent for p in path.glob(f"*/*/{manifest.MANIFEST_FILE}"))
+        if not below:
+            raise UsageError(str(path), "not a run directory, and no run directories below it "
+                             "(a run directory holds manifest.json)")
+        found.extend(below)
+    return list(dict.fromkeys(found))

@@ -37,8 +37,9 @@ from harness.partition import equal_sizes, largest_remainder, slice_bounds, thro
 RUN_FILE = "run.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
-# Record fields after end_ns for an untimed step: phases, stretch, losses, counters.
-UNTIMED_TAIL = (*[0] * 9, float("nan"), float("nan"), *[0] * 7)
+# Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
+# counters.
+UNTIMED_TAIL = (*[0] * 10, float("nan"), float("nan"), *[0] * 7)
 
 
 class Stopped(BaseException):
@@ -191,10 +192,15 @@ class Trainer:
         marks.append(stretch(t, now()))
         return loss
 
-    def step(self, step: int, lo: int, hi: int, allreduce: Any) -> tuple[list[int], float, float]:
-        """One synchronous SGD step; returns the 9 phase-boundary timestamps and the losses."""
+    def step(self, step: int, lo: int, hi: int, allreduce: Any
+             ) -> tuple[list[int], float, float, int]:
+        """One synchronous SGD step; returns the 9 phase-boundary timestamps, the global and
+        local losses, and the main thread's CPU time during compute (wall minus this is
+        time the worker was off the CPU: preempted, blocked, or stretched by slowdown)."""
+        cpu_begin = time.thread_time_ns()
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)
+        compute_cpu = time.thread_time_ns() - cpu_begin
         local_loss = self.read_loss() / (hi - lo)
         allreduce(self.buffer)
         if self.sync_device:
@@ -210,7 +216,7 @@ class Trainer:
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        return marks, loss, local_loss
+        return marks, loss, local_loss, compute_cpu
 
     def step_bare(self, step: int, lo: int, hi: int, allreduce: Any) -> None:
         """The same step with no timing, counters or phase synchronisation: the baseline
@@ -228,11 +234,11 @@ class Trainer:
     def timed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
                    ) -> tuple[Any, ...]:
         """step() plus its record: timestamps, phase durations, losses, counters."""
-        marks, loss, local_loss = self.step(step, lo, hi, allreduce)
+        marks, loss, local_loss, compute_cpu = self.step(step, lo, hi, allreduce)
         phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
         stretched, self.stretch.total_ns = self.stretch.total_ns, 0
         return (self.rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
-                *phases, stretched, loss, local_loss, *counters.take())
+                *phases, stretched, compute_cpu, loss, local_loss, *counters.take())
 
     def untimed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
                      ) -> tuple[Any, ...]:
@@ -277,6 +283,21 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
     return sizes
 
 
+def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
+              ) -> list[dict[str, Any]]:
+    """Each worker's standalone samples/s on its own slice, one worker at a time: the
+    denominator of heterogeneous efficiency (DESIGN.md)."""
+    steps = trainer.run.calibrate_steps
+    rate = 0.0
+    for turn in range(trainer.run.world_size):
+        if turn == trainer.rank:
+            rate = trainer.solo_throughput(sizes[trainer.rank], steps)
+        comm.barrier()
+    rates = comm.all_gather_floats(rate, device)
+    return [{"rank": r, "batch_size": sizes[r], "samples_per_s": rates[r], "steps": steps}
+            for r in range(len(rates))]
+
+
 def worker_label(w: WorkerSpec) -> str:
     label = f"{w.framework} {w.device} x{w.threads}"
     if w.cores:
@@ -298,7 +319,9 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     adapter.load_parameters(spec.initial_parameters(run.seed))
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed),
-                      Stretcher(worker.slowdown), sync_device=worker.is_cuda and run.instrument)
+                      Stretcher(worker.slowdown),
+                      sync_device=(worker.is_cuda or adapter.synchronize_on_host)
+                      and run.instrument)
     trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
     adapter.zero_grad()
     return trainer, data
@@ -325,6 +348,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     offsets_start = comm.clock_offsets(device)
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
+    standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
     trainer.stretch.total_ns = 0
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
@@ -347,7 +371,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     np.savez(run_dir / "params.npz", **adapter.parameters())
     manifest.update(
         run_dir, status="completed", end=manifest.now_iso(), workers=infos,
-        partition_history=trainer.partition_history, rows=rows,
+        partition_history=trainer.partition_history, standalone=standalone, rows=rows,
         clock={"same_host": same_host, "offsets_start_ns": offsets_start,
                "offsets_end_ns": offsets_end, "applied": not same_host},
         backend=backend,

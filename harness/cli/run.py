@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         counts[result.status] = counts.get(result.status, 0) + 1
     print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
           + f"; results in {args.out / suite.name}")
-    for path in figures:
-        print(f"figure: {path}")
+    if figures:
+        print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
+    print(f"full analysis: hetbench report {args.out / suite.name}")
     return 1 if counts.get("failed") else 0
 
 
@@ -98,16 +99,10 @@ def print_result(result: Any) -> None:
 
 
 def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
-    from analysis.figures import compute_time_frame, plot_compute_per_step
+    """The analysis figures for the runs just made (PNG and PDF)."""
+    from analysis.figures import write_all
     from harness.results import load_run
 
-    runs = []
-    for result in results:
-        if result.status == "skipped":
-            continue
-        data = load_run(result.run_dir)
-        label = f"{result.run.name} r{result.repeat}"
-        runs.append((label, data.manifest.get("heterogeneity", "?"), data.steps,
-                     data.warmup_steps))
-    return plot_compute_per_step(compute_time_frame(runs), out,
-                                 f"suite {suite_name}: compute time per batch, after warm-up")
+    loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
+    return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out)
+            if p.suffix == ".png"]

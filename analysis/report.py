@@ -1,0 +1,152 @@
+"""The report as text: Markdown for report.md and a condensed form for the terminal.
+Builds on the pure analysis functions; plots nothing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from analysis.metrics import phase_stats, worker_idle
+from analysis.persistence import autocorrelation, change_points, compute_series
+from analysis.runs import group_table, runs_table, slowdowns
+from analysis.stragglers import attribute, cause_shares, straggler_summary
+from analysis.whatif import costs, what_if
+
+FIRST_STEPS = 10
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 3) -> str:
+    """A GitHub Markdown table (no extra dependency)."""
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "" if math.isnan(value) else f"{value:.{digits}g}"
+        return str(value)
+
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def first_steps_table(steps: pd.DataFrame, warmup: int, n: int = FIRST_STEPS) -> pd.DataFrame:
+    """'step | worker 0 | worker 1 ...': compute time (ms) of the first steps after
+    warm-up, then the mean and CV rows."""
+    series = compute_series(steps, warmup)
+    if not series:
+        return pd.DataFrame()
+    wide = pd.DataFrame({f"worker {r}": s for r, s in series.items()})
+    head = wide.head(n).round(3)
+    head.index = head.index.astype(str)
+    stats = pd.DataFrame([wide.mean(), wide.std() / wide.mean()], index=["mean", "CV"])
+    out = pd.concat([head, stats.round(3)])
+    out.index.name = "step"
+    return out.reset_index()
+
+
+def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
+    run = manifest.get("run", {})
+    warmup = int(run.get("warmup_steps", 0))
+    title = f"### {manifest.get('run_id', '?')}"
+    lines = [title, "",
+             f"status **{manifest.get('status')}**"
+             + (f" ({manifest.get('reason')})" if manifest.get("reason") else "")
+             + f"; heterogeneity {manifest.get('heterogeneity', '?')}; "
+             f"{run.get('workload')}/{run.get('dataset')}, batch {run.get('global_batch')}, "
+             f"partition {run.get('partition', {}).get('policy')} "
+             f"{(manifest.get('partition_history') or [{}])[0].get('sizes', '')}; "
+             f"{len(steps['step'].unique()) if len(steps) else 0} steps recorded, "
+             f"{warmup} warm-up", ""]
+    table = first_steps_table(steps, warmup)
+    if table.empty:
+        return [*lines, "No instrumented steps to analyse.", ""]
+    lines += ["Compute time per batch (ms):", "", markdown_table(table), ""]
+    stats = phase_stats(steps, warmup)
+    main = stats[stats["phase"].isin(["compute", "idle", "comm", "forward", "backward"])]
+    lines += ["Per worker and phase (ms):", "",
+              markdown_table(main[["rank", "phase", "mean_ms", "cv", "p50_ms", "p95_p50",
+                                   "p99_p50"]]), ""]
+    idle = worker_idle(steps, warmup)
+    lines += ["Idle before all-reduce:", "", markdown_table(idle), ""]
+    attribution = attribute(steps, warmup, slowdowns(manifest))
+    shares = cause_shares(attribution)
+    lines += ["Stragglers (ready last):", "",
+              markdown_table(straggler_summary(steps, warmup)), "",
+              "Straggler excess over the worker's own median compute time, by cause "
+              "(rank -1: all workers):", "",
+              markdown_table(shares.pivot(index="rank", columns="cause", values="share")
+                             .reset_index()), ""]
+    acf = autocorrelation(steps, warmup)
+    lines += ["Persistence (autocorrelation of compute time by lag):", "",
+              markdown_table(acf.pivot(index="rank", columns="lag", values="acf")
+                             .reset_index()), ""]
+    cps = change_points(steps, warmup)
+    lines += ["Change points: " + ("none" if cps.empty else ""), ""]
+    if not cps.empty:
+        lines += [markdown_table(cps), ""]
+    what = what_if(steps, warmup)
+    c = costs(what)
+    lines += ["What-if (total time of the measured steps):", "", markdown_table(what), "",
+              f"Variability costs **{c['cost_of_variability']:.1%}** beyond the mean "
+              f"imbalance, which itself costs {c['cost_of_imbalance']:.1%} over a balanced "
+              "partition.", ""]
+    return lines
+
+
+def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+          figures: Sequence[str] = ()) -> tuple[str, str]:
+    """(report.md text, terminal text) for the runs, given as (manifest, steps)."""
+    table = runs_table(runs)
+    kinds = sorted(set(table["heterogeneity"])) if len(table) else []
+    overview = table[["run_id", "status", "partial", "heterogeneity", "samples_per_s",
+                      "idle_fraction", "efficiency", "compute_cv_max",
+                      "cost_of_variability", "cost_of_imbalance"]]
+    groups = group_table(table, by=["run"])
+    order = list(dict.fromkeys(groups["run"]))
+    wide = groups.pivot(index="run", columns="metric", values="mean").reindex(order)
+    ci = (groups.assign(ci=groups["ci_high"] - groups["mean"])
+          .pivot(index="run", columns="metric", values="ci").reindex(order))
+    n = groups.groupby("run", sort=False)["n"].max()
+    shown = ["samples_per_s", "idle_fraction", "efficiency", "compute_cv_max",
+             "cost_of_variability"]
+    group_view = pd.DataFrame({"run": wide.index, "repeats": n.reindex(wide.index).to_numpy()})
+    for metric in shown:
+        if metric in wide:
+            group_view[metric] = wide[metric].to_numpy()
+            group_view[f"{metric} ±95%"] = ci[metric].to_numpy() if metric in ci else math.nan
+    headline = _headline(groups)
+    md = ["# hetbench report", "",
+          f"{len(table)} run(s); heterogeneity: {', '.join(kinds)}. Partial runs (fewer "
+          "steps than planned: failed or interrupted) are reported for the steps they have.",
+          "", "## What variability costs", "", *headline, "",
+          "## Runs", "", markdown_table(overview), "",
+          "## Across repeats (mean and 95% t interval over repeats)", "",
+          markdown_table(group_view), ""]
+    if figures:
+        md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
+    md += ["## Each run", ""]
+    for manifest, steps in runs:
+        md += run_section(manifest, steps)
+    def text(frame: pd.DataFrame) -> str:
+        return frame.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+    terminal = [*headline, "", "Runs:", text(overview), "", "Across repeats:", text(group_view)]
+    return "\n".join(md), "\n".join(terminal)
+
+
+def _headline(groups: pd.DataFrame) -> list[str]:
+    """One sentence per run name: the cost of variability beyond the mean imbalance."""
+    lines = []
+    for run, g in groups.groupby("run", sort=False):
+        m = g.set_index("metric")
+        if "cost_of_variability" not in m.index:
+            continue
+        v, i = m.loc["cost_of_variability"], m.loc["cost_of_imbalance"]
+        spread = (f" (95% interval ±{v['ci_high'] - v['mean']:.1%} over {int(v['n'])} repeats)"
+                  if v["n"] > 1 else " (one repeat: no interval)")
+        lines.append(f"- {run}: variability costs {v['mean']:.1%}{spread} beyond the mean "
+                     f"imbalance, which costs {i['mean']:.1%} over a balanced partition.")
+    return lines

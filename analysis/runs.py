@@ -1,0 +1,97 @@
+"""Several runs and repeats together: one row per run, then groups with confidence
+intervals. Repeats (separate launches) are the unit of replication, not steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import heterogeneous_efficiency, phase_stats, run_summary
+from analysis.stragglers import straggler_summary
+from analysis.whatif import costs, what_if
+
+GROUP_KEYS = ("framework", "workload", "policy", "devices", "heterogeneity")
+RUN_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "efficiency",
+               "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
+               "cost_of_imbalance", "top_straggler_share")
+
+
+def slowdowns(manifest: dict[str, Any]) -> dict[int, float]:
+    return {i: float(w.get("slowdown", 1.0))
+            for i, w in enumerate(manifest.get("run", {}).get("workers", []))}
+
+
+def device_mix(manifest: dict[str, Any]) -> str:
+    workers = manifest.get("run", {}).get("workers", [])
+    labels = []
+    for w in workers:
+        label = f"{w.get('device', '?')} x{w.get('threads', 1)}"
+        if float(w.get("slowdown", 1.0)) != 1.0:
+            label += f" /{float(w['slowdown']):g}"
+        labels.append(label)
+    return " + ".join(labels)
+
+
+def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
+    """One run's identity and headline metrics (after its warm-up steps)."""
+    run = manifest.get("run", {})
+    warmup = int(run.get("warmup_steps", 0))
+    summary = run_summary(steps, warmup)
+    compute = phase_stats(steps, warmup)
+    compute = compute[compute["phase"] == "compute"]
+    stragglers = straggler_summary(steps, warmup)
+    frameworks = sorted({w.get("framework", run.get("framework", "?"))
+                         for w in run.get("workers", [])}) or [run.get("framework", "?")]
+    standalone = pd.DataFrame(manifest.get("standalone") or [],
+                              columns=["rank", "samples_per_s"])
+    expected_steps = int(run.get("steps", 0)) - warmup
+    return {
+        "run_id": manifest.get("run_id", ""),
+        "suite": manifest.get("suite", {}).get("name", ""),
+        "run": run.get("name", ""),
+        "repeat": int(manifest.get("repeat", 0)),
+        "status": manifest.get("status", "unknown"),
+        "partial": summary["steps"] < expected_steps,
+        "framework": "+".join(frameworks),
+        "workload": run.get("workload", ""),
+        "dataset": run.get("dataset", ""),
+        "policy": run.get("partition", {}).get("policy", ""),
+        "devices": device_mix(manifest),
+        "heterogeneity": manifest.get("heterogeneity", ""),
+        "steps": summary["steps"],
+        "samples_per_s": summary["samples_per_s"],
+        "mean_step_ms": summary["mean_step_ms"],
+        "idle_fraction": summary["idle_fraction"],
+        "efficiency": heterogeneous_efficiency(summary["samples_per_s"], standalone),
+        "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
+        "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
+        **costs(what_if(steps, warmup)),
+        "top_straggler_share": float(stragglers["share_last"].max()) if len(stragglers)
+        else np.nan,
+    }
+
+
+def runs_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+    """One row per run (see run_row), in the given order."""
+    return pd.DataFrame([run_row(m, s) for m, s in runs])
+
+
+def group_table(table: pd.DataFrame, by: Sequence[str] = ("run",),
+                metrics: Sequence[str] = RUN_METRICS) -> pd.DataFrame:
+    """Per group and metric: n (repeats), mean, std, and a 95% t confidence interval over
+    repeats (NaN bounds with one repeat). Tidy: group keys, metric, n, mean, std, ci_low,
+    ci_high."""
+    from scipy import stats
+
+    long = table.melt(id_vars=list(by), value_vars=list(metrics), var_name="metric",
+                      value_name="value").dropna(subset=["value"])
+    g = long.groupby([*by, "metric"], sort=False)["value"]
+    out = g.agg(n="count", mean="mean", std="std").reset_index()
+    half = stats.t.ppf(0.975, np.maximum(out["n"] - 1, 1)) * out["std"] / np.sqrt(out["n"])
+    half = half.where(out["n"] > 1)
+    out["ci_low"] = out["mean"] - half
+    out["ci_high"] = out["mean"] + half
+    return out

@@ -1,0 +1,143 @@
+"""Straggler attribution: who makes the others wait, how often, and why.
+
+The straggler of a step is the worker whose gradients were ready last. Its *excess* is its
+compute time minus its own median compute time: how much slower than usual it was.
+
+The excess is split, in this order, over what the records can measure:
+
+- gc:        time in the cyclic garbage collector above the worker's median (gc.callbacks);
+- preempted: time off the CPU (compute wall - stretch - main-thread CPU time) above the
+             median, in a step with more involuntary context switches than the worker's
+             median: another process or thread took the core;
+- off_cpu:   time off the CPU with no extra involuntary switches (blocked, page faults,
+             I/O; voluntary switches say which);
+- on_cpu:    more CPU time than usual that no recorded signal explains (cache, memory,
+             data, CPU frequency: not readable here);
+- emulation: for a worker with an emulated slowdown, the stretch beyond (f - 1) times its
+             natural compute: the sleep overshooting when no core is free to wake it;
+- unexplained: what is left (the measured parts sum to less than the excess).
+
+A worker with an emulated slowdown f stretches every natural delay d to f*d, so measured
+delays are multiplied by its factor. Attributions are capped at the excess. A cause is named
+for a step only when it explains at least NAME_SHARE of that step's excess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import (
+    after_warmup,
+    complete_steps,
+    instrumented,
+    step_metrics,
+    with_derived,
+)
+
+CAUSES = ("gc", "preempted", "off_cpu", "on_cpu", "emulation", "unexplained")
+NAME_SHARE = 0.2
+COMPUTE_PHASES = ("load", "to_device", "forward", "backward", "pack")
+
+
+def straggler_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+    """Per worker: steps_last (how many steps it was ready last), share_last, and
+    mean_lead_ms (its mean lead over the second latest worker in those steps)."""
+    per_step = step_metrics(steps, warmup_steps)
+    columns = ["rank", "steps_last", "share_last", "mean_lead_ms"]
+    if per_step.empty:
+        return pd.DataFrame(columns=columns)
+    ranks = sorted(complete_steps(after_warmup(steps, warmup_steps))["rank"].unique())
+    g = per_step.groupby("straggler")
+    out = pd.DataFrame({"rank": ranks})
+    out["steps_last"] = out["rank"].map(g.size()).fillna(0).astype(int)
+    out["share_last"] = out["steps_last"] / len(per_step)
+    out["mean_lead_ms"] = out["rank"].map(g["lead_ms"].mean())
+    return out[columns]
+
+
+def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
+              slowdown: Mapping[int, float] | None = None) -> pd.DataFrame:
+    """One row per step with its straggler: step, rank, lead_ms, excess_ms, top_phase (the
+    compute phase furthest above that worker's own median), one `<cause>_ms` column per
+    cause in CAUSES, `cause` (the largest named cause, or 'none'), and the raw signals
+    ctx_involuntary, ctx_voluntary, rss_growth_bytes."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    cause_columns = [f"{c}_ms" for c in CAUSES]
+    columns = ["step", "rank", "lead_ms", "excess_ms", "top_phase", *cause_columns, "cause",
+               "ctx_involuntary", "ctx_voluntary", "rss_growth_bytes"]
+    if steps.empty or not instrumented(steps):
+        return pd.DataFrame(columns=columns)
+    d = with_derived(steps).sort_values(["rank", "step"])
+    d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
+    has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
+    cpu = d["compute_cpu_ns"] if has_cpu else pd.Series(np.nan, index=d.index)
+    d["off_cpu_ns"] = (d["compute_ns"] - d["stretch_ns"] - cpu).clip(lower=0)
+    d["cpu_ns"] = cpu
+    factors = pd.Series(slowdown or {}, dtype=float)
+    factor_of_row = d["rank"].map(factors).fillna(1.0)
+    natural = d["compute_ns"] - d["stretch_ns"]
+    d["overshoot_ns"] = (d["stretch_ns"] - (factor_of_row - 1.0) * natural).clip(lower=0)
+
+    medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
+                                 "ctx_involuntary", *(f"{p}_ns" for p in COMPUTE_PHASES)]
+                                ].median()
+    per_step = step_metrics(steps).set_index("step")
+    straggler = d["step"].map(per_step["straggler"])
+    s = d[d["rank"] == straggler].reset_index(drop=True)
+    s["lead_ms"] = s["step"].map(per_step["lead_ms"])
+    m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
+    factor = s["rank"].map(factors).fillna(1.0)
+
+    excess = (s["compute_ns"] - m["compute_ns"]).clip(lower=0)
+    gc_part = (s["gc_ns"] - m["gc_ns"]).clip(lower=0)
+    off = (s["off_cpu_ns"] - m["off_cpu_ns"]).clip(lower=0).fillna(0)
+    on = ((s["cpu_ns"] - m["cpu_ns"]).clip(lower=0) - gc_part).clip(lower=0).fillna(0)
+    preempted_signal = s["ctx_involuntary"] > m["ctx_involuntary"]
+    parts = pd.DataFrame({
+        "gc": gc_part, "preempted": off.where(preempted_signal, 0.0),
+        "off_cpu": off.where(~preempted_signal, 0.0), "on_cpu": on,
+    }).mul(factor, axis=0)
+    # The overshoot is added once, after the stretch: it is not multiplied by the factor.
+    parts["emulation"] = (s["overshoot_ns"] - m["overshoot_ns"]).clip(lower=0)
+    # Cap the measured parts at the excess, keeping their proportions.
+    total = parts.sum(axis=1)
+    scale = np.where(total > excess, excess / total.where(total > 0, 1.0), 1.0)
+    parts = parts.mul(scale, axis=0)
+    parts["unexplained"] = (excess - parts.sum(axis=1)).clip(lower=0)
+
+    phase_excess = pd.DataFrame({p: s[f"{p}_ns"] - m[f"{p}_ns"] for p in COMPUTE_PHASES})
+    out = pd.DataFrame({
+        "step": s["step"], "rank": s["rank"], "lead_ms": s["lead_ms"],
+        "excess_ms": excess / 1e6, "top_phase": phase_excess.idxmax(axis=1),
+    })
+    for cause in CAUSES:
+        out[f"{cause}_ms"] = parts[cause] / 1e6
+    named = parts[list(CAUSES[:-1])]
+    best = named.idxmax(axis=1)
+    share = named.max(axis=1) / excess.where(excess > 0, np.nan)
+    out["cause"] = best.where(share >= NAME_SHARE, "none")
+    out["ctx_involuntary"] = s["ctx_involuntary"]
+    out["ctx_voluntary"] = s["ctx_voluntary"]
+    out["rss_growth_bytes"] = s["rss_growth_bytes"]
+    if not has_cpu:  # without CPU time, off- and on-CPU delays cannot be told apart
+        out[["preempted_ms", "off_cpu_ms", "on_cpu_ms"]] = np.nan
+    return out.sort_values("step").reset_index(drop=True)[columns]
+
+
+def cause_shares(attribution: pd.DataFrame) -> pd.DataFrame:
+    """Per straggler worker and cause: excess_ms explained and its share of that worker's
+    total straggler excess (shares of each worker sum to 1). Also rank -1: all workers."""
+    columns = ["rank", "cause", "excess_ms", "share"]
+    if attribution.empty:
+        return pd.DataFrame(columns=columns)
+    long = attribution.melt(id_vars=["rank"], value_vars=[f"{c}_ms" for c in CAUSES],
+                            var_name="cause", value_name="ms").rename(columns={"ms": "excess_ms"})
+    long["cause"] = long["cause"].str.removesuffix("_ms")
+    both = pd.concat([long, long.assign(rank=-1)])
+    out = both.groupby(["rank", "cause"], sort=False)["excess_ms"].sum().reset_index()
+    totals = out.groupby("rank")["excess_ms"].transform("sum")
+    out["share"] = out["excess_ms"] / totals.where(totals > 0, np.nan)
+    return out[columns]

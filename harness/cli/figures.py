@@ -1,0 +1,22 @@
+"""`hetbench figures RESULTS... --out DIR`: the paper figures as PNG and PDF."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path,
+                        help="run directories, or suite/results folders holding them")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the figures")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.figures import write_all
+    from harness.results import find_runs, load_run
+
+    loaded = [load_run(d) for d in find_runs(args.paths)]
+    for path in write_all([(r.manifest, r.steps) for r in loaded], args.out):
+        print(path)
+    return 0

@@ -1,0 +1,175 @@
+"""Analysis on hand-built records whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.metrics import heterogeneous_efficiency, phase_stats, step_metrics, worker_idle
+from analysis.persistence import autocorrelation, change_points
+from analysis.runs import group_table, runs_table
+from analysis.stragglers import CAUSES, attribute, cause_shares, straggler_summary
+from analysis.whatif import costs, what_if
+from tests.synthetic import MS, steps_frame
+
+
+def test_step_metrics_follow_the_design_definitions() -> None:
+    # Three workers: 2, 5, 3 ms; worker 1 is the straggler, 2 ms ahead of worker 2.
+    frame = steps_frame(4, lambda r, s: [2.0, 5.0, 3.0][r], world=3)
+    per_step = step_metrics(frame)
+    assert per_step["straggler"].tolist() == [1, 1, 1, 1]
+    np.testing.assert_allclose(per_step["lead_ms"], 2.0)
+    np.testing.assert_allclose(per_step["spread_ms"], 3.0)
+    np.testing.assert_allclose(per_step["imbalance"], 5.0 / (10.0 / 3) - 1)
+    np.testing.assert_allclose(per_step["idle_ms"], 3.0 + 0.0 + 2.0)
+    np.testing.assert_allclose(per_step["comm_ms"], 0.5)
+    np.testing.assert_allclose(per_step["step_ms"], 5.0 + 0.5 + 0.1)
+    idle = worker_idle(frame).set_index("rank")
+    np.testing.assert_allclose(idle.loc[0, "idle_mean_ms"], 3.0)
+    np.testing.assert_allclose(idle.loc[1, "idle_fraction"], 0.0)
+
+
+def test_phase_stats_cv_and_tail_ratios() -> None:
+    # Worker 0 alternates 1 and 3 ms; worker 1 is constant: CV 0 and tail ratios 1.
+    frame = steps_frame(100, lambda r, s: (1.0 if s % 2 else 3.0) if r == 0 else 2.0)
+    stats = phase_stats(frame).set_index(["rank", "phase"])
+    assert stats.loc[(1, "compute"), "cv"] == pytest.approx(0.0)
+    assert stats.loc[(1, "compute"), "p99_p50"] == pytest.approx(1.0)
+    assert stats.loc[(0, "compute"), "mean_ms"] == pytest.approx(2.0)
+    assert stats.loc[(0, "compute"), "cv"] == pytest.approx(np.std([1, 3] * 50, ddof=1) / 2)
+    assert stats.loc[(0, "forward"), "p50_ms"] == pytest.approx(0.8)
+    assert set(stats.index.get_level_values("phase")) >= {"load", "allreduce", "idle", "comm"}
+
+
+def test_warmup_steps_are_left_out() -> None:
+    frame = steps_frame(20, lambda r, s: 50.0 if s < 5 else 2.0)
+    assert phase_stats(frame, warmup_steps=5).set_index(["rank", "phase"]).loc[
+        (0, "compute"), "p99_ms"] == pytest.approx(2.0)
+
+
+def gc_and_preemption(rows: np.ndarray) -> None:
+    """Worker 1 (the straggler): 3 ms of GC in steps 5 and 9; 2 ms off the CPU with many
+    involuntary context switches in step 7; 1.5 ms off the CPU, no switches, step 11."""
+    for row in rows:
+        if row["rank"] != 1:
+            continue
+        if row["step"] in (5, 9):
+            row["gc_ns"] = 3 * MS
+            row["compute_cpu_ns"] += 0  # the GC ran on the CPU, inside the measured time
+        if row["step"] == 7:
+            row["compute_cpu_ns"] -= 2 * MS
+            row["ctx_involuntary"] = 40
+        if row["step"] == 11:
+            row["compute_cpu_ns"] -= int(1.5 * MS)
+
+
+def test_straggler_excess_is_attributed_to_the_signal_that_explains_it() -> None:
+    extra = {5: 3.0, 9: 3.0, 7: 2.0, 11: 1.5}
+    frame = steps_frame(20, lambda r, s: 2.0 if r == 0 else 3.0 + extra.get(s, 0.0),
+                        edit=gc_and_preemption)
+    summary = straggler_summary(frame).set_index("rank")
+    assert summary.loc[1, "share_last"] == 1.0 and summary.loc[0, "steps_last"] == 0
+    assert summary.loc[1, "mean_lead_ms"] == pytest.approx(1.0 + np.mean(list(extra.values()))
+                                                           * 4 / 20)
+    a = attribute(frame).set_index("step")
+    assert a.loc[5, "cause"] == "gc" and a.loc[5, "gc_ms"] == pytest.approx(3.0)
+    assert a.loc[7, "cause"] == "preempted" and a.loc[7, "preempted_ms"] == pytest.approx(2.0)
+    assert a.loc[11, "cause"] == "off_cpu" and a.loc[11, "off_cpu_ms"] == pytest.approx(1.5)
+    assert a.loc[3, "cause"] == "none" and a.loc[3, "excess_ms"] == 0
+    parts = a[[f"{c}_ms" for c in CAUSES]].sum(axis=1)
+    np.testing.assert_allclose(parts, a["excess_ms"], atol=1e-9)
+    shares = cause_shares(attribute(frame))
+    everyone = shares[shares["rank"] == -1].set_index("cause")["share"]
+    assert everyone.sum() == pytest.approx(1.0)
+    assert everyone["gc"] == pytest.approx(6.0 / 9.5)
+    assert everyone["unexplained"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_unmeasured_excess_stays_unexplained_and_names_no_cause() -> None:
+    frame = steps_frame(20, lambda r, s: 2.0 if r == 0 else (6.0 if s == 4 else 3.0),
+                        edit=lambda rows: rows["compute_cpu_ns"].__setitem__(Ellipsis, 0))
+    a = attribute(frame).set_index("step")  # no CPU time recorded: only gc is measurable
+    assert a.loc[4, "excess_ms"] == pytest.approx(3.0)
+    assert a.loc[4, "unexplained_ms"] == pytest.approx(3.0)
+    assert a.loc[4, "cause"] == "none"
+
+
+def test_emulated_slowdown_multiplies_natural_delays_and_overshoot_is_its_own_cause() -> None:
+    def stretched(rows: np.ndarray) -> None:
+        for row in rows:  # (a boolean mask would give copies)
+            if row["rank"] != 1:
+                continue
+            natural = 1.5 * MS
+            row["stretch_ns"] = int(natural)  # slowdown 2: stretch = (2 - 1) x natural
+            row["compute_cpu_ns"] = int(natural)
+            if row["step"] == 6:  # 1 ms preempted, stretched to 2 ms
+                row["compute_cpu_ns"] -= MS
+                row["ctx_involuntary"] = 9
+            if row["step"] == 8:  # the sleep overshot by 1 ms
+                row["stretch_ns"] += MS
+    frame = steps_frame(20, lambda r, s: 1.0 if r == 0 else 3.0 + (1.0 if s in (6, 8) else 0),
+                        edit=stretched)
+    a = attribute(frame, slowdown={1: 2.0}).set_index("step")
+    assert a.loc[6, "preempted_ms"] == pytest.approx(1.0)  # capped at the 1 ms excess
+    assert a.loc[8, "emulation_ms"] == pytest.approx(1.0) and a.loc[8, "cause"] == "emulation"
+
+
+def test_change_points_find_a_shift_and_not_noise() -> None:
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.05, size=(2, 300))
+    frame = steps_frame(300, lambda r, s: (2.0 if r == 1 or s < 180 else 3.0) + noise[r, s])
+    cps = change_points(frame)
+    assert cps["rank"].tolist() == [0]
+    assert abs(cps["step"].iloc[0] - 180) <= 3
+    assert cps["before_ms"].iloc[0] == pytest.approx(2.0, abs=0.05)
+    assert cps["after_ms"].iloc[0] == pytest.approx(3.0, abs=0.05)
+
+
+def test_autocorrelation_tells_persistent_from_independent_noise() -> None:
+    rng = np.random.default_rng(1)
+    walk = np.cumsum(rng.normal(0, 0.05, 400))  # slow steps follow slow steps
+    white = rng.normal(0, 0.05, 400)
+    frame = steps_frame(400, lambda r, s: 3.0 + (walk[s] if r == 0 else white[s]))
+    acf = autocorrelation(frame).set_index(["rank", "lag"])["acf"]
+    assert acf[(0, 1)] > 0.8
+    assert abs(acf[(1, 1)]) < 0.15
+
+
+def test_what_if_separates_variability_from_imbalance() -> None:
+    steady = steps_frame(50, lambda r, s: [2.0, 4.0][r], batch=lambda r: 32)
+    c = costs(what_if(steady))
+    assert c["cost_of_variability"] == pytest.approx(0.0, abs=1e-9)
+    # Balanced: both at 3 ms (rates 16 and 8 samples/ms -> 64 samples in 2.667 ms).
+    t = what_if(steady).set_index("scenario")["total_s"]
+    assert t["balanced"] == pytest.approx(50 * (64 / 24 + 0.6) / 1000, rel=1e-6)
+    noisy = steps_frame(50, lambda r, s: [2.0, 4.0 + (2.0 if s % 5 == 0 else 0.0)][r])
+    assert costs(what_if(noisy))["cost_of_variability"] == pytest.approx(
+        (10 * 2.0) / (50 * 4.6), rel=1e-6)
+
+
+def test_runs_table_and_intervals_over_repeats() -> None:
+    runs = []
+    for repeat, ms in enumerate([2.0, 2.2, 2.4]):
+        meta = {"run_id": f"a-r{repeat}", "repeat": repeat, "status": "completed",
+                "heterogeneity": "emulated",
+                "run": {"name": "a", "steps": 30, "warmup_steps": 0,
+                        "partition": {"policy": "sizes"},
+                        "workers": [{"device": "cpu"}, {"device": "cpu", "slowdown": 2.0}]},
+                "standalone": [{"rank": 0, "samples_per_s": 1e4},
+                               {"rank": 1, "samples_per_s": 1e4}]}
+        runs.append((meta, steps_frame(30, lambda r, s, ms=ms: ms * (1 + r))))
+    table = runs_table(runs)
+    assert table["devices"].iloc[0] == "cpu x1 + cpu x1 /2"
+    assert not table["partial"].any()
+    assert table["efficiency"].iloc[0] == pytest.approx(table["samples_per_s"].iloc[0] / 2e4)
+    groups = group_table(table).set_index("metric")
+    row = groups.loc["mean_step_ms"]
+    assert row["n"] == 3 and row["ci_low"] < row["mean"] < row["ci_high"]
+    single = group_table(table.head(1)).set_index("metric")
+    assert np.isnan(single.loc["mean_step_ms", "ci_low"])
+
+
+def test_efficiency_needs_standalone_rates() -> None:
+    assert np.isnan(heterogeneous_efficiency(100.0, pd.DataFrame(columns=["samples_per_s"])))
+    assert heterogeneous_efficiency(90.0, pd.DataFrame({"samples_per_s": [50.0, 50.0]})) == 0.9
