@@ -125,6 +125,13 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
           markdown_table(group_view), ""]
+    by_setup = group_table(table, by=["framework", "workload", "policy", "devices"])
+    by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",
+                                                  "idle_fraction", "cost_of_variability"])]
+    md += ["## By framework, workload, partition and devices", "",
+           "Does the same variability occur across setups? Mean over runs and repeats, 95% "
+           "t interval.", "",
+           markdown_table(by_setup.drop(columns=["std"])), ""]
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
