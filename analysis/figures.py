@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.metrics import PHASE_COLUMNS, after_warmup, instrumented, phase_stats, with_derived
+from analysis.repartition import slices_over_steps
 from analysis.runs import runs_table, slowdowns
 from analysis.stragglers import attribute, cause_shares, straggler_summary
 from analysis.whatif import what_if
@@ -71,6 +72,11 @@ def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     # Each cause's part of all steps: share of steps last x share of its excess.
     shares["part"] = shares["share"].fillna(0) * shares["share_last"]
     return shares
+
+
+def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    frame = slices_over_steps(steps)
+    return frame.assign(worker=frame["rank"].astype(str))
 
 
 def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
@@ -152,6 +158,16 @@ def write_all(runs: Runs, out: Path) -> list[Path]:
         grid.figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
                              y=1.02, size=10)
         paths += _save(grid.figure, out, "what_if")
+
+    slices = per_run_frame(runs, slices_frame)
+    if len(slices) and slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1:
+        grid = sns.relplot(data=slices, x="step", y="batch_size", hue="worker", kind="line",
+                           drawstyle="steps-post", facet_kws={"sharey": False},
+                           **_facets(slices))
+        grid.set_axis_labels("step", "slice size (samples)")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
+        paths += _save(grid.figure, out, "slices_per_step")
 
     table = runs_table(runs)
     if len(table) and table["compute_cv_max"].notna().any():

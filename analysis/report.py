@@ -96,8 +96,34 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     return lines
 
 
+def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                        target_loss: float) -> list[str]:
+    """Scenario x policy: efficiency, idle, recovery and time to a target loss, over repeats
+    (only when some run repartitions or changes its emulated slowdown)."""
+    from analysis.repartition import evaluation_table
+
+    def moves(m: dict[str, Any]) -> bool:
+        run = m.get("run", {})
+        return run.get("partition", {}).get("policy") in ("proportional", "model") or any(
+            w.get("slowdown_at") for w in run.get("workers", []))
+
+    if not any(moves(m) for m, _ in runs):
+        return []
+    table = evaluation_table(runs, target_loss)
+    metrics = ["efficiency", "idle_fraction", "changes", "recovery_steps", "time_to_loss_s"]
+    summary = table.groupby(["scenario", "policy"], sort=False)[metrics].agg(["mean", "std"])
+    summary.columns = [f"{m} {stat}" for m, stat in summary.columns]
+    summary.insert(0, "repeats", table.groupby(["scenario", "policy"], sort=False).size())
+    return ["## Repartitioning", "",
+            "Per scenario and policy, mean and standard deviation over repeats: "
+            "heterogeneous efficiency, idle fraction, partition changes, steps to come back "
+            f"within 5% of the steady step time after an abrupt change, seconds to a rolling "
+            f"loss of {target_loss:g}.", "",
+            markdown_table(summary.reset_index()), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-          figures: Sequence[str] = ()) -> tuple[str, str]:
+          figures: Sequence[str] = (), target_loss: float = 0.5) -> tuple[str, str]:
     """(report.md text, terminal text) for the runs, given as (manifest, steps)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
@@ -132,6 +158,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "Does the same variability occur across setups? Mean over runs and repeats, 95% "
            "t interval.", "",
            markdown_table(by_setup.drop(columns=["std"])), ""]
+    repartition = repartition_section(runs, target_loss)
+    md += repartition
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
@@ -141,6 +169,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         return frame.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
     terminal = [*headline, "", "Runs:", text(overview), "", "Across repeats:", text(group_view)]
+    if repartition:
+        terminal += ["", *(line for line in repartition if not line.startswith("Per "))]
     return "\n".join(md), "\n".join(terminal)
 
 

@@ -44,11 +44,17 @@ def barrier() -> None:
 
 
 def all_gather_floats(value: float, device: torch.device) -> list[float]:
+    return [v[0] for v in all_gather_vectors([value], device)]
+
+
+def all_gather_vectors(values: list[float], device: torch.device) -> list[list[float]]:
+    """Every rank's list of float64 values (all lists of the same length), in rank order."""
     world = dist.get_world_size()
-    mine = torch.tensor([value], dtype=torch.float64, device=device)
-    gathered = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    gathered = [torch.zeros(len(values), dtype=torch.float64, device=device)
+                for _ in range(world)]
     dist.all_gather(gathered, mine)
-    return [float(t.item()) for t in gathered]
+    return [t.tolist() for t in gathered]
 
 
 def clock_offsets(device: torch.device, rounds: int = 7) -> list[int]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from adapters import FRAMEWORKS
 from harness.errors import UsageError
-from harness.partition import POLICIES
+from harness.partition import ADAPTIVE, POLICIES
 from workloads import COMPATIBLE_DATASETS, DATASETS, WORKLOADS
 
 # Used with fullmatch: '$' alone would also accept a trailing newline.
@@ -48,10 +48,28 @@ class WorkerSpec:
     cores: tuple[int, ...] | None = None
     slowdown: float = 1.0
     framework: str = "pytorch"
+    # Emulated heterogeneity that changes during the run: (step, factor) points, linear in
+    # between, held before the first and after the last. Overrides `slowdown`.
+    slowdown_at: tuple[tuple[int, float], ...] | None = None
 
     @property
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def emulated(self) -> bool:
+        return self.slowdown != 1.0 or bool(self.slowdown_at)
+
+    def slowdown_for(self, step: int) -> float:
+        points = self.slowdown_at
+        if not points:
+            return self.slowdown
+        if step <= points[0][0]:
+            return points[0][1]
+        for (s0, f0), (s1, f1) in zip(points, points[1:], strict=False):
+            if step <= s1:
+                return f0 + (f1 - f0) * (step - s0) / (s1 - s0)
+        return points[-1][1]
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,17 @@ class PartitionSpec:
     sizes: tuple[int, ...] | None = None
     weights: tuple[float, ...] | None = None
     profile_steps: int = 5
+    # adaptive policies (proportional, model): see harness.partition.Damping
+    initial: str = "equal"
+    every: int = 10
+    dead_band: float = 0.05
+    max_move: float = 0.25
+    min_slice: int = 1
+    smoothing: float = 0.5
+
+    @property
+    def adaptive(self) -> bool:
+        return self.policy in ADAPTIVE
 
 
 @dataclass(frozen=True)
@@ -89,7 +118,7 @@ class RunSpec:
         """'real' when device kinds differ, 'emulated' when only slowdown/threads/cores do."""
         if len({w.device.split(":")[0] for w in self.workers}) > 1:
             return "real"
-        if any(w.slowdown != 1.0 for w in self.workers):
+        if any(w.emulated for w in self.workers):
             return "emulated"
         if len({(w.threads, w.cores) for w in self.workers}) > 1:
             return "emulated"
@@ -126,8 +155,9 @@ RUN_DEFAULTS: dict[str, Any] = {
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs"}
-WORKER_KEYS = {"device", "threads", "cores", "slowdown", "framework"}
-PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"}
+WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "framework"}
+ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing"}
+PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
 
 
 def builtin_suites() -> list[str]:
@@ -216,6 +246,9 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     partition = _partition(
         values.get("partition", {}), len(workers), global_batch, at("partition")
     )
+    if partition.adaptive and values["instrument"] is False:
+        raise UsageError(at("instrument"), f"policy {partition.policy!r} measures compute "
+                         "times: instrument must be true")
     workload = _choice(values["workload"], WORKLOADS, at("workload"))
     dataset = _choice(values["dataset"], DATASETS, at("dataset"))
     if dataset not in COMPATIBLE_DATASETS[workload]:
@@ -249,10 +282,15 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     def tuples(d: dict[str, Any]) -> dict[str, Any]:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
+    def worker(w: dict[str, Any]) -> WorkerSpec:
+        at = w.get("slowdown_at")
+        return WorkerSpec(**{**tuples(w), "slowdown_at": tuple(tuple(p) for p in at)
+                             if at else None})
+
     return RunSpec(**{
         **data,
         "partition": PartitionSpec(**tuples(data["partition"])),
-        "workers": tuple(WorkerSpec(**tuples(w)) for w in data["workers"]),
+        "workers": tuple(worker(w) for w in data["workers"]),
     })
 
 
@@ -280,10 +318,25 @@ def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
                 threads=_int(item.get("threads", 1), f"{w}.threads", minimum=1),
                 cores=cores,
                 slowdown=_float(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0),
+                slowdown_at=_schedule(item.get("slowdown_at"), f"{w}.slowdown_at"),
                 framework=_choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
             )
         )
     return tuple(workers)
+
+
+def _schedule(raw: Any, where: str) -> tuple[tuple[int, float], ...] | None:
+    """[[step, factor], ...] with steps increasing and factors >= 1."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(
+            isinstance(p, list) and len(p) == 2 for p in raw):
+        raise UsageError(where, "must be a list of [step, factor] pairs")
+    points = tuple((_int(p[0], where, minimum=0), _float(p[1], where, minimum=1.0))
+                   for p in raw)
+    if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
+        raise UsageError(where, "steps must increase from one pair to the next")
+    return points
 
 
 def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> PartitionSpec:
@@ -313,7 +366,28 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
     elif "weights" in raw:
         raise UsageError(f"{where}.weights", f"only allowed with policy 'weights', not {policy!r}")
     profile_steps = _int(raw.get("profile_steps", 5), f"{where}.profile_steps", minimum=1)
-    return PartitionSpec(policy=policy, sizes=sizes, weights=weights, profile_steps=profile_steps)
+    if policy not in ADAPTIVE:
+        for key in sorted(ADAPTIVE_KEYS & set(raw)):
+            raise UsageError(f"{where}.{key}",
+                             f"only allowed with an adaptive policy ({', '.join(ADAPTIVE)})")
+        return PartitionSpec(policy=policy, sizes=sizes, weights=weights,
+                             profile_steps=profile_steps)
+    min_slice = _int(raw.get("min_slice", 1), f"{where}.min_slice", minimum=1)
+    if min_slice * n_workers > global_batch:
+        raise UsageError(f"{where}.min_slice", f"{min_slice} x {n_workers} workers exceeds "
+                         f"global_batch {global_batch}")
+    smoothing = _float(raw.get("smoothing", 0.5), f"{where}.smoothing", minimum=0.0, strict=True)
+    if smoothing > 1:
+        raise UsageError(f"{where}.smoothing", f"{smoothing} is not allowed (0 < smoothing <= 1)")
+    return PartitionSpec(
+        policy=policy, profile_steps=profile_steps,
+        initial=_choice(raw.get("initial", "equal"), ("equal", "profiled"), f"{where}.initial"),
+        every=_int(raw.get("every", 10), f"{where}.every", minimum=1),
+        dead_band=_float(raw.get("dead_band", 0.05), f"{where}.dead_band", minimum=0.0),
+        max_move=_float(raw.get("max_move", 0.25), f"{where}.max_move", minimum=0.0,
+                        strict=True),
+        min_slice=min_slice, smoothing=smoothing,
+    )
 
 
 # -- small typed readers: each names the field and what is allowed ---------------------------

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-# name -> description; the policies themselves are the functions below (issue 5 adds
-# adaptive ones behind the same names-to-sizes contract).
+# name -> description. Static policies are functions of the configuration (and, for
+# 'profiled', of solo timings); adaptive ones are the Repartitioner below.
 POLICIES: dict[str, str] = {
     "equal": "global batch split as evenly as possible",
     "sizes": "explicit slice sizes, one per worker",
@@ -65,3 +66,179 @@ def slice_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
         bounds.append((start, start + size))
         start += size
     return bounds
+
+
+# -- adaptive repartitioning ----------------------------------------------------------------
+
+ADAPTIVE = ("proportional", "model")
+POLICIES.update({
+    "proportional": "every k steps, sizes in proportion to a moving average of each "
+                    "worker's per-sample rate",
+    "model": "every k steps, fit compute = a + b*n per worker online and solve for equal "
+             "finish times",
+})
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One worker's compute measurements over the last window: sums over its steps of the
+    slice size n and compute time t (ns), for least squares. Idle and communication time
+    are never in t: t = ready - begin."""
+
+    count: float = 0.0
+    n: float = 0.0
+    t: float = 0.0
+    nn: float = 0.0
+    nt: float = 0.0
+
+    def as_list(self) -> list[float]:
+        return [self.count, self.n, self.t, self.nn, self.nt]
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> WindowStats:
+        return cls(*values)
+
+    def __add__(self, other: WindowStats) -> WindowStats:
+        return WindowStats(*(a + b for a, b in zip(self.as_list(), other.as_list(), strict=True)))
+
+    def scaled(self, factor: float) -> WindowStats:
+        return WindowStats(*(factor * v for v in self.as_list()))
+
+    @property
+    def mean_t(self) -> float:
+        return self.t / self.count if self.count else math.nan
+
+
+class Window:
+    """This worker's (n, t) pairs since the last update; cheap to add to every step."""
+
+    def __init__(self) -> None:
+        self.sums = [0.0] * 5
+
+    def add(self, n: int, t_ns: int) -> None:
+        s = self.sums
+        s[0] += 1.0
+        s[1] += n
+        s[2] += t_ns
+        s[3] += n * n
+        s[4] += n * t_ns
+
+    def take(self) -> WindowStats:
+        out, self.sums = WindowStats(*self.sums), [0.0] * 5
+        return out
+
+
+@dataclass(frozen=True)
+class Damping:
+    every: int = 10           # steps between updates
+    dead_band: float = 0.05   # no change while the window's imbalance is below this
+    max_move: float = 0.25    # a slice moves by at most this fraction of the global batch
+    min_slice: int = 1
+    smoothing: float = 0.5    # weight of the newest window in the moving averages
+
+
+class Repartitioner:
+    """The adaptive policies. Every rank holds one, feeds it the same all-gathered window
+    statistics and so computes the same new partition, with no extra coordination."""
+
+    def __init__(self, policy: str, total: int, world: int, damping: Damping,
+                 prior_intercepts_ns: Sequence[float] | None = None) -> None:
+        if policy not in ADAPTIVE:
+            raise ValueError(f"{policy!r} is not an adaptive policy ({', '.join(ADAPTIVE)})")
+        self.policy, self.total, self.world, self.damping = policy, total, world, damping
+        self.rates: list[float] | None = None  # proportional: samples per ns, smoothed
+        self.fits = [WindowStats() for _ in range(world)]  # model: decayed sums
+        self.prior_a = list(prior_intercepts_ns or [0.0] * world)
+
+    def update(self, sizes: Sequence[int], windows: Sequence[WindowStats]
+               ) -> tuple[tuple[int, ...], str] | None:
+        """New sizes and the reason, or None to keep the current partition."""
+        alpha = self.damping.smoothing
+        if self.policy == "proportional":
+            fresh = [w.n / w.t if w.t > 0 else 0.0 for w in windows]
+            self.rates = fresh if self.rates is None else [
+                alpha * f + (1 - alpha) * r for f, r in zip(fresh, self.rates, strict=True)]
+        else:
+            self.fits = [old.scaled(1 - alpha) + new for old, new in
+                         zip(self.fits, windows, strict=True)]
+        means = [w.mean_t for w in windows]
+        imbalance = max(means) / (sum(means) / len(means)) - 1.0
+        if imbalance < self.damping.dead_band:
+            return None
+        target = self._target()
+        if target is None:
+            return None
+        new = limit_moves(sizes, target, self.damping.max_move * self.total,
+                          self.damping.min_slice, self.total)
+        if tuple(new) == tuple(sizes):
+            return None
+        return new, f"{self.policy}: imbalance {imbalance:.1%}, target " \
+                    f"{[round(x, 1) for x in target]}"
+
+    def _target(self) -> list[float] | None:
+        if self.policy == "proportional":
+            assert self.rates is not None
+            total_rate = sum(self.rates)
+            return [self.total * r / total_rate for r in self.rates] if total_rate > 0 else None
+        lines = [fit_line(f, prior) for f, prior in zip(self.fits, self.prior_a, strict=True)]
+        return equal_finish(self.total, lines, self.damping.min_slice)
+
+
+def fit_line(s: WindowStats, prior_a: float = 0.0) -> tuple[float, float]:
+    """(a, b) of t = a + b*n by least squares; with too little spread in n to tell the
+    intercept from the slope, the intercept is the prior (0, or a profiled value)."""
+    if s.count <= 0 or s.n <= 0:
+        return prior_a, math.nan
+    mean_n, mean_t = s.n / s.count, s.t / s.count
+    var_n = s.nn / s.count - mean_n**2
+    if var_n > 0.25:  # slices differed by about a sample or more within the fit
+        b = (s.nt / s.count - mean_n * mean_t) / var_n
+        a = mean_t - b * mean_n
+        if b > 0 and a >= 0:
+            return a, b
+    a = min(prior_a, 0.9 * mean_t)
+    return a, (mean_t - a) / mean_n
+
+
+def equal_finish(total: int, lines: Sequence[tuple[float, float]], minimum: int
+                 ) -> list[float] | None:
+    """Real slice sizes n_i summing to total with a_i + b_i n_i equal for all workers (the
+    closed form T = (total + sum a_i/b_i) / sum 1/b_i), workers pinned at the minimum
+    where their share would fall below it."""
+    if any(not (b > 0) for _, b in lines):
+        return None
+    free = list(range(len(lines)))
+    sizes = [float(minimum)] * len(lines)
+    while free:
+        budget = total - minimum * (len(lines) - len(free))
+        finish = (budget + sum(lines[i][0] / lines[i][1] for i in free)) / sum(
+            1.0 / lines[i][1] for i in free)
+        shares = {i: (finish - lines[i][0]) / lines[i][1] for i in free}
+        low = [i for i, n in shares.items() if n < minimum]
+        if not low:
+            for i, n in shares.items():
+                sizes[i] = n
+            return sizes
+        free = [i for i in free if i not in low]
+    return None
+
+
+def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,
+                minimum: int, total: int) -> tuple[int, ...]:
+    """Integer sizes near `target` that move each slice by at most max_delta from `old`
+    (at least one sample), never below `minimum`, and sum exactly to total."""
+    step = max(1.0, max_delta)
+    lower = [max(float(minimum), o - step) for o in old]
+    upper = [o + step for o in old]
+    clipped = [min(max(t, lo), hi) for t, lo, hi in zip(target, lower, upper, strict=True)]
+    # Clipping can break the sum: share the difference over the slices with room left.
+    for _ in range(len(old)):
+        gap = total - sum(clipped)
+        if abs(gap) < 1e-9:
+            break
+        room = [(hi - c) if gap > 0 else (c - lo)
+                for c, lo, hi in zip(clipped, lower, upper, strict=True)]
+        if sum(room) <= 0:
+            break
+        clipped = [c + gap * r / sum(room) for c, r in zip(clipped, room, strict=True)]
+    return largest_remainder(total, clipped, minimum)

@@ -32,11 +32,21 @@ from harness import collector, manifest
 from harness.collector import RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
 from harness.errors import UsageError
-from harness.partition import equal_sizes, largest_remainder, slice_bounds, throughput_sizes
+from harness.partition import (
+    Damping,
+    Repartitioner,
+    Window,
+    WindowStats,
+    equal_sizes,
+    largest_remainder,
+    slice_bounds,
+    throughput_sizes,
+)
 
 RUN_FILE = "run.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
+BEGIN_FIELD, READY_FIELD = 4, 5  # positions of begin_ns and ready_ns in a record
 # Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
 # counters.
 UNTIMED_TAIL = (*[0] * 10, float("nan"), float("nan"), *[0] * 7)
@@ -267,7 +277,7 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
         sizes = tuple(policy.sizes or ())
     elif policy.policy == "weights":
         sizes = largest_remainder(total, policy.weights or ())
-    elif policy.policy == "profiled":
+    elif policy.policy == "profiled" or (policy.adaptive and policy.initial == "profiled"):
         probe = equal_sizes(total, n)[trainer.rank]
         rate = 0.0
         for turn in range(n):  # one worker at a time, the others wait in the barrier
@@ -279,8 +289,19 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
         reason += f": solo samples/s {[round(r, 1) for r in rates]}"
     else:
         sizes = equal_sizes(total, n)
+    if policy.adaptive:
+        reason += f", then adaptive ({policy.policy})"
     trainer.partition_history.append({"step": 0, "sizes": list(sizes), "reason": reason})
     return sizes
+
+
+def make_repartitioner(run: RunSpec) -> Repartitioner | None:
+    p = run.partition
+    if not p.adaptive:
+        return None
+    damping = Damping(every=p.every, dead_band=p.dead_band, max_move=p.max_move,
+                      min_slice=p.min_slice, smoothing=p.smoothing)
+    return Repartitioner(p.policy, run.global_batch, run.world_size, damping)
 
 
 def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
@@ -319,7 +340,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     adapter.load_parameters(spec.initial_parameters(run.seed))
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed),
-                      Stretcher(worker.slowdown),
+                      Stretcher(worker.slowdown_for(0)),
                       sync_device=(worker.is_cuda or adapter.synchronize_on_host)
                       and run.instrument)
     trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
@@ -340,7 +361,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
 
     info = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
             "label": worker_label(worker), **run.to_dict()["workers"][rank],
-            "emulated": worker.slowdown != 1.0, "affinity": sorted(os.sched_getaffinity(0)),
+            "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
             "versions": adapter_cls.versions(), "dataset_source": data.source,
             "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
     (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
@@ -355,8 +376,24 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     allreduce = comm.allreduce_sum
     try:
         step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
+        repartitioner, window = make_repartitioner(run), Window()
         for step in range(run.steps):
-            writer.append(step_fn(step, lo, hi, allreduce, counters))
+            if worker.slowdown_at:
+                trainer.stretch.extra = worker.slowdown_for(step) - 1.0
+            record = step_fn(step, lo, hi, allreduce, counters)
+            writer.append(record)
+            if repartitioner is None:
+                continue
+            window.add(hi - lo, record[READY_FIELD] - record[BEGIN_FIELD])
+            if (step + 1) % run.partition.every == 0 and step + 1 < run.steps:
+                # Between steps, outside any step's timing: one small all-gather.
+                windows = comm.all_gather_vectors(window.take().as_list(), device)
+                change = repartitioner.update(sizes, [WindowStats.of(v) for v in windows])
+                if change is not None:
+                    sizes, reason = change
+                    lo, hi = slice_bounds(sizes)[rank]
+                    trainer.partition_history.append(
+                        {"step": step + 1, "sizes": list(sizes), "reason": reason})
     finally:
         writer.close()
     offsets_end = comm.clock_offsets(device)

@@ -56,7 +56,7 @@ BAD = {
     "run key": (suite(run(stpes=3)), "runs[0].stpes", ["unknown key", "allowed:", "steps"]),
     "worker key": (
         suite(worker(thread=2)), "runs[0].workers[0].thread",
-        ["unknown key", "allowed: cores, device, framework, slowdown, threads"]),
+        ["unknown key", "allowed: cores, device, framework, slowdown, slowdown_at, threads"]),
     "partition key": (
         suite(run(partition={"policy": "sizes", "size": [64, 64]})), "runs[0].partition.size",
         ["unknown key", "policy", "profile_steps", "sizes", "weights"]),
@@ -97,7 +97,7 @@ BAD = {
         ["unknown 'mnist'", "allowed: digits, synthetic, text"]),
     "policy": (
         suite(run(partition={"policy": "random"})), "runs[0].partition.policy",
-        ["unknown 'random'", "allowed: equal, profiled, sizes, weights"]),
+        ["unknown 'random'", "allowed: equal, model, profiled, proportional, sizes, weights"]),
     # partition sizes and weights
     "sizes do not sum to global_batch": (
         suite(run(global_batch=128, partition={"policy": "sizes", "sizes": [32, 64]})),
@@ -439,5 +439,28 @@ def test_to_dict_is_plain_data() -> None:
     (spec,) = parse_suite(suite(run(partition={"policy": "sizes", "sizes": [100, 28]}))).runs
     data = spec.to_dict()
     assert data["partition"] == {"policy": "sizes", "sizes": (100, 28), "weights": None,
-                                 "profile_steps": 5}
+                                 "profile_steps": 5, "initial": "equal", "every": 10,
+                                 "dead_band": 0.05, "max_move": 0.25, "min_slice": 1,
+                                 "smoothing": 0.5}
     assert data["workers"][0]["device"] == "cpu"
+
+
+def test_adaptive_partition_keys_and_slowdown_schedules() -> None:
+    (spec,) = parse_suite(suite(run(
+        partition={"policy": "model", "every": 5, "dead_band": 0.02, "initial": "profiled"},
+        workers=[{"device": "cpu", "slowdown_at": [[0, 1.0], [100, 3.0]]}, {"device": "cpu"}],
+    ))).runs
+    assert spec.partition.adaptive and spec.partition.every == 5
+    assert spec.heterogeneity == "emulated"
+    first = spec.workers[0]
+    assert [first.slowdown_for(s) for s in (0, 50, 100, 500)] == [1.0, 2.0, 3.0, 3.0]
+    assert usage_error(suite(run(partition={"policy": "equal", "every": 5}))).where == \
+        "runs[0].partition.every"
+    assert usage_error(suite(run(partition={"policy": "model", "smoothing": 1.5}))).where == \
+        "runs[0].partition.smoothing"
+    assert usage_error(suite(run(instrument=False, partition={"policy": "proportional"}))
+                       ).where == "runs[0].instrument"
+    bad = usage_error(suite(worker(slowdown_at=[[10, 2.0], [5, 3.0]])))
+    assert bad.where == "runs[0].workers[0].slowdown_at" and "increase" in bad.message
+    assert usage_error(suite(worker(slowdown_at=[[0, 0.5]]))).where == \
+        "runs[0].workers[0].slowdown_at"

@@ -1,8 +1,9 @@
 """Partitioning never changes the mathematics (DESIGN.md principle 4).
 
 Real multi-process training over torch.distributed (gloo on loopback): 1 worker, 2 equal
-workers and 3 unequal workers (10/50/68 of 128) end with the same parameters, and so does a
-plain single-process PyTorch SGD loop over the same global batches. Tolerance: float32
+workers, 3 unequal workers (10/50/68 of 128) and 2 workers whose partition an adaptive
+policy changes every 3 steps end with the same parameters, and so does a plain
+single-process PyTorch SGD loop over the same global batches. Tolerance: float32
 summation order differs between partitions, so parameters agree to atol 2e-5 after 25 steps
 (observed differences are around 1e-6).
 """
@@ -49,6 +50,11 @@ workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
 name = "three-unequal"
 partition = {{ policy = "sizes", sizes = [10, 50, 68] }}
 workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }}, {{ device = "cpu" }} ]
+
+[[runs]]
+name = "adaptive"
+partition = {{ policy = "proportional", every = 3, dead_band = 0.0, max_move = 0.1 }}
+workers = [ {{ device = "cpu", slowdown = 4.0 }}, {{ device = "cpu" }} ]
 """
 
 
@@ -79,7 +85,7 @@ def plain_torch_sgd(seed: int, steps: int, lr: float, batch: int) -> dict[str, n
 def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> None:
     suite = load_suite(str(write_suite(SUITE)))
     results = run_suite(suite, tmp_path / "results")
-    assert [r.status for r in results] == ["completed"] * 3, [r.reason for r in results]
+    assert [r.status for r in results] == ["completed"] * 4, [r.reason for r in results]
     params = {r.run.name: dict(np.load(r.run_dir / "params.npz")) for r in results}
     reference = plain_torch_sgd(seed=3, steps=STEPS, lr=0.1, batch=128)
     initial = build_spec("mlp", (1, 8, 8), 10).initial_parameters(3)
@@ -97,6 +103,13 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
     sizes = three.steps.groupby("rank")["batch_size"].unique().map(list).to_dict()
     assert sizes == {0: [10], 1: [50], 2: [68]}
     assert len(three.steps) == 3 * STEPS
+    # The adaptive run really moved work between workers while training.
+    adaptive = load_run(results[3].run_dir)
+    assert len(adaptive.manifest["partition_history"]) >= 3
+    assert adaptive.steps.groupby("rank")["batch_size"].nunique().min() >= 3
+    per_step = adaptive.steps.groupby("step")["batch_size"].sum()
+    assert (per_step == 128).all()
+
     # The global loss is the same on every worker and falls during training.
     losses = three.steps.groupby("step")["loss"].agg(["min", "max"])
     np.testing.assert_allclose(losses["min"], losses["max"], rtol=1e-6)

@@ -13,6 +13,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for report.md and figures (default: report/ beside "
                              "the first path)")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
+    parser.add_argument("--target-loss", type=float, default=0.5,
+                        help="loss for the time-to-target column of repartitioning runs "
+                             "(default 0.5)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         from analysis.figures import write_all
 
         figures = [p.name for p in write_all(runs, out) if p.suffix == ".png"]
-    markdown, terminal = report.build(runs, figures)
+    markdown, terminal = report.build(runs, figures, args.target_loss)
     (out / "report.md").write_text(markdown)
     print(terminal)
     print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))

@@ -1,0 +1,196 @@
+"""When does adaptive repartitioning pay? Partition history, recovery after a change, time
+to a target loss, and an offline replay that predicts a policy's step times from a run
+recorded under another policy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from harness.partition import Damping, Repartitioner, WindowStats, equal_sizes
+
+
+def slices_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The partition in effect at every step: columns step, rank, batch_size."""
+    return steps[["step", "rank", "batch_size"]].sort_values(["step", "rank"]).reset_index(
+        drop=True)
+
+
+def step_times(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.Series:
+    """Step time in ms (latest end - earliest begin), indexed by step."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    g = steps.groupby("step")
+    return (g["end_ns"].max() - g["begin_ns"].min()) / 1e6
+
+
+def recovery_steps(steps: pd.DataFrame, change_step: int, tolerance: float = 0.05,
+                   window: int = 5) -> float:
+    """Steps after `change_step` until the rolling median step time (over `window` steps)
+    comes back within `tolerance` of the steady level after the change (median of the last
+    quarter of the run) and stays there. NaN if it never settles; 0 if never disturbed."""
+    times = step_times(steps)
+    after = times[times.index >= change_step]
+    if len(after) < 4 * window:
+        return float("nan")
+    steady = float(after.iloc[-len(after) // 4:].median())
+    rolling = after.rolling(window, min_periods=window).median().dropna()
+    outside = rolling > steady * (1 + tolerance)
+    if not outside.any():
+        return 0.0
+    last_outside = outside[outside].index.max()
+    if last_outside >= rolling.index.max():
+        return float("nan")
+    return float(last_outside + 1 - change_step)
+
+
+def time_to_loss(steps: pd.DataFrame, target: float, window: int = 5) -> float:
+    """Seconds from the first step's begin until the rolling mean global loss first reaches
+    `target`; NaN if it never does."""
+    per_step = steps.groupby("step").agg(loss=("loss", "first"), end=("end_ns", "max"),
+                                         begin=("begin_ns", "min"))
+    rolling = per_step["loss"].rolling(window, min_periods=1).mean()
+    reached = rolling[rolling <= target]
+    if reached.empty:
+        return float("nan")
+    return float((per_step.loc[reached.index[0], "end"] - per_step["begin"].min()) / 1e9)
+
+
+# -- offline replay --------------------------------------------------------------------------
+
+
+def fit_cost_model(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+    """Per worker, compute time = a + b * n (ns) fitted from the records, and each step's
+    residual factor = recorded / modelled, which carries the run's variability (and any
+    emulated slowdown change) into a replay. With one slice size only, a = 0 (the slope is
+    then the median per-sample time): replaying a static run is what this is built for.
+    Columns: step, rank, a_ns, b_ns, residual."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    d = with_derived(steps)
+    parts = []
+    for rank, g in d.groupby("rank"):
+        n, t = g["batch_size"].to_numpy(float), g["compute_ns"].to_numpy(float)
+        a, b = 0.0, float(np.median(t / n))
+        if np.ptp(n) > 0:
+            slope, intercept = np.polyfit(n, t, 1)
+            if intercept >= 0 and slope > 0:
+                a, b = float(intercept), float(slope)
+            elif slope > 0:  # intercept below zero: the best line through the origin
+                b = float(np.dot(n, t) / np.dot(n, n))
+            else:  # time did not grow with n (a slowdown changed as n moved): constant
+                a, b = float(np.mean(t)), 1e-9
+        parts.append(pd.DataFrame({"step": g["step"].to_numpy(), "rank": rank, "a_ns": a,
+                                   "b_ns": b, "residual": t / (a + b * n)}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
+           initial: Sequence[int] | None = None, warmup_steps: int = 0) -> pd.DataFrame:
+    """Predict a run under `policy` ('equal', 'sizes' via `initial`, 'proportional' or
+    'model') from a recorded run: each worker's compute at step s is its fitted a + b*n
+    for the replayed slice n, times its recorded residual at s; what follows compute
+    (communication, update, skew) is kept from the record. The adaptive policies run the
+    very code the harness runs (harness.partition.Repartitioner).
+
+    Columns: step, rank, batch_size, compute_ms, idle_ms, step_ms."""
+    steps = complete_steps(after_warmup(steps, warmup_steps))
+    if steps.empty or not instrumented(steps):
+        return pd.DataFrame(columns=["step", "rank", "batch_size", "compute_ms", "idle_ms",
+                                     "step_ms"])
+    model = fit_cost_model(steps)
+    world = int(model["rank"].nunique())
+    d = with_derived(steps)
+    g = d.groupby("step")
+    rest = (g["end_ns"].max() - g["begin_ns"].min()) - g["compute_ns"].max()
+    total = int(g["batch_size"].sum().iloc[0])
+    a = model.groupby("rank")["a_ns"].first().to_numpy()
+    b = model.groupby("rank")["b_ns"].first().to_numpy()
+    residual = model.pivot(index="step", columns="rank", values="residual")
+    sizes = tuple(initial) if initial is not None else equal_sizes(total, world)
+    damping = damping or Damping()
+    policy_runner = Repartitioner(policy, total, world, damping) if policy in (
+        "proportional", "model") else None
+    window = [[0.0] * 5 for _ in range(world)]
+    rows = []
+    for k, step in enumerate(residual.index):
+        n = np.asarray(sizes, dtype=float)
+        compute = (a + b * n) * residual.loc[step].to_numpy()
+        latest = compute.max()
+        for r in range(world):
+            rows.append((step, r, sizes[r], compute[r] / 1e6, (latest - compute[r]) / 1e6,
+                         (latest + rest.loc[step]) / 1e6))
+            w = window[r]
+            w[0] += 1
+            w[1] += n[r]
+            w[2] += compute[r]
+            w[3] += n[r] ** 2
+            w[4] += n[r] * compute[r]
+        if policy_runner is not None and (k + 1) % damping.every == 0:
+            change = policy_runner.update(sizes, [WindowStats.of(w) for w in window])
+            window = [[0.0] * 5 for _ in range(world)]
+            if change is not None:
+                sizes = change[0]
+    return pd.DataFrame(rows, columns=["step", "rank", "batch_size", "compute_ms", "idle_ms",
+                                       "step_ms"])
+
+
+def replay_summary(replayed: pd.DataFrame) -> dict[str, float]:
+    """Mean step time (ms) and idle fraction of a replay, defined as for real runs."""
+    per_step = replayed.groupby("step")["step_ms"].first()
+    busy = per_step.sum() * replayed["rank"].nunique()
+    return {"mean_step_ms": float(per_step.mean()),
+            "idle_fraction": float(replayed["idle_ms"].sum() / busy) if busy else np.nan}
+
+
+def change_step(manifest: dict) -> int | None:
+    """The step at which an emulated slowdown jumps (two schedule points one step apart)."""
+    for worker in manifest.get("run", {}).get("workers", []):
+        points = worker.get("slowdown_at") or []
+        for (s0, f0), (s1, f1) in zip(points, points[1:], strict=False):
+            if s1 - s0 == 1 and f1 != f0:
+                return int(s1)
+    return None
+
+
+def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: float
+                     ) -> pd.DataFrame:
+    """One row per run: scenario and policy (from a run name 'scenario.policy', else the
+    whole name and the partition policy), efficiency, idle fraction, partition changes,
+    steps to recover after an abrupt change, seconds to the target loss."""
+    from analysis.runs import run_row
+
+    rows = []
+    for manifest, steps in runs:
+        row = run_row(manifest, steps)
+        name = manifest.get("run", {}).get("name", "")
+        scenario, _, policy = name.partition(".")
+        change = change_step(manifest)
+        rows.append({
+            "scenario": scenario, "policy": policy or row["policy"], "repeat": row["repeat"],
+            "efficiency": row["efficiency"], "idle_fraction": row["idle_fraction"],
+            "samples_per_s": row["samples_per_s"],
+            "changes": max(0, len(manifest.get("partition_history") or []) - 1),
+            "recovery_steps": recovery_steps(steps, change) if change is not None else np.nan,
+            "time_to_loss_s": time_to_loss(steps, target_loss),
+        })
+    return pd.DataFrame(rows)
+
+
+def replay_error(recorded: pd.DataFrame, actual: pd.DataFrame, policy: str,
+                 damping: Damping | None = None, warmup_steps: int = 0) -> dict[str, float]:
+    """Replay `recorded` (a run under another policy, same scenario) under `policy` and
+    compare with `actual`, a real run of that policy: predicted and measured mean step
+    time and idle fraction, and the relative error of the step time."""
+    from analysis.metrics import run_summary
+
+    predicted = replay_summary(replay(recorded, policy, damping, warmup_steps=warmup_steps))
+    measured = run_summary(actual, warmup_steps)
+    return {
+        "predicted_step_ms": predicted["mean_step_ms"],
+        "measured_step_ms": measured["mean_step_ms"],
+        "step_ms_error": predicted["mean_step_ms"] / measured["mean_step_ms"] - 1,
+        "predicted_idle_fraction": predicted["idle_fraction"],
+        "measured_idle_fraction": measured["idle_fraction"],
+    }

@@ -1,0 +1,135 @@
+"""Adaptive repartitioning: the policies on known cost models, damping, and the analysis
+that evaluates them (recovery, time to loss, offline replay)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.repartition import (
+    fit_cost_model,
+    recovery_steps,
+    replay,
+    replay_summary,
+    time_to_loss,
+)
+from harness.partition import (
+    Damping,
+    Repartitioner,
+    Window,
+    WindowStats,
+    equal_finish,
+    limit_moves,
+)
+from tests.synthetic import MS, steps_frame
+
+
+def windows_for(sizes: tuple[int, ...], lines: list[tuple[float, float]], steps: int = 10
+                ) -> list[WindowStats]:
+    """What each worker measures over a window at these sizes, cost a + b*n (ns)."""
+    out = []
+    for n, (a, b) in zip(sizes, lines, strict=True):
+        w = Window()
+        for _ in range(steps):
+            w.add(n, int(a + b * n))
+        out.append(w.take())
+    return out
+
+
+def run_policy(policy: str, lines: list[tuple[float, float]], total: int = 256,
+               updates: int = 12, damping: Damping | None = None) -> list[tuple[int, ...]]:
+    r = Repartitioner(policy, total, len(lines), damping or Damping())
+    sizes = tuple([total // len(lines)] * len(lines))
+    history = [sizes]
+    for _ in range(updates):
+        change = r.update(sizes, windows_for(sizes, lines))
+        if change is not None:
+            sizes = change[0]
+        history.append(sizes)
+    return history
+
+
+def finish_spread(sizes: tuple[int, ...], lines: list[tuple[float, float]]) -> float:
+    times = [a + b * n for n, (a, b) in zip(sizes, lines, strict=True)]
+    return max(times) / min(times) - 1
+
+
+def test_equal_finish_closed_form() -> None:
+    lines = [(1e6, 2e4), (3e5, 6e4)]
+    sizes = equal_finish(128, lines, 1)
+    assert sizes is not None and sum(sizes) == pytest.approx(128)
+    times = [a + b * n for n, (a, b) in zip(sizes, lines, strict=True)]
+    assert times[0] == pytest.approx(times[1])
+    # A worker whose fixed cost alone exceeds the others' finish is pinned at the minimum.
+    assert equal_finish(10, [(1e9, 1.0), (0.0, 1.0)], 2) == [2.0, 8.0]
+
+
+def test_model_policy_balances_fixed_and_per_sample_costs() -> None:
+    # Worker 0: 3 ms fixed + 60 us/sample; worker 1: 1 ms fixed + 20 us/sample.
+    lines = [(3e6, 6e4), (1e6, 2e4)]
+    history = run_policy("model", lines)
+    assert finish_spread(history[-1], lines) < 0.05
+    assert sum(history[-1]) == 256 and history[-1][0] < 128
+
+
+def test_proportional_policy_matches_per_sample_rates() -> None:
+    lines = [(0.0, 6e4), (0.0, 2e4)]  # pure per-sample costs: 1 : 3
+    history = run_policy("proportional", lines, damping=Damping(smoothing=1.0))
+    assert history[-1] == (64, 192)
+
+
+def test_dead_band_keeps_a_balanced_partition() -> None:
+    lines = [(0.0, 2.02e4), (0.0, 2e4)]  # 1% apart: inside the 5% dead band
+    assert run_policy("model", lines)[-1] == (128, 128)
+    assert run_policy("proportional", lines)[-1] == (128, 128)
+
+
+def test_moves_are_limited_and_sizes_stay_valid() -> None:
+    lines = [(0.0, 1e6), (0.0, 1e3)]  # worker 0 a thousand times slower
+    history = run_policy("model", lines, damping=Damping(max_move=0.1, min_slice=4))
+    for before, after in zip(history, history[1:], strict=False):
+        assert sum(after) == 256 and min(after) >= 4
+        assert max(abs(x - y) for x, y in zip(before, after, strict=True)) <= 26
+    assert history[-1][0] == 4
+    assert limit_moves((64, 64), (100.0, 28.0), 10, 1, 128) == (74, 54)
+
+
+def test_every_rank_computes_the_same_partition() -> None:
+    lines = [(2e6, 5e4), (1e6, 2e4), (5e5, 3e4)]
+    assert run_policy("model", lines, total=255) == run_policy("model", lines, total=255)
+
+
+def test_recovery_after_an_abrupt_change() -> None:
+    # Step time 10 ms, jumps to 30 at step 100, back to a steady 15 by step 112.
+    def compute(r: int, s: int) -> float:
+        if s < 100:
+            return 10.0
+        return 30.0 if s < 112 else 15.0
+    frame = steps_frame(200, lambda r, s: compute(r, s), comm_ms=0.0)
+    assert recovery_steps(frame, 100) == pytest.approx(12 + 2, abs=2)
+    steady = steps_frame(200, lambda r, s: 10.0, comm_ms=0.0)
+    assert recovery_steps(steady, 100) == 0.0
+
+
+def test_time_to_a_target_loss() -> None:
+    def losses(rows: np.ndarray) -> None:
+        rows["loss"] = 2.0 / (1.0 + rows["step"])
+    frame = steps_frame(20, lambda r, s: 10.0, comm_ms=0.0, edit=losses)
+    seconds = time_to_loss(frame, 0.5)
+    step_s = (10.0 + 0.1 + 0.01) / 1000
+    assert seconds == pytest.approx(7 * step_s, rel=1e-3)  # the mean of steps 2-6 is 0.44
+    assert np.isnan(time_to_loss(frame, 0.01))
+
+
+def test_replay_of_a_static_run_predicts_what_a_policy_would_do() -> None:
+    # An equal split where worker 0 is 3x slower per sample: 6 ms vs 2 ms per step.
+    equal = steps_frame(100, lambda r, s: [6.0, 2.0][r], batch=lambda r: 64, comm_ms=0.5)
+    model = fit_cost_model(equal).groupby("rank")[["a_ns", "b_ns"]].first()
+    assert model.loc[0, "b_ns"] == pytest.approx(6 * MS / 64)
+    same = replay_summary(replay(equal, "equal"))
+    assert same["mean_step_ms"] == pytest.approx(6.0 + 0.5 + 0.1, rel=1e-6)
+    balanced = replay(equal, "proportional", Damping(smoothing=1.0))
+    late = balanced[balanced["step"] >= 50]
+    assert sorted(late.groupby("rank")["batch_size"].last().tolist()) == [32, 96]
+    # Balanced: 32 x 3/32 ms = 3 ms on both workers.
+    assert replay_summary(late)["mean_step_ms"] == pytest.approx(3.0 + 0.6, rel=1e-6)
