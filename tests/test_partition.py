@@ -186,5 +186,5 @@ def test_non_finite_weights_are_an_error_naming_the_weights(weights: list[float]
 
 
 def test_policies_are_named_and_described() -> None:
-    assert set(POLICIES) == {"equal", "sizes", "weights", "profiled"}
+    assert set(POLICIES) == {"equal", "sizes", "weights", "profiled", "proportional", "model"}
     assert all(POLICIES.values())
