@@ -13,6 +13,8 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     """Adds, per row: compute_ns = ready - begin; arrival_ns = latest ready of the step;
     idle_ns = arrival - ready (idle before all-reduce); comm_ns = reduced - arrival;
     busy_ns = end - begin."""
+    if "idle_ns" in steps.columns:  # already derived (analysis.runs.analyse_run prepares once)
+        return steps
     out = steps.copy()
     out["compute_ns"] = out["ready_ns"] - out["begin_ns"]
     out["arrival_ns"] = out.groupby("step")["ready_ns"].transform("max")
@@ -23,6 +25,8 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def after_warmup(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
+    if warmup_steps <= 0:
+        return steps
     return steps[steps["step"] >= warmup_steps]
 
 
@@ -79,7 +83,9 @@ def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
         return steps
     world = steps["rank"].nunique()
-    counts = steps.groupby("step")["rank"].transform("size")  # one row per (rank, step)
+    if len(steps) == world * steps["step"].nunique():  # one row per (rank, step)
+        return steps
+    counts = steps.groupby("step")["rank"].transform("size")
     return steps[counts == world]
 
 

@@ -95,3 +95,37 @@ def group_table(table: pd.DataFrame, by: Sequence[str] = ("run",),
     out["ci_low"] = out["mean"] - half
     out["ci_high"] = out["mean"] + half
     return out
+
+
+def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
+                slowdown: dict[int, float] | None = None) -> dict[str, pd.DataFrame]:
+    """Every per-run table the report shows: metrics, variability, idle, stragglers and
+    their causes, persistence and what-if (what the 1M-record benchmark times)."""
+    from analysis.metrics import (
+        after_warmup,
+        complete_steps,
+        step_metrics,
+        with_derived,
+        worker_idle,
+        worker_summary,
+    )
+    from analysis.persistence import autocorrelation, change_points
+    from analysis.stragglers import attribute, cause_shares
+
+    # Filter and derive once; every function below then skips that work.
+    d = with_derived(complete_steps(after_warmup(steps, warmup_steps)))
+    per_step = step_metrics(d)
+    attribution = attribute(d, 0, slowdown, per_step)
+    return {
+        "summary": pd.DataFrame([run_summary(d)]),
+        "workers": worker_summary(d),
+        "phases": phase_stats(d),
+        "steps": per_step,
+        "idle": worker_idle(d),
+        "stragglers": straggler_summary(d, per_step=per_step),
+        "attribution": attribution,
+        "causes": cause_shares(attribution),
+        "autocorrelation": autocorrelation(d),
+        "change_points": change_points(d),
+        "what_if": what_if(d),
+    }

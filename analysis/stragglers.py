@@ -42,10 +42,13 @@ NAME_SHARE = 0.2
 COMPUTE_PHASES = ("load", "to_device", "forward", "backward", "pack")
 
 
-def straggler_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
+def straggler_summary(steps: pd.DataFrame, warmup_steps: int = 0,
+                      per_step: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per worker: steps_last (how many steps it was ready last), share_last, and
-    mean_lead_ms (its mean lead over the second latest worker in those steps)."""
-    per_step = step_metrics(steps, warmup_steps)
+    mean_lead_ms (its mean lead over the second latest worker in those steps).
+    `per_step`: step_metrics of the same steps, if already computed."""
+    if per_step is None:
+        per_step = step_metrics(steps, warmup_steps)
     columns = ["rank", "steps_last", "share_last", "mean_lead_ms"]
     if per_step.empty:
         return pd.DataFrame(columns=columns)
@@ -59,7 +62,8 @@ def straggler_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFram
 
 
 def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
-              slowdown: Mapping[int, float] | None = None) -> pd.DataFrame:
+              slowdown: Mapping[int, float] | None = None,
+              per_step: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per step with its straggler: step, rank, lead_ms, excess_ms, top_phase (the
     compute phase furthest above that worker's own median), one `<cause>_ms` column per
     cause in CAUSES, `cause` (the largest named cause, or 'none'), and the raw signals
@@ -84,7 +88,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
                                  "ctx_involuntary", *(f"{p}_ns" for p in COMPUTE_PHASES)]
                                 ].median()
-    per_step = step_metrics(steps).set_index("step")
+    per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
     straggler = d["step"].map(per_step["straggler"])
     s = d[d["rank"] == straggler].reset_index(drop=True)
     s["lead_ms"] = s["step"].map(per_step["lead_ms"])
