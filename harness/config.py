@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import FRAMEWORKS
+from adapters.native import STRATEGIES, strategy_problem
 from harness.errors import UsageError
 from harness.partition import ADAPTIVE, POLICIES
 from workloads import COMPATIBLE_DATASETS, DATASETS, WORKLOADS
@@ -108,6 +109,7 @@ class RunSpec:
     instrument: bool = True
     calibrate: bool = False
     calibrate_steps: int = 10
+    strategy: str = "torch"
 
     @property
     def world_size(self) -> int:
@@ -151,6 +153,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "instrument": True,
     "calibrate": False,
     "calibrate_steps": 10,
+    "strategy": "torch",
 }
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
@@ -249,6 +252,9 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     if partition.adaptive and values["instrument"] is False:
         raise UsageError(at("instrument"), f"policy {partition.policy!r} measures compute "
                          "times: instrument must be true")
+    strategy = _choice(values["strategy"], STRATEGIES, at("strategy"))
+    if problem := strategy_problem(strategy, [w.framework for w in workers]):
+        raise UsageError(at("strategy"), problem)
     workload = _choice(values["workload"], WORKLOADS, at("workload"))
     dataset = _choice(values["dataset"], DATASETS, at("dataset"))
     if dataset not in COMPATIBLE_DATASETS[workload]:
@@ -273,6 +279,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         instrument=_bool(values["instrument"], at("instrument")),
         calibrate=_bool(values["calibrate"], at("calibrate")),
         calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1),
+        strategy=strategy,
     )
 
 

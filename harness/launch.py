@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from adapters import missing_framework, native
 from harness import collector, environment, manifest
 from harness.config import RunSpec, SuiteSpec
 from harness.errors import DeviceUnavailable
@@ -66,7 +67,8 @@ def cuda_device_count() -> int:
 
 
 def check_devices(run: RunSpec, where: str, cuda_count: int | None) -> int | None:
-    """Raise DeviceUnavailable naming the first worker whose device this host lacks."""
+    """Raise DeviceUnavailable naming the first worker whose device or framework this host
+    lacks (a framework is looked up, not imported)."""
     cores_here = os.sched_getaffinity(0)
     for i, w in enumerate(run.workers):
         if w.is_cuda:
@@ -77,6 +79,9 @@ def check_devices(run: RunSpec, where: str, cuda_count: int | None) -> int | Non
                 raise DeviceUnavailable(f"{where}.workers[{i}].device",
                                         f"{w.device} not available (this host has "
                                         f"{cuda_count} CUDA device(s))")
+        absent = missing_framework(w.framework)
+        if absent:
+            raise DeviceUnavailable(f"{where}.workers[{i}].framework", absent)
         missing = sorted(set(w.cores or ()) - cores_here)
         if missing:
             raise DeviceUnavailable(f"{where}.workers[{i}].cores",
@@ -119,21 +124,25 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     port = free_port()
     logs = run_dir / "logs"
     logs.mkdir()
+    # a native strategy's own processes (MXNet's ps-lite scheduler and server), stopped below
+    services = native.start_services(run.strategy, run.world_size, free_port(), logs)
     procs = []
-    for rank in range(run.world_size):
-        with open(logs / f"rank{rank}.log", "wb") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "harness.worker", "--run-dir", str(run_dir)],
-                env=worker_environment(run, rank, port), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            ))
     status, reason = "completed", ""
     try:
+        for rank in range(run.world_size):
+            with open(logs / f"rank{rank}.log", "wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "harness.worker", "--run-dir", str(run_dir)],
+                    env=worker_environment(run, rank, port) | services.env, stdout=log,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                ))
         status, reason = _watch(procs, run, run_dir, progress)
     except KeyboardInterrupt:
         _stop(procs)
         _close(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
         raise
+    finally:
+        services.stop()
     return _close(run_dir, run, status, reason, repeat)
 
 

@@ -352,6 +352,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     import numpy as np
     import torch
 
+    from adapters import native
     from harness import comm
 
     worker = run.workers[rank]
@@ -373,7 +374,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     trainer.stretch.total_ns = 0
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
-    allreduce = comm.allreduce_sum
+    allreduce = native.allreduce(run.strategy, adapter, run.world_size) or comm.allreduce_sum
     try:
         step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
         repartitioner, window = make_repartitioner(run), Window()

@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.cli.run", "run a benchmark suite (default: the built-in 'quick')"),
     "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),
     "figures": ("harness.cli.figures", "write the paper figures (PNG and PDF) for runs"),
+    "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),
 }
 
 

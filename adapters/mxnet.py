@@ -1,0 +1,204 @@
+"""MXNet adapter: Gluon blocks, autograd, hybridized (one CachedOp per model).
+
+Gluon's layouts are the spec's (dense (out, in), conv OIHW over NCHW, LSTM gates i, f, c, o
+with separate i2h and h2h biases), so no parameter is converted. As in the PyTorch adapter,
+parameters and gradients live in two flat NDArrays and every Gluon parameter is a view into
+them; the flat gradient array (plus one slot for the loss) is shared with torch through
+DLPack (`to_dlpack_for_write`), so autograd writes the gradients straight into the
+communication buffer: pack() writes only the loss and waits for the engine, unpack() has
+nothing to do, and the SGD update is one fused op over all parameters (MXNet's own
+sgd_update, as gluon.Trainer uses).
+
+MXNet's engine is asynchronous even on the CPU: operators return before they have run.
+`synchronize_on_host` tells the worker to call synchronize() (mx.nd.waitall) at every phase
+boundary on the CPU too, so each phase ends when its work has ended. pack() always waits
+for the gradients, timed or not: torch must not all-reduce memory the engine still writes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from workloads.models import ModelSpec
+
+if "bool" not in vars(np):  # MXNet 1.9.1 uses np.bool, removed in numpy 1.24
+    np.bool = bool  # type: ignore[attr-defined]
+
+with warnings.catch_warnings():  # its import warns about numpy and distutils APIs it uses
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+ENGINE_DEFAULT = "ThreadedEnginePerDevice"
+
+
+def _mlp(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
+    hidden, n_in = spec.options["hidden"], int(np.prod(spec.sample_shape))
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(hidden, activation="relu", in_units=n_in),  # flattens C, H, W
+            gluon.nn.Dense(hidden, activation="relu", in_units=hidden),
+            gluon.nn.Dense(spec.num_classes, in_units=hidden))
+    return net, {"fc1": net[0], "fc2": net[1], "fc3": net[2]}
+
+
+def _cnn(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
+    c_in, height, width = spec.sample_shape
+    c1, c2 = spec.options["channels"]
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(c1, 3, padding=1, in_channels=c_in, activation="relu"),
+            gluon.nn.MaxPool2D(2),
+            gluon.nn.Conv2D(c2, 3, padding=1, in_channels=c1, activation="relu"),
+            gluon.nn.MaxPool2D(2),
+            gluon.nn.Dense(spec.num_classes, in_units=c2 * (height // 4) * (width // 4)))
+    return net, {"conv1": net[0], "conv2": net[2], "fc": net[4]}
+
+
+class _CharLSTM(gluon.HybridBlock):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        vocab, embed, hidden = spec.num_classes, spec.options["embed"], spec.options["hidden"]
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(vocab, embed)
+            self.lstm = gluon.rnn.LSTM(hidden, layout="NTC", input_size=embed)
+            self.decoder = gluon.nn.Dense(vocab, flatten=False, in_units=hidden)
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's signature
+        return self.decoder(self.lstm(self.embed(x)))
+
+
+def _lstm(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
+    net = _CharLSTM(spec)
+    return net, {"embed": net.embed, "lstm": net.lstm, "decoder": net.decoder}
+
+
+BUILDERS = {"mlp": _mlp, "cnn": _cnn, "lstm": _lstm}
+# spec parameter kind -> Gluon attribute, where they differ (the fused LSTM layer's names)
+GLUON_ATTRIBUTES = {"weight_ih": "l0_i2h_weight", "weight_hh": "l0_h2h_weight",
+                    "bias_ih": "l0_i2h_bias", "bias_hh": "l0_h2h_bias"}
+
+
+class _LossSum(gluon.HybridBlock):
+    """Model and loss in one hybridized graph. Gluon's softmax cross-entropy averages over
+    every axis but the batch: for the LSTM that is the per-sample mean over tokens."""
+
+    def __init__(self, net: gluon.HybridBlock) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.net = net
+        self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def hybrid_forward(self, F: Any, x: Any, y: Any) -> Any:  # noqa: N803
+        return F.sum(self.loss(self.net(x), y))
+
+
+def _gluon_parameter(layers: dict[str, Any], name: str, shape: tuple[int, ...]
+                     ) -> gluon.Parameter:
+    layer, kind = name.rsplit(".", 1)
+    param = getattr(layers[layer], GLUON_ATTRIBUTES.get(kind, kind))
+    if tuple(param.shape) != shape:
+        raise ValueError(f"{name}: Gluon shape {param.shape} != spec {shape}")
+    return param
+
+
+class MXNetAdapter:
+    framework = "mxnet"
+    synchronize_on_host = True
+
+    def __init__(self, spec: ModelSpec, device: str, threads: int) -> None:
+        # MXNet's operator threads follow OMP_NUM_THREADS, set by the worker before import;
+        # torch only reads the shared buffer here, but keep it to the same budget
+        torch.set_num_threads(threads)
+        self.spec = spec
+        self.is_cuda = device.startswith("cuda")
+        if self.is_cuda:
+            index = int(device.split(":")[1])
+            if index >= mx.context.num_gpus():
+                raise ValueError(f"MXNet sees no {device} (the pip wheel is CPU-only)")
+            self.ctx = mx.gpu(index)
+        else:
+            self.ctx = mx.cpu()
+        net, layers = BUILDERS[spec.workload](spec)
+        self.model = _LossSum(net)
+        self.model.initialize(ctx=self.ctx)
+        params = [_gluon_parameter(layers, p.name, p.shape) for p in spec.params]
+        n = spec.num_elements
+        self.flat_params = mx.nd.zeros(n, ctx=self.ctx)
+        self.flat_grads = mx.nd.zeros(n + 1, ctx=self.ctx)  # last element: the loss sum
+        offset = 0
+        for p, param in zip(spec.params, params, strict=True):
+            data = self.flat_params[offset: offset + p.size].reshape(p.shape)
+            grad = self.flat_grads[offset: offset + p.size].reshape(p.shape)
+            # Gluon keeps one array per context; replace it with the view (and its
+            # gradient), registered with autograd as Parameter._init_grad would
+            param._data = [data]
+            param._grad = [grad]
+            autograd.mark_variables([data], [grad], grad_reqs="write")
+            offset += p.size
+        self._grads_view = self.flat_grads[:n]
+        self._buffer = torch.from_dlpack(mx.nd.to_dlpack_for_write(self.flat_grads))
+        self.model.hybridize(static_alloc=True)
+
+    @staticmethod
+    def versions() -> dict[str, str]:
+        return {"mxnet": mx.__version__, "numpy": np.__version__,
+                "mxnet_engine": os.environ.get("MXNET_ENGINE_TYPE", ENGINE_DEFAULT)}
+
+    def load_parameters(self, values: dict[str, np.ndarray]) -> None:
+        flat = np.concatenate([values[p.name].ravel() for p in self.spec.params])
+        self.flat_params[:] = flat.astype(np.float32)
+        self.flat_params.wait_to_read()
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        flat = self.flat_params.asnumpy()
+        out, offset = {}, 0
+        for p in self.spec.params:
+            out[p.name] = flat[offset: offset + p.size].reshape(p.shape).copy()
+            offset += p.size
+        return out
+
+    def comm_buffer(self, on_device: bool) -> torch.Tensor:
+        if self.is_cuda and not on_device:
+            raise ValueError("MXNet on a GPU with a host communication buffer is not supported")
+        return self._buffer
+
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
+        # zero-copy, as torch.from_numpy: MXNet marks the array it is given read-only, so
+        # it gets a view and the caller's array stays writable
+        x = mx.nd.from_numpy(np.ascontiguousarray(inputs).view(), zero_copy=True)
+        y = mx.nd.from_numpy(np.ascontiguousarray(targets).view(), zero_copy=True)
+        if self.is_cuda:
+            x, y = x.as_in_context(self.ctx), y.as_in_context(self.ctx)
+        return x, y
+
+    def forward(self, batch: Any) -> Any:
+        x, y = batch
+        with autograd.record():
+            return self.model(x, y)
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()  # grad_req "write": overwrites the gradient views
+
+    def pack(self, loss: Any) -> None:
+        # fetching the scalar and writing it through torch costs ~20 us; an MXNet slice
+        # assignment into the slot ~180 us
+        self._buffer[-1] = float(loss.asscalar())
+        # torch reads this memory next: the engine must have finished writing it
+        self.flat_grads.wait_to_read()
+
+    def unpack(self) -> None:
+        pass  # the reduced sums are already in the gradient views
+
+    def apply(self, scale: float) -> None:
+        mx.nd.sgd_update(self.flat_params, self._grads_view, lr=scale, wd=0.0,
+                         out=self.flat_params)
+
+    def zero_grad(self) -> None:
+        pass  # backward overwrites every gradient and pack the loss: nothing accumulates
+
+    def synchronize(self) -> None:
+        mx.nd.waitall()

@@ -1,0 +1,307 @@
+"""TensorFlow adapter: raw ops, GradientTape, tf.function.
+
+Layouts: activations are NHWC and conv filters HWIO, as TensorFlow's CPU convolutions
+require; the data (NCHW) is transposed in to_device and the filters are converted when
+weights cross. The dense layer after the convolutions therefore sees its features in H, W,
+C order, so its kernel columns are permuted from the spec's C, H, W order (the same
+features: the same mathematics). Dense and LSTM kernels stay (out, in) and are multiplied
+with transpose_b, the same MatMul kernels a Keras (in, out) kernel runs with the operands'
+roles swapped; this spares a transposed copy of every dense gradient in pack and unpack
+(MLP: pack 0.43 -> 0.1 ms, unpack 0.22 -> 0.05 ms). The LSTM is written out with the
+spec's gate order (i, f, g, o) and both biases, so no parameter is merged.
+
+Forward and backward stay separate phases: forward() calls the compiled forward function
+under a GradientTape; TensorFlow then runs a forward variant that also outputs the
+activations the gradient needs, and backward() runs the compiled backward function from
+the tape. What the split costs against one fused tf.function (grappler cannot optimise
+across the two functions, and each is one more call of ~0.1-0.2 ms) is measured in the
+issue 4 report.
+
+Gradients cross into the torch communication buffer through DLPack: pack() views each TF
+gradient as a torch tensor (no copy) and copies it into the buffer, through a permuted
+view where the layouts differ. unpack() copies the reduced sums into a torch staging
+buffer in TF layout that TensorFlow aliased once at start (zero-copy reads); apply() runs
+one in-place ResourceApplyGradientDescent per variable. TensorFlow treats tensors as
+immutable, but the staging memory is written only by torch, in unpack(), never while
+TensorFlow reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch  # before TensorFlow: Keras documents a segfault in the other order
+from torch.utils.dlpack import to_dlpack
+
+from workloads.models import ModelSpec
+
+# TensorFlow's C++ INFO lines (CPU feature notes) would open every worker log; warnings stay
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import tensorflow as tf  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one spec parameter is held in TensorFlow: the spec tensor viewed as `spec_view`
+    and permuted by `perm` is the TF variable viewed as `tf_view`, reshaped to `tf_shape`."""
+
+    name: str
+    offset: int
+    size: int
+    spec_view: tuple[int, ...]
+    perm: tuple[int, ...]
+    tf_view: tuple[int, ...]
+    tf_shape: tuple[int, ...]
+
+    @property
+    def inverse(self) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.argsort(self.perm))
+
+    @property
+    def is_identity(self) -> bool:
+        return self.perm == tuple(range(len(self.perm)))
+
+    def spec_to_tf(self, spec_tensor: torch.Tensor) -> torch.Tensor:
+        return spec_tensor.view(self.spec_view).permute(self.perm)
+
+    def tf_to_spec(self, tf_tensor: torch.Tensor) -> torch.Tensor:
+        return tf_tensor.reshape(self.tf_view).permute(self.inverse)
+
+
+def layouts(spec: ModelSpec) -> list[Layout]:
+    """TF layout of every spec parameter, in spec order."""
+    out, offset = [], 0
+    for p in spec.params:
+        if spec.workload == "cnn" and p.name == "fc.weight":
+            # the dense layer after the convolutions sees NHWC features in H, W, C order:
+            # its kernel columns are permuted from the spec's C, H, W order
+            channels = spec.options["channels"][-1]
+            h, w = spec.sample_shape[1] // 4, spec.sample_shape[2] // 4
+            units = p.shape[0]
+            layout = Layout(p.name, offset, p.size, (units, channels, h, w), (0, 2, 3, 1),
+                            (units, h, w, channels), (units, h * w * channels))
+        elif len(p.shape) == 4:  # conv OIHW -> HWIO
+            o, i, kh, kw = p.shape
+            layout = Layout(p.name, offset, p.size, p.shape, (2, 3, 1, 0), (kh, kw, i, o),
+                            (kh, kw, i, o))
+        else:  # dense and LSTM kernels stay (out, in): multiplied with transpose_b
+            identity = tuple(range(len(p.shape)))
+            layout = Layout(p.name, offset, p.size, p.shape, identity, p.shape, p.shape)
+        out.append(layout)
+        offset += p.size
+    return out
+
+
+def _loss_sum(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+
+
+class _Model:
+    """The three workloads as raw ops over a name -> tf.Variable map (TF layouts)."""
+
+    def __init__(self, spec: ModelSpec, v: dict[str, tf.Variable]) -> None:
+        self.spec, self.v = spec, v
+
+    def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return getattr(self, self.spec.workload)(x, y)  # type: ignore[no-any-return]
+
+    def _dense(self, name: str, x: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(x, self.v[f"{name}.weight"], transpose_b=True) + self.v[f"{name}.bias"]
+
+    def mlp(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        x = tf.reshape(x, (-1, math.prod(self.spec.sample_shape)))  # NCHW data: C, H, W order
+        x = tf.nn.relu(self._dense("fc1", x))
+        x = tf.nn.relu(self._dense("fc2", x))
+        return _loss_sum(self._dense("fc3", x), y)
+
+    def cnn(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        for name in ("conv1", "conv2"):
+            x = tf.nn.conv2d(x, self.v[f"{name}.weight"], 1, "SAME") + self.v[f"{name}.bias"]
+            x = tf.nn.max_pool2d(tf.nn.relu(x), 2, 2, "VALID")
+        x = tf.reshape(x, (tf.shape(x)[0], -1))  # H, W, C order, as fc.weight's columns
+        return _loss_sum(self._dense("fc", x), y)
+
+    def lstm(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        v, hidden, seq_len = self.v, self.spec.options["hidden"], self.spec.options["seq_len"]
+        n = tf.shape(x)[0]
+        emb = tf.gather(v["embed.weight"], x)  # (N, L, E)
+        # input projections of every step at once; the recurrence is unrolled (static L)
+        xw = tf.matmul(tf.reshape(emb, (-1, emb.shape[-1])), v["lstm.weight_ih"],
+                       transpose_b=True)
+        xw = tf.reshape(xw, (n, seq_len, 4 * hidden)) + v["lstm.bias_ih"] + v["lstm.bias_hh"]
+        h = tf.zeros((n, hidden))
+        c = tf.zeros((n, hidden))
+        outputs = []
+        # unstack, not xw[:, t]: the gradient of a strided slice is a zero-filled copy of
+        # the whole (N, L, 4H) tensor per step (4-5x slower backward); unstack's is a stack
+        for xt in tf.unstack(xw, num=seq_len, axis=1):
+            gates = xt + tf.matmul(h, v["lstm.weight_hh"], transpose_b=True)
+            i, f, g, o = tf.split(gates, 4, axis=1)
+            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            h = tf.sigmoid(o) * tf.tanh(c)
+            outputs.append(h)
+        out = tf.reshape(tf.stack(outputs, axis=1), (-1, hidden))
+        logits = self._dense("decoder", out)
+        # per-sample loss = mean over the sample's tokens
+        return _loss_sum(logits, tf.reshape(y, (-1,))) / seq_len
+
+
+def _input_signature(spec: ModelSpec) -> list[tf.TensorSpec]:
+    """Batch dimension left open: any slice size runs the same traced function."""
+    if spec.workload == "lstm":
+        return [tf.TensorSpec((None, *spec.sample_shape), tf.int64),
+                tf.TensorSpec((None, *spec.sample_shape), tf.int64)]
+    shape = spec.sample_shape
+    if spec.workload == "cnn":  # NHWC
+        shape = (*shape[1:], shape[0])
+    return [tf.TensorSpec((None, *shape), tf.float32), tf.TensorSpec((None,), tf.int64)]
+
+
+def _configure_threads(threads: int) -> None:
+    """intra-op = threads, inter-op = 1 (one CPU per thread, as torch.set_num_threads).
+    Only possible before TensorFlow's runtime starts: a second adapter in the same process
+    (tests) keeps the first setting."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass
+
+
+class TensorFlowAdapter:
+    framework = "tensorflow"
+    # TensorFlow's CPU ops and functions return finished tensors: no host synchronisation
+    synchronize_on_host = False
+
+    def __init__(self, spec: ModelSpec, device: str, threads: int) -> None:
+        _configure_threads(threads)
+        torch.set_num_threads(threads)  # torch does the layout copies in pack and unpack
+        self.spec = spec
+        self.is_cuda = device.startswith("cuda")
+        if self.is_cuda:
+            index = int(device.split(":")[1])
+            if index >= len(tf.config.list_physical_devices("GPU")):
+                raise ValueError(f"TensorFlow sees no {device} (tensorflow-cpu has no GPU)")
+            self.tf_device = f"/GPU:{index}"
+        else:
+            self.tf_device = "/CPU:0"
+        self.torch_device = torch.device(device)
+        self.layouts = layouts(spec)
+        with tf.device(self.tf_device):
+            self.variables = [tf.Variable(tf.zeros(lay.tf_shape), name=lay.name.replace(".", "_"))
+                              for lay in self.layouts]
+        self.model = _Model(spec, {lay.name: var for lay, var in
+                                   zip(self.layouts, self.variables, strict=True)})
+        # one concrete function, batch dimension open: any slice size runs one trace, and
+        # no signature matching per call (forward + backward ~10% faster for the MLP)
+        self._forward_fn = tf.function(self.model.__call__).get_concrete_function(
+            *_input_signature(spec))
+        n = spec.num_elements
+        # reduced gradient sums in TF layout, aliased by TensorFlow once (zero-copy reads)
+        self._staging = torch.zeros(n, device=self.torch_device)
+        slices = [self._staging[lay.offset: lay.offset + lay.size] for lay in self.layouts]
+        self._staging_views = [s if lay.is_identity else s.view(lay.tf_view)
+                               for s, lay in zip(slices, self.layouts, strict=True)]
+        self._staging_tf = [tf.experimental.dlpack.from_dlpack(to_dlpack(s.view(lay.tf_shape)))
+                            for s, lay in zip(slices, self.layouts, strict=True)]
+        self._set_buffer(torch.zeros(n + 1))  # gloo reduces host memory
+        self._tape: tf.GradientTape | None = None
+        self._grads: list[tf.Tensor] | None = None
+        self._scale: tuple[float, tf.Tensor] | None = None
+
+    def _set_buffer(self, buffer: torch.Tensor) -> None:
+        """Per parameter, the buffer slice as the TF-layout tensor it is copied from (pack)
+        and to (unpack): a permuted view where the layouts differ, else the flat slice."""
+        self._buffer = buffer
+        self._pack_targets: list[tuple[torch.Tensor, tuple[int, ...] | None]] = []
+        self._unpack_sources = []
+        for lay in self.layouts:
+            flat = buffer[lay.offset: lay.offset + lay.size]
+            if lay.is_identity:
+                self._pack_targets.append((flat, None))
+                self._unpack_sources.append(flat)
+            else:
+                self._pack_targets.append((lay.spec_to_tf(flat), lay.tf_view))
+                self._unpack_sources.append(lay.spec_to_tf(flat))
+
+    @staticmethod
+    def versions() -> dict[str, str]:
+        return {"tensorflow": tf.__version__, "numpy": np.__version__}
+
+    def load_parameters(self, values: dict[str, np.ndarray]) -> None:
+        for lay, var in zip(self.layouts, self.variables, strict=True):
+            spec_value = torch.from_numpy(np.ascontiguousarray(values[lay.name], np.float32))
+            var.assign(lay.spec_to_tf(spec_value).contiguous().reshape(lay.tf_shape).numpy())
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        out = {}
+        for p, lay, var in zip(self.spec.params, self.layouts, self.variables, strict=True):
+            tf_value = torch.from_numpy(var.numpy())
+            out[p.name] = lay.tf_to_spec(tf_value).contiguous().numpy().reshape(p.shape)
+        return out
+
+    def comm_buffer(self, on_device: bool) -> torch.Tensor:
+        device = self.torch_device if on_device and self.is_cuda else torch.device("cpu")
+        if self._buffer.device != device:  # nccl: the buffer lives on the GPU
+            self._set_buffer(torch.zeros(self.spec.num_elements + 1, device=device))
+        return self._buffer
+
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
+        with tf.device(self.tf_device):
+            x = tf.convert_to_tensor(inputs)
+            if self.spec.workload == "cnn":
+                x = tf.transpose(x, (0, 2, 3, 1))  # NCHW data -> NHWC
+            return x, tf.convert_to_tensor(targets)
+
+    def forward(self, batch: Any) -> Any:
+        x, y = batch
+        # watch only the parameters: the tape keeps nothing else alive
+        self._tape = tf.GradientTape(watch_accessed_variables=False)
+        with self._tape:
+            self._tape.watch(self.variables)
+            loss = self._forward_fn(x, y)
+        return loss
+
+    def backward(self, loss: Any) -> None:
+        assert self._tape is not None, "backward() without forward()"
+        grads = self._tape.gradient(loss, self.variables)
+        # tf.gather's gradient (the embedding) comes as IndexedSlices: summing its rows into
+        # a dense table is part of computing the gradient, so it happens here
+        self._grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                       for g in grads]
+        self._tape = None
+
+    def pack(self, loss: Any) -> None:
+        assert self._grads is not None, "pack() without backward()"
+        for (target, view), grad in zip(self._pack_targets, self._grads, strict=True):
+            # torch reads TF's gradient memory through DLPack (no copy) and copies it into
+            # the buffer, through a permuted view where the layouts differ
+            source = torch.from_dlpack(grad)
+            target.copy_(source.view(view) if view else source.view(-1))
+        self._buffer[-1] = float(loss)
+
+    def unpack(self) -> None:
+        for staging, source in zip(self._staging_views, self._unpack_sources, strict=True):
+            staging.copy_(source)
+
+    def apply(self, scale: float) -> None:
+        if self._scale is None or self._scale[0] != scale:
+            self._scale = (scale, tf.constant(scale, tf.float32))
+        # one in-place kernel per variable, as TensorFlow's SGD does; eager raw ops cost
+        # less here than one tf.function call (its overhead alone is ~0.1-0.2 ms)
+        for var, grad in zip(self.variables, self._staging_tf, strict=True):
+            tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=self._scale[1],
+                                                    delta=grad)
+
+    def zero_grad(self) -> None:
+        # pack() overwrites every element of the buffer: only drop this step's tensors
+        self._tape = None
+        self._grads = None
+
+    def synchronize(self) -> None:
+        if self.is_cuda:
+            tf.test.experimental.sync_devices()

@@ -1,0 +1,233 @@
+"""One conformance suite for every installed adapter (DESIGN.md: tests).
+
+For the same framework-neutral weights and batch, each adapter's loss and gradient sums
+match the PyTorch adapter's; one SGD step through pack -> unpack -> apply matches; gradient
+sums over slices add up to the full-batch gradient, and a few synchronous steps give the
+same parameters for 1 worker, 2 equal and 3 unequal slices (partition invariance, in one
+process: the all-reduce is a sum of the slices' communication buffers).
+
+Tolerances (float32; summation order and kernels differ between frameworks): loss sums
+rtol 1e-5; gradients per parameter |g - g_torch| <= 1e-3 |g_torch| + 1e-4 max|g_torch|;
+parameters after SGD steps (lr 0.5) atol 1e-6. Observed over the six cases at batch 32:
+loss sums within 1e-7 (TensorFlow) and 6e-7 (MXNet) relative; gradients within 2.5e-6
+and 6e-6 of each parameter's largest gradient; parameters after one step within 3e-8
+and 1.2e-7.
+
+Frameworks that are not installed are skipped, so the suite passes in a torch-only venv.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from adapters import FRAMEWORKS, load_adapter
+from workloads.data import BatchOrder, Dataset, load_dataset
+from workloads.models import ModelSpec, build_spec
+
+# framework -> the module whose absence skips its tests
+MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
+         ("cnn", "synthetic"), ("lstm", "synthetic")]
+SEED = 0
+LOSS_RTOL = 1e-5
+GRAD_RTOL = 1e-3
+GRAD_ATOL_OF_MAX = 1e-4
+PARAM_ATOL = 1e-6  # after steps of lr 0.1: parameters move by ~1e-2, rounding stays ~1e-7
+
+_cache: dict[tuple[Any, ...], tuple[ModelSpec, Any]] = {}
+
+
+def installed(framework: str) -> bool:
+    return importlib.util.find_spec(MODULES[framework]) is not None
+
+
+@pytest.fixture(params=sorted(FRAMEWORKS))
+def framework(request: pytest.FixtureRequest) -> str:
+    if not installed(request.param):
+        pytest.skip(f"{request.param} is not installed (pip install 'hetbench[{request.param}]')")
+    return str(request.param)
+
+
+def adapter_for(framework: str, workload: str, dataset: str) -> tuple[Dataset, ModelSpec, Any]:
+    """One adapter per (framework, model shape) for the whole module, reset to the initial
+    weights: building and tracing a model costs seconds in TensorFlow."""
+    data = load_dataset(dataset, workload, SEED)
+    key = (framework, workload, data.sample_shape, data.num_classes)
+    if key not in _cache:
+        spec = build_spec(workload, data.sample_shape, data.num_classes)
+        _cache[key] = (spec, load_adapter(framework)(spec, "cpu", 1))
+    spec, adapter = _cache[key]
+    adapter.load_parameters(spec.initial_parameters(SEED))
+    adapter.zero_grad()
+    return data, spec, adapter
+
+
+def packed(adapter: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Gradient sums and loss sum, as the worker would all-reduce them (a copy)."""
+    adapter.zero_grad()
+    loss = adapter.forward(adapter.to_device(x, y))
+    adapter.synchronize()
+    adapter.backward(loss)
+    adapter.pack(loss)
+    adapter.synchronize()
+    return adapter.comm_buffer(False).numpy().copy()
+
+
+def by_parameter(spec: ModelSpec, flat: np.ndarray) -> dict[str, np.ndarray]:
+    out, offset = {}, 0
+    for p in spec.params:
+        out[p.name] = flat[offset: offset + p.size].reshape(p.shape)
+        offset += p.size
+    return out
+
+
+def assert_gradients_match(spec: ModelSpec, ours: np.ndarray, reference: np.ndarray) -> None:
+    np.testing.assert_allclose(ours[-1], reference[-1], rtol=LOSS_RTOL, err_msg="loss sum")
+    theirs = by_parameter(spec, reference[:-1])
+    for name, grad in by_parameter(spec, ours[:-1]).items():
+        atol = GRAD_ATOL_OF_MAX * float(np.abs(theirs[name]).max())
+        np.testing.assert_allclose(grad, theirs[name], rtol=GRAD_RTOL, atol=atol, err_msg=name)
+
+
+def sgd_steps(adapter: Any, data: Dataset, sizes: tuple[int, ...], steps: int, lr: float,
+              global_batch: int) -> dict[str, np.ndarray]:
+    """Synchronous SGD as the worker does it, with the all-reduce done in process: each
+    slice's buffer is computed in turn and summed, then unpacked and applied."""
+    order = BatchOrder(len(data), global_batch, SEED)
+    bounds = np.cumsum((0, *sizes))
+    buffer = adapter.comm_buffer(False)
+    for step in range(steps):
+        idx = order.indices(step)
+        total = sum(packed(adapter, data.inputs[idx[a:b]], data.targets[idx[a:b]])
+                    for a, b in zip(bounds, bounds[1:], strict=False))
+        buffer.copy_(torch.from_numpy(total))  # what all-reduce leaves in every buffer
+        adapter.unpack()
+        adapter.apply(lr / global_batch)
+        adapter.zero_grad()
+        adapter.synchronize()
+    return adapter.parameters()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Callable[[str, str], tuple[Dataset, ModelSpec, Any]]:
+    return lambda workload, dataset: adapter_for("pytorch", workload, dataset)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), CASES)
+def test_loss_and_gradients_match_pytorch(framework: str, workload: str, dataset: str,
+                                          reference: Any) -> None:
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    idx = BatchOrder(len(data), 32, SEED).indices(0)
+    x, y = data.inputs[idx], data.targets[idx]
+    ours = packed(adapter, x, y)
+    assert ours.shape == (spec.num_elements + 1,) and ours.dtype == np.float32
+    _, _, torch_adapter = reference(workload, dataset)
+    expected = packed(torch_adapter, x, y)
+    assert np.abs(expected[:-1]).max() > 0
+    assert_gradients_match(spec, ours, expected)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
+                                                   ("lstm", "text")])
+def test_sgd_step_matches_pytorch(framework: str, workload: str, dataset: str,
+                                  reference: Any) -> None:
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    ours = sgd_steps(adapter, data, (16,), steps=1, lr=0.5, global_batch=16)
+    _, _, torch_adapter = reference(workload, dataset)
+    expected = sgd_steps(torch_adapter, data, (16,), steps=1, lr=0.5, global_batch=16)
+    initial = spec.initial_parameters(SEED)
+    for name, value in ours.items():
+        assert value.shape == spec.params[[p.name for p in spec.params].index(name)].shape
+        np.testing.assert_allclose(value, expected[name], rtol=0, atol=PARAM_ATOL, err_msg=name)
+    assert any(not np.allclose(ours[n], initial[n], rtol=0, atol=1e-4) for n in ours)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), CASES)
+def test_slice_gradients_add_up_to_full_batch(framework: str, workload: str,
+                                              dataset: str) -> None:
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    idx = BatchOrder(len(data), 24, SEED).indices(1)
+    full = packed(adapter, data.inputs[idx], data.targets[idx])
+    parts = sum(packed(adapter, data.inputs[idx[a:b]], data.targets[idx[a:b]])
+                for a, b in ((0, 3), (3, 13), (13, 24)))
+    assert np.abs(full[:-1]).max() > 0
+    np.testing.assert_allclose(parts, full, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("lstm", "synthetic")])
+def test_partition_does_not_change_parameters(framework: str, workload: str,
+                                              dataset: str) -> None:
+    """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework."""
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    results = {}
+    for sizes in ((48,), (24, 24), (5, 17, 26)):
+        adapter.load_parameters(spec.initial_parameters(SEED))
+        results[sizes] = sgd_steps(adapter, data, sizes, steps=3, lr=0.5, global_batch=48)
+    one = results[(48,)]
+    initial = spec.initial_parameters(SEED)
+    assert any(not np.allclose(one[n], initial[n], rtol=0, atol=1e-4) for n in one)
+    for sizes, params in results.items():
+        for name, value in params.items():
+            np.testing.assert_allclose(value, one[name], rtol=0, atol=PARAM_ATOL,
+                                       err_msg=f"{sizes}: {name}")
+
+
+@pytest.mark.parametrize(("workload", "dataset"), [("cnn", "digits"), ("lstm", "text")])
+def test_parameters_round_trip_exactly(framework: str, workload: str, dataset: str) -> None:
+    """Layout conversions (TF: transposes, HWIO, the NHWC flatten order) lose nothing."""
+    _, spec, adapter = adapter_for(framework, workload, dataset)
+    values = spec.initial_parameters(seed=7)
+    adapter.load_parameters(values)
+    out = adapter.parameters()
+    assert list(out) == [p.name for p in spec.params]
+    for name, value in values.items():
+        assert out[name].dtype == np.float32
+        np.testing.assert_array_equal(out[name], value, err_msg=name)
+
+
+def test_buffer_is_stable_and_versions_are_reported(framework: str) -> None:
+    """The worker registers the buffer once: it must stay the same memory every step."""
+    data, spec, adapter = adapter_for(framework, "mlp", "digits")
+    buffer = adapter.comm_buffer(False)
+    assert buffer.dtype == torch.float32 and buffer.device.type == "cpu"
+    assert buffer.shape == (spec.num_elements + 1,)
+    pointer = buffer.data_ptr()
+    sgd_steps(adapter, data, (8, 8), steps=2, lr=0.1, global_batch=16)
+    assert adapter.comm_buffer(False).data_ptr() == pointer
+    versions = type(adapter).versions()
+    assert {MODULES[framework], "numpy"} <= set(versions)
+    assert versions["numpy"] == np.__version__
+    assert isinstance(type(adapter).synchronize_on_host, bool)
+
+
+def test_mixed_framework_slices_sum_to_the_pytorch_step() -> None:
+    """A mixed job in one process: each installed framework computes one slice, the sums
+    meet in the buffer; every framework's step then equals PyTorch's full-batch step."""
+    frameworks = [f for f in sorted(FRAMEWORKS) if installed(f)]
+    if len(frameworks) < 2:
+        pytest.skip("needs a second framework (pip install 'hetbench[all]')")
+    workload, dataset = "cnn", "digits"
+    adapters = [adapter_for(f, workload, dataset)[2] for f in frameworks]
+    data, spec, torch_adapter = adapter_for("pytorch", workload, dataset)
+    idx = BatchOrder(len(data), 30, SEED).indices(0)
+    bounds = np.linspace(0, 30, len(adapters) + 1).astype(int)
+    total = sum(packed(a, data.inputs[idx[lo:hi]], data.targets[idx[lo:hi]])
+                for a, lo, hi in zip(adapters, bounds, bounds[1:], strict=False))
+    assert_gradients_match(spec, total, packed(torch_adapter, data.inputs[idx],
+                                               data.targets[idx]))
+    expected = sgd_steps(torch_adapter, data, (30,), steps=1, lr=0.5, global_batch=30)
+    for framework, adapter in zip(frameworks, adapters, strict=True):
+        adapter.load_parameters(spec.initial_parameters(SEED))
+        adapter.comm_buffer(False).copy_(torch.from_numpy(total))
+        adapter.unpack()
+        adapter.apply(0.5 / 30)
+        adapter.synchronize()
+        for name, value in adapter.parameters().items():
+            np.testing.assert_allclose(value, expected[name], rtol=0, atol=PARAM_ATOL,
+                                       err_msg=f"{framework}: {name}")
