@@ -12,6 +12,8 @@ from harness.errors import UsageError
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.cli.run", "run a benchmark suite (default: the built-in 'quick')"),
+    "compare": ("harness.cli.compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),
+    "ci": ("harness.cli.ci", "regression gate: a suite for --base REF and this tree, compared"),
     "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),
     "figures": ("harness.cli.figures", "write the paper figures (PNG and PDF) for runs"),
     "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),

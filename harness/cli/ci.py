@@ -1,0 +1,169 @@
+"""`hetbench ci --base REF [SUITE]`: the regression gate.
+
+Runs SUITE for the base commit and for the working tree on this machine, one launch of each
+per round, then `hetbench compare`s them (same exit statuses: 0, 1 regression, 3
+inconclusive, 2 error). The base runs its own code: a temporary `git worktree` of REF, with
+a Python started there (cwd and PYTHONPATH) that calls the tree's own launcher
+(harness.launch.run_suite; `python -m harness.cli.main run` for trees without it), so its
+workers import the base's harness, adapters and workloads. Both sides run the same suite
+definition (the working tree's text, one repeat per launch), so only the code differs.
+
+Rounds alternate the order, A B B A A B ...: a shared machine drifts (other jobs, thermal
+state, page cache), and interleaving spreads the drift over both sides instead of letting
+it land on one; alternating who goes first also cancels any effect of running second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+from harness.cli.compare import add_statistics_arguments, report, settings_from
+from harness.errors import UsageError
+
+DEFAULT_SUITE = "ci"
+SIDES = ("base", "current")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from harness.cli.compare import EPILOG
+
+    parser.epilog = ("Runs the suite for REF (in a temporary git worktree, with REF's own code)\n"
+                     "and for the working tree, one launch each per round, in the order\n"
+                     "A B B A A B ..., then compares them:\n\n" + EPILOG)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
+                        help=f"suite TOML file or built-in name (default: {DEFAULT_SUITE})")
+    parser.add_argument("--base", required=True, metavar="REF",
+                        help="git commit (or branch, tag, HEAD~1) to compare against")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="rounds, i.e. launches per side (default: the suite's repeats)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where both sides' results go (default: results/ci/<UTC time>)")
+    add_statistics_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_paths
+    from harness.config import load_suite
+
+    settings = settings_from(args)
+    suite = load_suite(args.suite)
+    rounds = suite.repeats if args.repeats is None else args.repeats
+    if rounds < 1:
+        raise UsageError("--repeats", f"{rounds} is not allowed (at least 1)")
+    repo = source_repository()
+    commit = resolve_commit(repo, args.base)
+    out = (args.out or Path("results") / "ci" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    suite_file = out / "suite.toml"
+    # Both sides run the working tree's suite text: a built-in suite may not exist at REF.
+    suite_file.write_text(suite_text(args.suite))
+    say(f"hetbench ci: suite {suite.name}, {rounds} round(s); base {args.base} = "
+        f"{commit[:12]}, current = working tree {repo}; results in {out}")
+    worktree = Path(tempfile.mkdtemp(prefix="hetbench-base-"))
+    git(repo, "worktree", "add", "--detach", "--force", str(worktree), commit)
+    try:
+        trees = {"base": worktree, "current": repo}
+        for i in range(rounds):
+            order = SIDES if i % 2 == 0 else SIDES[::-1]
+            for side in order:
+                run_side(side, trees[side], suite_file, out, i, rounds)
+    finally:
+        git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+        shutil.rmtree(worktree, ignore_errors=True)
+    comparison = compare_paths(out / "base", out / "current", settings)
+    report(comparison, out / "base", out / "current", args.json)
+    return int(comparison.exit_status)
+
+
+def say(text: str) -> None:
+    """Progress goes to stderr: stdout is the verdict (a table, or JSON with --json)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def source_repository() -> Path:
+    """The git checkout this hetbench runs from: the CURRENT side."""
+    source = Path(__file__).resolve().parents[2]
+    top = git(source, "rev-parse", "--show-toplevel", check=False)
+    if not top:
+        raise UsageError(str(source), "hetbench ci needs hetbench to run from a git checkout")
+    return Path(top)
+
+
+def resolve_commit(repo: Path, ref: str) -> str:
+    commit = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if not commit:
+        raise UsageError("--base", f"{ref!r} is not a commit of {repo}")
+    return commit
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError("git", f"cannot run git: {exc}") from None
+    if done.returncode != 0:
+        if check:
+            lines = done.stderr.strip().splitlines() or ["failed"]
+            raise UsageError(f"git {args[0]}", lines[-1])
+        return ""
+    return done.stdout.strip()
+
+
+def suite_text(name_or_path: str) -> str:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.read_text()
+    return (resources.files("harness") / "suites" / f"{name_or_path}.toml").read_text()
+
+
+# Runs one round of the suite (repeats = 1) through the side's own launcher: what
+# `hetbench run` does minus its summary and figures, which cost more than the runs
+# themselves on a short suite.
+RUNNER = """
+import dataclasses
+import sys
+from pathlib import Path
+from harness.config import load_suite
+from harness.errors import UsageError
+from harness.launch import run_suite
+try:
+    suite = dataclasses.replace(load_suite(sys.argv[1]), repeats=1)
+    results = run_suite(suite, Path(sys.argv[2]))
+except UsageError as exc:
+    print(f"hetbench: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+for r in results:
+    print(r.status, r.run_dir, r.reason)
+sys.exit(1 if any(r.status != "completed" for r in results) else 0)
+"""
+
+
+def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int) -> None:
+    """One launch of the suite with the side's own code; its output goes to a log."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    log = logs / f"{side}-{i}.log"
+    start = time.monotonic()
+    command = [sys.executable, "-c", RUNNER, str(suite_file), str(out / side)]
+    with open(log, "w") as f:
+        code = subprocess.run(command, cwd=tree, env=env, stdout=f,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    say(f"round {i + 1}/{rounds} {side:<7} exit {code}  {time.monotonic() - start:5.1f} s  "
+        f"[{log}]")
+    if code == 2:  # the side could not run the suite at all: nothing to compare
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        raise UsageError(f"{side} ({tree})", lines[-1] if lines else f"exit 2, see {log}")

@@ -1,0 +1,180 @@
+"""`hetbench compare BASE CURRENT`: is CURRENT slower than BASE, and can we tell?
+
+BASE and CURRENT are each a run directory, a suite's results folder or a results folder of
+suites. Exit status: 0 no regression, 1 regression, 3 inconclusive, 2 usage or harness
+error. Statistics: analysis/compare.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+
+DEFAULT_THRESHOLD = 0.10
+DEFAULT_ALPHA = 0.002
+
+
+EPILOG = """\
+One value per run and metric (median step time, samples/s, idle fraction; per worker:
+compute CV and the median of each phase). Runs, i.e. separate launches, are the unit of
+replication, not steps: steps of one run are autocorrelated and share that launch's fate.
+Per metric: ratio of medians CURRENT/BASE with a bootstrap 95% interval, two-sided
+Mann-Whitney U test, Holm-corrected over all metrics compared. regressed = significant AND
+worse by more than the threshold; improved = the mirror; inconclusive = beyond the
+threshold but not significant, or too few runs for p < alpha to be reachable at all
+(with the default alpha: 7 runs per side for 1-3 metrics, 8 for 4-12, 9 for 13-48, 10 for
+49-184; a two-worker run has 21 metrics). Exit status: 0 no regression, 1 regression,
+3 inconclusive, 2 usage or harness error."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("base", type=Path, metavar="BASE",
+                        help="run directory or results folder of the reference")
+    parser.add_argument("current", type=Path, metavar="CURRENT",
+                        help="run directory or results folder under test")
+    add_statistics_arguments(parser)
+
+
+def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared with `hetbench ci`."""
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="smallest relative change that counts, as a factor 1 + X "
+                             f"(default {DEFAULT_THRESHOLD})")
+    parser.add_argument("--metric-threshold", action="append", default=[],
+                        metavar="NAME=X",
+                        help="threshold for one metric (NAME may be a pattern: phase_*=0.3); "
+                             "repeatable")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help="family-wise significance level, Holm-corrected over the metrics "
+                             f"(default {DEFAULT_ALPHA})")
+    parser.add_argument("--metrics", default="",
+                        help="comma-separated metric names or patterns to compare "
+                             "(default: all; fewer metrics need fewer repeats)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from analysis.compare import DIRECTIONS, Settings
+
+    if not (math.isfinite(args.threshold) and args.threshold >= 0):
+        raise UsageError("--threshold", f"{args.threshold} is not allowed (a number >= 0)")
+    if not (0 < args.alpha < 1):
+        raise UsageError("--alpha", f"{args.alpha} is not allowed (between 0 and 1)")
+    known = ", ".join(DIRECTIONS)
+    pairs = []
+    for item in args.metric_threshold:
+        name, sep, value = item.partition("=")
+        try:
+            threshold = float(value)
+        except ValueError:
+            threshold = math.nan
+        if not sep or not name or not (math.isfinite(threshold) and threshold >= 0):
+            raise UsageError("--metric-threshold", f"{item!r} is not NAME=X with X >= 0")
+        _check_pattern(name, "--metric-threshold", known)
+        pairs.append((name, threshold))
+    patterns = tuple(p.strip() for p in args.metrics.split(",") if p.strip())
+    for pattern in patterns:
+        _check_pattern(pattern, "--metrics", known)
+    return Settings(threshold=args.threshold, metric_thresholds=tuple(pairs), alpha=args.alpha,
+                    metrics=patterns)
+
+
+def _check_pattern(pattern: str, where: str, known: str) -> None:
+    import fnmatch
+
+    from analysis.compare import DIRECTIONS
+
+    if not any(fnmatch.fnmatchcase(name, pattern) for name in DIRECTIONS):
+        raise UsageError(where, f"{pattern!r} matches no metric (metrics: {known})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_paths
+
+    settings = settings_from(args)
+    comparison = compare_paths(args.base, args.current, settings)
+    report(comparison, args.base, args.current, args.json)
+    return int(comparison.exit_status)
+
+
+def report(comparison: Any, base: Path, current: Path, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_json(comparison, base, current), indent=2))
+    else:
+        print(format_table(comparison, base, current))
+
+
+def to_json(comparison: Any, base: Path, current: Path) -> dict[str, Any]:
+    s = comparison.settings
+    return {
+        "verdict": comparison.verdict,
+        "exit_status": comparison.exit_status,
+        "base": str(base),
+        "current": str(current),
+        "alpha": s.alpha,
+        "correction": "holm",
+        "threshold": s.threshold,
+        "metric_thresholds": dict(s.metric_thresholds),
+        "metrics_compared": len(comparison.table),
+        "min_repeats_per_side": comparison.min_repeats,
+        "repeats": {"base": comparison.repeats_base, "current": comparison.repeats_current},
+        "warnings": comparison.warnings,
+        # worker is null for metrics of the whole run
+        "metrics": [{k: None if k == "worker" and v < 0 else _plain(v) for k, v in row.items()}
+                    for row in comparison.table.to_dict(orient="records")],
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalars: numpy types to Python, NaN and infinities to null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+HEADER = ("run", "worker", "metric", "better", "n", "base", "current", "ratio", "95% CI",
+          "p (Holm)", "verdict")
+
+
+def format_table(comparison: Any, base: Path, current: Path) -> str:
+    table = comparison.table
+    lines = [f"BASE {base}  vs  CURRENT {current}"]
+    lines += [f"warning: {w}" for w in comparison.warnings]
+    rows = [HEADER]
+    for r in table.itertuples(index=False):
+        rows.append((
+            f"{r.suite}/{r.run}", "-" if r.worker < 0 else str(r.worker), r.metric, r.better,
+            f"{r.n_base}/{r.n_current}", _num(r.base_median), _num(r.current_median),
+            _num(r.ratio, 3), f"{_num(r.ci_low, 3)}-{_num(r.ci_high, 3)}",
+            f"{r.p_adjusted:.2g}", r.verdict + (f" ({r.note})" if r.note else ""),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
+                     + "  " + row[-1])
+    counts = {v: int((table["verdict"] == v).sum()) for v in
+              ("regressed", "improved", "inconclusive", "unchanged")}
+    s = comparison.settings
+    lines.append(
+        f"verdict: {comparison.verdict.upper()} "
+        f"({', '.join(f'{n} {v}' for v, n in counts.items())} of {len(table)} metrics); "
+        f"threshold {s.threshold:g}, p < {s.alpha:g} family-wise (Holm over {len(table)}); "
+        f"runs per side BASE {comparison.repeats_base}, CURRENT {comparison.repeats_current}, "
+        f"at least {comparison.min_repeats} needed"
+    )
+    return "\n".join(lines)
+
+
+def _num(value: float, digits: int = 4) -> str:
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf"
+    return f"{value:.{digits}g}"
