@@ -9,6 +9,12 @@ clock offsets, barriers, the records) still goes through torch.distributed. Stra
   them at the end; each worker pushes its gradient buffer and pulls the sum of all
   workers' pushes (no server-side optimizer: the server stores each round's sum). ps-lite
   has no timeout: a dead peer is caught by the launcher's stall watchdog, not here.
+- "tensorflow-collective": TensorFlow's collective all-reduce (MultiWorkerMirroredStrategy,
+  RING implementation: gRPC between the workers' own TF servers on 127.0.0.1). The
+  launcher gives every worker the same list of ports; each worker creates the strategy as
+  its task `worker:<rank>` before TensorFlow runs any op (prepare), as TensorFlow requires.
+  The torch buffer enters TF zero-copy (DLPack) and the sum is copied back into it, so
+  the allreduce phase of this strategy includes one copy of the buffer.
 
 This module imports no framework at module level: the launcher uses it too.
 """
@@ -25,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 # strategy -> the framework every worker must run (None: any mix)
-STRATEGIES: dict[str, str | None] = {"torch": None, "mxnet-kvstore": "mxnet"}
+STRATEGIES: dict[str, str | None] = {"torch": None, "mxnet-kvstore": "mxnet",
+                                     "tensorflow-collective": "tensorflow"}
+TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
 KVSTORE_MODE = "dist_sync"
 STOP_GRACE_S = 5.0
 
@@ -61,9 +69,15 @@ class Services:
                 p.wait()
 
 
-def start_services(strategy: str, world_size: int, port: int, logs: Path) -> Services:
+def start_services(strategy: str, world_size: int, free_port: Callable[[], int],
+                   logs: Path) -> Services:
+    if strategy == "tensorflow-collective":
+        # Each worker's TF server listens on its own port; the workers find each other there.
+        workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(world_size))
+        return Services(env={TF_WORKERS_ENV: workers})
     if strategy != "mxnet-kvstore":
         return Services()
+    port = free_port()
     env = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": str(world_size),
            "DMLC_INTERFACE": "lo", "PS_VERBOSE": "0"}
@@ -77,6 +91,31 @@ def start_services(strategy: str, world_size: int, port: int, logs: Path) -> Ser
     return services
 
 
+_tf_strategy: Any = None
+
+
+def prepare(strategy: str, rank: int, world_size: int, threads: int) -> None:
+    """Work a strategy must do before the adapter exists: TensorFlow's collectives must be
+    configured before its runtime runs a single op (and its thread pools before that)."""
+    global _tf_strategy
+    if strategy != "tensorflow-collective":
+        return
+    from adapters.tensorflow import configure_threads, tf
+
+    workers = os.environ.get(TF_WORKERS_ENV, "").split(",")
+    if len(workers) != world_size or not all(workers):
+        raise RuntimeError(f"{TF_WORKERS_ENV} must list {world_size} host:port entries "
+                           "(hetbench run sets it; torchrun mode does not support this "
+                           "strategy)")
+    configure_threads(threads)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=rank)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    _tf_strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options)
+
+
 def allreduce(strategy: str, adapter: Any, world_size: int
               ) -> Callable[[Any], None] | None:
     """The strategy's replacement for comm.allreduce_sum, or None for "torch"."""
@@ -84,6 +123,8 @@ def allreduce(strategy: str, adapter: Any, world_size: int
         return None
     if strategy == "mxnet-kvstore":
         return _kvstore_allreduce(adapter, world_size)
+    if strategy == "tensorflow-collective":
+        return _tf_collective_allreduce(adapter)
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
@@ -103,5 +144,32 @@ def _kvstore_allreduce(adapter: Any, world_size: int) -> Callable[[Any], None]:
         kv.push(0, grads)
         kv.pull(0, out=grads)
         grads.wait_to_read()  # the worker reads the loss slot through torch next
+
+    return reduce
+
+
+def _tf_collective_allreduce(adapter: Any) -> Callable[[Any], None]:
+    """Sum the torch buffer over the workers with TensorFlow's ring all-reduce."""
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+    from adapters.tensorflow import tf
+
+    strategy = _tf_strategy
+    if strategy is None:
+        raise RuntimeError("tensorflow-collective: prepare() was not called before the adapter")
+    buffer = adapter.comm_buffer(False)
+
+    def replica_sum(x: Any) -> Any:
+        # identity places the input on the replica's device; all_reduce needs one
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                              tf.identity(x))
+
+    @tf.function(input_signature=[tf.TensorSpec(tuple(buffer.shape), tf.float32)])
+    def all_reduce(x: Any) -> Any:
+        return strategy.experimental_local_results(strategy.run(replica_sum, args=(x,)))[0]
+
+    def reduce(buffer: Any) -> None:
+        total = all_reduce(tf.experimental.dlpack.from_dlpack(to_dlpack(buffer)))
+        buffer.copy_(from_dlpack(tf.experimental.dlpack.to_dlpack(total)))
 
     return reduce

@@ -161,7 +161,7 @@ def _input_signature(spec: ModelSpec) -> list[tf.TensorSpec]:
     return [tf.TensorSpec((None, *shape), tf.float32), tf.TensorSpec((None,), tf.int64)]
 
 
-def _configure_threads(threads: int) -> None:
+def configure_threads(threads: int) -> None:
     """intra-op = threads, inter-op = 1 (one CPU per thread, as torch.set_num_threads).
     Only possible before TensorFlow's runtime starts: a second adapter in the same process
     (tests) keeps the first setting."""
@@ -178,7 +178,7 @@ class TensorFlowAdapter:
     synchronize_on_host = False
 
     def __init__(self, spec: ModelSpec, device: str, threads: int) -> None:
-        _configure_threads(threads)
+        configure_threads(threads)
         torch.set_num_threads(threads)  # torch does the layout copies in pack and unpack
         self.spec = spec
         self.is_cuda = device.startswith("cuda")

@@ -1,9 +1,9 @@
 """Regression statistics: two groups of runs (BASE, CURRENT) -> one verdict per metric.
 
 Unit of replication. Each run (one launch of the worker processes) gives ONE value per
-metric: its median step time, its samples/s, its idle fraction, each worker's compute CV
-and per-phase medians. Steps are not the unit: consecutive steps of a run are
-autocorrelated (caches, allocator state, a noisy neighbour that stays for seconds) and all
+metric: its median step time, its samples/s, its idle fraction, each worker's median
+compute time, compute CV and per-phase medians. Steps are not the unit: consecutive steps
+of a run are autocorrelated (caches, allocator state, a noisy neighbour that stays for seconds) and all
 share the fate of their process (core placement, memory layout, the gloo connection, the
 machine's load while it ran). Thousands of steps from two runs are still two observations
 of "how fast does this code run when launched"; testing steps would turn any difference
@@ -63,6 +63,7 @@ RUN_METRICS: dict[str, str] = {
     "idle_fraction": LOWER,     # DESIGN.md: idle before all-reduce / busy time
 }
 WORKER_METRICS: dict[str, str] = {
+    "compute_ms": LOWER,        # median over steps of ready - begin (every compute phase)
     "compute_cv": LOWER,        # std / mean of the worker's compute time over steps
     **{f"phase_{p.value}_ms": LOWER for p in PHASES},  # median of the phase over steps
 }
@@ -101,7 +102,9 @@ def run_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
         cv = compute.std(ddof=1) / compute.mean()
         phase_columns = [f"{p.value}_ns" for p in PHASES if f"{p.value}_ns" in steps]
         medians = steps.groupby("rank")[phase_columns].median() / 1e6
+        compute_ms = compute.median() / 1e6
         for rank in sorted(medians.index):
+            rows.append((int(rank), "compute_ms", float(compute_ms.loc[rank])))
             rows.append((int(rank), "compute_cv", float(cv.loc[rank])))
             for column in phase_columns:
                 name = f"phase_{column[: -len('_ns')]}_ms"

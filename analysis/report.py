@@ -122,6 +122,22 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             markdown_table(summary.reset_index()), ""]
 
 
+def strategy_section(table: pd.DataFrame) -> list[str]:
+    """Communication time per aggregation strategy (torch.distributed and the frameworks'
+    native ones), only when the runs use more than one."""
+    if table.empty or table["strategy"].nunique() < 2:
+        return []
+    groups = group_table(table, by=["framework", "strategy"],
+                         metrics=["comm_p50_ms", "comm_p95_ms", "mean_step_ms"])
+    wide = groups.pivot_table(index=["framework", "strategy"], columns="metric",
+                              values="mean").reset_index()
+    wide.insert(2, "repeats", groups.groupby(["framework", "strategy"])["n"].max().to_numpy())
+    return ["## Communication by aggregation strategy", "",
+            "Communication after the last arrival (reduced - arrival, idle excluded), median "
+            "and p95 over workers and steps, mean over repeats (ms).", "",
+            markdown_table(wide), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           figures: Sequence[str] = (), target_loss: float = 0.5) -> tuple[str, str]:
     """(report.md text, terminal text) for the runs, given as (manifest, steps)."""
@@ -158,6 +174,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "Does the same variability occur across setups? Mean over runs and repeats, 95% "
            "t interval.", "",
            markdown_table(by_setup.drop(columns=["std"])), ""]
+    md += strategy_section(table)
     repartition = repartition_section(runs, target_loss)
     md += repartition
     if figures:

@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import heterogeneous_efficiency, phase_stats, run_summary
+from analysis.metrics import (
+    after_warmup,
+    complete_steps,
+    heterogeneous_efficiency,
+    instrumented,
+    phase_stats,
+    run_summary,
+    with_derived,
+)
 from analysis.stragglers import straggler_summary
 from analysis.whatif import costs, what_if
 
@@ -48,6 +56,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
     standalone = pd.DataFrame(manifest.get("standalone") or [],
                               columns=["rank", "samples_per_s"])
     expected_steps = int(run.get("steps", 0)) - warmup
+    comm_ms = communication_ms(steps, warmup)
     return {
         "run_id": manifest.get("run_id", ""),
         "suite": manifest.get("suite", {}).get("name", ""),
@@ -59,6 +68,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "workload": run.get("workload", ""),
         "dataset": run.get("dataset", ""),
         "policy": run.get("partition", {}).get("policy", ""),
+        "strategy": run.get("strategy", "torch"),
         "devices": device_mix(manifest),
         "heterogeneity": manifest.get("heterogeneity", ""),
         "steps": summary["steps"],
@@ -69,9 +79,22 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
         "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
         **costs(what_if(steps, warmup)),
+        "comm_p50_ms": comm_ms[0],
+        "comm_p95_ms": comm_ms[1],
         "top_straggler_share": float(stragglers["share_last"].max()) if len(stragglers)
         else np.nan,
     }
+
+
+def communication_ms(steps: pd.DataFrame, warmup: int) -> tuple[float, float]:
+    """Median and p95 over workers and steps of the communication time after the last
+    arrival (DESIGN.md comm = reduced - arrival), in ms: what an aggregation strategy costs,
+    idle excluded."""
+    d = complete_steps(after_warmup(steps, warmup))
+    if d.empty or not instrumented(d):
+        return np.nan, np.nan
+    comm = with_derived(d)["comm_ns"] / 1e6
+    return float(comm.median()), float(comm.quantile(0.95))
 
 
 def runs_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:

@@ -98,4 +98,4 @@ def test_all_three(benchmark: Any, steps: pd.DataFrame) -> None:
 def test_compare_run_metrics(benchmark: Any, steps: pd.DataFrame) -> None:
     benchmark.group = "analysis of 1M records"
     values = benchmark(run_metrics, steps, 10)
-    assert len(values) == 3 + WORKERS * (1 + len(PHASES))
+    assert len(values) == 3 + WORKERS * (2 + len(PHASES))

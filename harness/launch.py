@@ -124,8 +124,9 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     port = free_port()
     logs = run_dir / "logs"
     logs.mkdir()
-    # a native strategy's own processes (MXNet's ps-lite scheduler and server), stopped below
-    services = native.start_services(run.strategy, run.world_size, free_port(), logs)
+    # a native strategy's own processes (MXNet's ps-lite scheduler and server), stopped
+    # below, and what its workers must be told (TensorFlow's worker addresses)
+    services = native.start_services(run.strategy, run.world_size, free_port, logs)
     procs = []
     status, reason = "completed", ""
     try:

@@ -356,6 +356,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     from harness import comm
 
     worker = run.workers[rank]
+    native.prepare(run.strategy, rank, run.world_size, worker.threads)
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     adapter = trainer.adapter
     device = torch.device(worker.device if backend == "nccl" else "cpu")

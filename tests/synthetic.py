@@ -50,15 +50,15 @@ def steps_frame(n_steps: int, compute_ms: Callable[[int, int], float], world: in
 
 def write_run(folder: Path, steps: pd.DataFrame, name: str = "r", repeat: int = 0,
               status: str = "completed", planned_steps: int | None = None,
-              slowdown: tuple[float, ...] = (1.0, 1.0), standalone: list[dict] | None = None
-              ) -> Path:
+              slowdown: tuple[float, ...] = (1.0, 1.0), standalone: list[dict] | None = None,
+              strategy: str = "torch") -> Path:
     """A run directory as hetbench writes it (manifest + steps.parquet + trace.json)."""
     run_dir = folder / f"{name}-r{repeat}"
     run_dir.mkdir(parents=True)
     run: dict[str, Any] = {
         "name": name, "framework": "pytorch", "workload": "mlp", "dataset": "digits",
         "steps": planned_steps or int(steps["step"].nunique()), "warmup_steps": 0,
-        "global_batch": 64, "partition": {"policy": "sizes"},
+        "global_batch": 64, "partition": {"policy": "sizes"}, "strategy": strategy,
         "workers": [{"device": "cpu", "threads": 1, "slowdown": f} for f in slowdown],
     }
     heterogeneity = "emulated" if any(f != 1.0 for f in slowdown) else "homogeneous"

@@ -139,7 +139,7 @@ def test_min_repeats_per_side_for_the_default_alpha() -> None:
     # 2 / C(12, 6) = 0.0022 misses 0.002 by a hair: one metric needs 7 runs per side.
     assert min_repeats(0.002, 1) == 7
     assert min_repeats(0.002, 3) == 7 and min_repeats(0.002, 4) == 8
-    assert min_repeats(0.002, 21) == 9  # a two-worker run: 3 run + 2 x 9 worker metrics
+    assert min_repeats(0.002, 23) == 9  # a two-worker run: 3 run + 2 x 10 worker metrics
     assert min_repeats(0.002, 49) == 10
     assert min_repeats(0.05, 1) == 4
 
@@ -154,7 +154,7 @@ def test_run_metrics_one_value_per_run_and_worker() -> None:
     steps = generate_steps(np.random.default_rng(0), run_noise=0.0, step_noise=0.0)
     v = run_metrics(steps, warmup_steps=4)
     assert (v["worker"] == RUN_LEVEL).sum() == 3
-    assert set(v[v["worker"] == 0]["metric"]) == {"compute_cv", *(
+    assert set(v[v["worker"] == 0]["metric"]) == {"compute_ms", "compute_cv", *(
         f"phase_{p.value}_ms" for p in collector.PHASES)}
     step_ms = v[v["metric"] == "step_time_ms"]["value"].item()
     assert step_ms == pytest.approx(1.0 + COMM_MS + UNPACK_MS + APPLY_MS, rel=1e-6)
@@ -185,7 +185,7 @@ def test_a_a_comparisons_raise_no_alarm(pool: pd.DataFrame, draw: int) -> None:
     base = pool[pool["repeat"].isin(order[:10])]
     current = pool[pool["repeat"].isin(order[10:20])]
     table = compare_values(base, current, Settings(seed=draw))
-    assert len(table) == 21 and (table["n_base"] == 10).all()
+    assert len(table) == 23 and (table["n_base"] == 10).all()
     assert "regressed" not in set(table["verdict"])
     assert "improved" not in set(table["verdict"])
 
@@ -226,7 +226,7 @@ def test_per_metric_threshold_overrides_the_default() -> None:
 def test_fewer_metrics_need_fewer_repeats() -> None:
     base, slow = values(8, seed=12), values(8, seed=13, factor=1.3)
     everything = compare_values(base, slow)
-    assert set(everything["verdict"]) == {"inconclusive"}  # 21 metrics need 9 per side
+    assert set(everything["verdict"]) == {"inconclusive"}  # 23 metrics need 9 per side
     two = compare_values(base, slow, Settings(metrics=("step_time_ms", "samples_per_s")))
     assert list(two["verdict"]) == ["regressed", "regressed"]
 
@@ -398,6 +398,9 @@ def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path)
     result = json.loads(done.stdout)
     assert result["verdict"] == "inconclusive"
     assert result["repeats"] == {"base": 2, "current": 2}
+    # the gate's default metrics: step time, samples/s and each worker's compute time
+    assert sorted({m["metric"] for m in result["metrics"]}) == [
+        "compute_ms", "samples_per_s", "step_time_ms"]
     rounds = [line.split()[2] for line in done.stderr.splitlines() if line.startswith("round")]
     assert rounds == ["base", "current", "current", "base"]
     for side in ("base", "current"):

@@ -6,8 +6,8 @@
   kernels sum in different orders: the observed difference was 6e-8).
 - A suite naming a framework that is not installed fails before any worker starts, with one
   line naming the extra to install.
-- MXNet's kvstore (dist_sync), a native aggregation strategy, ends where the
-  torch.distributed path ends.
+- The native aggregation strategies, MXNet's kvstore (dist_sync) and TensorFlow's
+  collective ring all-reduce, end where the torch.distributed path ends.
 - `hetbench devices` reports every framework, each probed in its own process, and survives
   a framework that crashes or hangs on import.
 """
@@ -98,52 +98,59 @@ def test_mixed_job_ends_where_a_pytorch_job_ends(tmp_path: Path, write_suite) ->
     assert mx_steps["forward_ns"].median() > mx_steps["to_device_ns"].median()
 
 
-KVSTORE_SUITE = """
+NATIVE_SUITE = """
 [suite]
-name = "kvstore"
+name = "native"
 
 [defaults]
-framework = "mxnet"
+framework = "{framework}"
 workload = "mlp"
 dataset = "digits"
 steps = 10
 global_batch = 96
 lr = 0.1
 seed = 2
-partition = { policy = "sizes", sizes = [40, 56] }
-workers = [ { device = "cpu" }, { device = "cpu" } ]
+partition = {{ policy = "sizes", sizes = [40, 56] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
 
 [[runs]]
 name = "torch-distributed"
 
 [[runs]]
-name = "kvstore"
-strategy = "mxnet-kvstore"
+name = "native"
+strategy = "{strategy}"
 """
 
 
 @pytest.mark.slow
-def test_mxnet_kvstore_strategy_matches_torch_distributed(tmp_path: Path, write_suite) -> None:
-    """The native strategy: hetbench starts and stops ps-lite's scheduler and server, and
-    the parameters equal those of the torch.distributed path (two workers: the sums are
-    the same two-term float additions, so they agree to rounding)."""
-    if not installed("mxnet"):
-        pytest.skip("needs MXNet (pip install 'hetbench[mxnet]')")
+@pytest.mark.parametrize(("framework", "strategy", "logs"), [
+    ("mxnet", "mxnet-kvstore", ["kvstore-scheduler.log", "kvstore-server.log"]),
+    ("tensorflow", "tensorflow-collective", []),
+])
+def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, framework: str,
+                                                   strategy: str, logs: list[str]) -> None:
+    """A native strategy (MXNet: hetbench starts and stops ps-lite's scheduler and server;
+    TensorFlow: ring all-reduce between the workers' TF servers) ends with the parameters
+    of the torch.distributed path (two workers: the sums are the same two-term float
+    additions, so they agree to rounding)."""
+    if not installed(framework):
+        pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
     from harness.config import load_suite
     from harness.launch import run_suite
     from harness.results import load_run
 
-    suite = load_suite(str(write_suite(KVSTORE_SUITE)))
-    results = run_suite(suite, tmp_path / "results")
+    text = NATIVE_SUITE.format(framework=framework, strategy=strategy)
+    results = run_suite(load_suite(str(write_suite(text))), tmp_path / "results")
     assert [r.status for r in results] == ["completed"] * 2, [r.reason for r in results]
-    torch_params, kv_params = (dict(np.load(r.run_dir / "params.npz")) for r in results)
+    torch_params, native_params = (dict(np.load(r.run_dir / "params.npz")) for r in results)
     for name, expected in torch_params.items():
-        np.testing.assert_allclose(kv_params[name], expected, rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(native_params[name], expected, rtol=0, atol=1e-6,
+                                   err_msg=name)
     run = load_run(results[1].run_dir)
-    assert run.manifest["run"]["strategy"] == "mxnet-kvstore"
+    assert run.manifest["run"]["strategy"] == strategy
     assert (run.steps["allreduce_ns"] > 0).all()
-    for role in ("scheduler", "server"):  # they ran, and the launcher waited for them
-        assert (results[1].run_dir / "logs" / f"kvstore-{role}.log").is_file()
+    for log in logs:  # the strategy's own processes ran, and the launcher waited for them
+        assert (results[1].run_dir / "logs" / log).is_file()
 
 
 def test_native_strategy_needs_its_framework_on_every_worker() -> None:
@@ -157,7 +164,7 @@ def test_native_strategy_needs_its_framework_on_every_worker() -> None:
     assert "needs every worker on mxnet (worker 1 is pytorch)" in info.value.message
     with pytest.raises(UsageError) as info:
         parse_suite({"runs": [{"name": "r", "strategy": "horovod"}]})
-    assert "allowed: mxnet-kvstore, torch" in info.value.message
+    assert "allowed: mxnet-kvstore, tensorflow-collective, torch" in info.value.message
     run = parse_suite({"runs": [{"name": "r", "framework": "mxnet",
                                  "strategy": "mxnet-kvstore"}]}).runs[0]
     assert run.strategy == "mxnet-kvstore"

@@ -42,6 +42,25 @@ def test_report_writes_markdown_and_figures(suite_folder: Path, capsys) -> None:
         assert f"![{name}.png]({name}.png)" in text
 
 
+def test_report_compares_aggregation_strategies(tmp_path: Path, capsys) -> None:
+    """Runs with a native strategy get a table of communication time per strategy:
+    median and p95 of reduced - arrival, idle excluded."""
+    folder = tmp_path / "strategies"
+    for repeat in range(2):
+        for strategy, comm_ms in (("torch", 0.5), ("mxnet-kvstore", 2.0)):
+            frame = steps_frame(30, lambda r, s: [2.0, 3.0][r], comm_ms=comm_ms)
+            write_run(folder, frame, name=strategy, repeat=repeat, strategy=strategy)
+    assert main(["report", str(folder), "--no-figures"]) == 0
+    text = (folder / "report" / "report.md").read_text()
+    section = text.split("## Communication by aggregation strategy")[1].split("##")[0]
+    rows = {line.split("|")[2].strip(): line for line in section.splitlines()
+            if line.startswith("| pytorch")}
+    assert set(rows) == {"torch", "mxnet-kvstore"}
+    cells = {name: [c.strip() for c in line.split("|")] for name, line in rows.items()}
+    assert cells["torch"][3] == "2" and cells["mxnet-kvstore"][3] == "2"  # repeats
+    assert "0.5" in cells["torch"][4:6] and "2" in cells["mxnet-kvstore"][4:6]
+
+
 def test_figures_command_writes_png_and_pdf(suite_folder: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "figs"
     assert main(["figures", str(suite_folder / "pair-r0"), "--out", str(out)]) == 0

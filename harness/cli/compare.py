@@ -21,14 +21,14 @@ DEFAULT_ALPHA = 0.002
 
 EPILOG = """\
 One value per run and metric (median step time, samples/s, idle fraction; per worker:
-compute CV and the median of each phase). Runs, i.e. separate launches, are the unit of
+median and CV of compute, the median of each phase). Runs, i.e. separate launches, are the unit of
 replication, not steps: steps of one run are autocorrelated and share that launch's fate.
 Per metric: ratio of medians CURRENT/BASE with a bootstrap 95% interval, two-sided
 Mann-Whitney U test, Holm-corrected over all metrics compared. regressed = significant AND
 worse by more than the threshold; improved = the mirror; inconclusive = beyond the
 threshold but not significant, or too few runs for p < alpha to be reachable at all
 (with the default alpha: 7 runs per side for 1-3 metrics, 8 for 4-12, 9 for 13-48, 10 for
-49-184; a two-worker run has 21 metrics). Exit status: 0 no regression, 1 regression,
+49-184; a two-worker run has 23 metrics). Exit status: 0 no regression, 1 regression,
 3 inconclusive, 2 usage or harness error."""
 
 
@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_statistics_arguments(parser)
 
 
-def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared with `hetbench ci`."""
+def add_statistics_arguments(parser: argparse.ArgumentParser, metrics: str = "") -> None:
+    """Options shared with `hetbench ci` (which judges fewer metrics by default)."""
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help="smallest relative change that counts, as a factor 1 + X "
                              f"(default {DEFAULT_THRESHOLD})")
@@ -54,9 +54,10 @@ def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help="family-wise significance level, Holm-corrected over the metrics "
                              f"(default {DEFAULT_ALPHA})")
-    parser.add_argument("--metrics", default="",
+    parser.add_argument("--metrics", default=metrics,
                         help="comma-separated metric names or patterns to compare "
-                             "(default: all; fewer metrics need fewer repeats)")
+                             f"(default: {metrics or 'all'}; fewer metrics need fewer "
+                             "repeats)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
