@@ -3,11 +3,11 @@
 Unit of replication. Each run (one launch of the worker processes) gives ONE value per
 metric: its median step time, its samples/s, its idle fraction, each worker's median
 compute time, compute CV and per-phase medians. Steps are not the unit: consecutive steps
-of a run are autocorrelated (caches, allocator state, a noisy neighbour that stays for seconds) and all
-share the fate of their process (core placement, memory layout, the gloo connection, the
-machine's load while it ran). Thousands of steps from two runs are still two observations
-of "how fast does this code run when launched"; testing steps would turn any difference
-between two launches into a confident, false verdict.
+of a run are autocorrelated (caches, allocator state, a noisy neighbour that stays for
+seconds) and all share the fate of their process (core placement, memory layout, the gloo
+connection, the machine's load while it ran). Thousands of steps from two runs are still
+two observations of "how fast does this code run when launched"; testing steps would turn
+any difference between two launches into a confident, false verdict.
 
 Statistics, per metric (matched by suite, run name and, for per-worker metrics, worker):
 - effect: ratio of medians CURRENT / BASE, with a percentile bootstrap confidence interval
