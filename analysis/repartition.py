@@ -19,31 +19,39 @@ def slices_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
         drop=True)
 
 
-def step_times(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.Series:
-    """Step time in ms (latest end - earliest begin), indexed by step."""
-    steps = complete_steps(after_warmup(steps, warmup_steps))
-    g = steps.groupby("step")
-    return (g["end_ns"].max() - g["begin_ns"].min()) / 1e6
+def step_balance(steps: pd.DataFrame) -> pd.Series:
+    """Per step, mean over workers of compute time / the slowest worker's compute time:
+    1 when every worker arrives together, 1/world when one does all the waiting. Unlike
+    the step time it does not move when the whole machine speeds up or slows down (which
+    it does here by 20-40% over tens of steps), only when the partition fits the workers
+    better or worse."""
+    d = with_derived(complete_steps(steps))
+    compute = d.groupby("step")["compute_ns"]
+    return compute.mean() / compute.max()
 
 
 def recovery_steps(steps: pd.DataFrame, change_step: int, tolerance: float = 0.05,
-                   window: int = 5) -> float:
-    """Steps after `change_step` until the rolling median step time (over `window` steps)
-    comes back within `tolerance` of the steady level after the change (median of the last
-    quarter of the run) and stays there. NaN if it never settles; 0 if never disturbed."""
-    times = step_times(steps)
-    after = times[times.index >= change_step]
-    if len(after) < 4 * window:
+                   window: int = 10, hold: int = 20) -> float:
+    """Steps after `change_step` until the balance (step_balance; rolling median over
+    `window` steps) is back within `tolerance` of its steady level after the change (the
+    median of the run's last quarter) and stays there for `hold` steps. 0 if it never left
+    (a static partition that is as bad after the change as it will stay); NaN if it never
+    settles or the run is too short to tell."""
+    balance = step_balance(steps)
+    after = balance[balance.index >= change_step]
+    if len(after) < 4 * (window + hold):
         return float("nan")
     steady = float(after.iloc[-len(after) // 4:].median())
     rolling = after.rolling(window, min_periods=window).median().dropna()
-    outside = rolling > steady * (1 + tolerance)
-    if not outside.any():
-        return 0.0
-    last_outside = outside[outside].index.max()
-    if last_outside >= rolling.index.max():
+    inside = (rolling >= steady * (1 - tolerance)).to_numpy()
+    # a run of `hold` rolling values inside the band, starting at the first such run
+    held = np.convolve(inside, np.ones(hold, dtype=int), mode="valid") == hold
+    if not held.any():
         return float("nan")
-    return float(last_outside + 1 - change_step)
+    first = int(np.argmax(held))
+    if first == 0:
+        return 0.0
+    return float(rolling.index[first] - change_step)
 
 
 def time_to_loss(steps: pd.DataFrame, target: float, window: int = 5) -> float:
@@ -157,8 +165,9 @@ def change_step(manifest: dict) -> int | None:
 def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: float
                      ) -> pd.DataFrame:
     """One row per run: scenario and policy (from a run name 'scenario.policy', else the
-    whole name and the partition policy), efficiency, idle fraction, partition changes,
-    steps to recover after an abrupt change, seconds to the target loss."""
+    whole name and the partition policy), efficiency, balance (median of step_balance after
+    warm-up), idle fraction, partition changes, steps to recover after an abrupt change,
+    seconds to the target loss."""
     from analysis.runs import run_row
 
     rows = []
@@ -167,9 +176,12 @@ def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: flo
         name = manifest.get("run", {}).get("name", "")
         scenario, _, policy = name.partition(".")
         change = change_step(manifest)
+        warmup = int(manifest.get("run", {}).get("warmup_steps", 0))
         rows.append({
             "scenario": scenario, "policy": policy or row["policy"], "repeat": row["repeat"],
-            "efficiency": row["efficiency"], "idle_fraction": row["idle_fraction"],
+            "efficiency": row["efficiency"],
+            "balance": float(step_balance(after_warmup(steps, warmup)).median()),
+            "idle_fraction": row["idle_fraction"],
             "samples_per_s": row["samples_per_s"],
             "changes": max(0, len(manifest.get("partition_history") or []) - 1),
             "recovery_steps": recovery_steps(steps, change) if change is not None else np.nan,

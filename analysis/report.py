@@ -110,15 +110,18 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     if not any(moves(m) for m, _ in runs):
         return []
     table = evaluation_table(runs, target_loss)
-    metrics = ["efficiency", "idle_fraction", "changes", "recovery_steps", "time_to_loss_s"]
+    metrics = ["efficiency", "balance", "idle_fraction", "changes", "recovery_steps",
+               "time_to_loss_s"]
     summary = table.groupby(["scenario", "policy"], sort=False)[metrics].agg(["mean", "std"])
     summary.columns = [f"{m} {stat}" for m, stat in summary.columns]
     summary.insert(0, "repeats", table.groupby(["scenario", "policy"], sort=False).size())
     return ["## Repartitioning", "",
             "Per scenario and policy, mean and standard deviation over repeats: "
-            "heterogeneous efficiency, idle fraction, partition changes, steps to come back "
-            f"within 5% of the steady step time after an abrupt change, seconds to a rolling "
-            f"loss of {target_loss:g}.", "",
+            "heterogeneous efficiency, balance (per step, mean compute / slowest compute; "
+            "median after warm-up), idle fraction, partition changes, steps after an abrupt "
+            "change until the balance (10-step rolling median) is back within 5% of its "
+            "steady level and holds for 20 steps, seconds to a rolling loss of "
+            f"{target_loss:g}.", "",
             markdown_table(summary.reset_index()), ""]
 
 
@@ -167,10 +170,10 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
           markdown_table(group_view), ""]
-    by_setup = group_table(table, by=["framework", "workload", "policy", "devices"])
+    by_setup = group_table(table, by=["framework", "strategy", "workload", "policy", "devices"])
     by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",
                                                   "idle_fraction", "cost_of_variability"])]
-    md += ["## By framework, workload, partition and devices", "",
+    md += ["## By framework, aggregation, workload, partition and devices", "",
            "Does the same variability occur across setups? Mean over runs and repeats, 95% "
            "t interval.", "",
            markdown_table(by_setup.drop(columns=["std"])), ""]

@@ -21,7 +21,6 @@ from analysis.metrics import (
 from analysis.stragglers import straggler_summary
 from analysis.whatif import costs, what_if
 
-GROUP_KEYS = ("framework", "workload", "policy", "devices", "heterogeneity")
 RUN_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "efficiency",
                "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
                "cost_of_imbalance", "top_straggler_share")

@@ -86,6 +86,8 @@ class PartitionSpec:
     max_move: float = 0.25
     min_slice: int = 1
     smoothing: float = 0.5
+    max_ratio: float = 2.0
+    reset: float = 0.3
 
     @property
     def adaptive(self) -> bool:
@@ -159,7 +161,8 @@ RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs"}
 WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "framework"}
-ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing"}
+ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing",
+                 "max_ratio", "reset"}
 PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
 
 
@@ -394,6 +397,9 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
         max_move=_float(raw.get("max_move", 0.25), f"{where}.max_move", minimum=0.0,
                         strict=True),
         min_slice=min_slice, smoothing=smoothing,
+        max_ratio=_float(raw.get("max_ratio", 2.0), f"{where}.max_ratio", minimum=1.0,
+                         strict=True),
+        reset=_float(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0, strict=True),
     )
 
 

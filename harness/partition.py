@@ -135,6 +135,14 @@ class Damping:
     max_move: float = 0.25    # a slice moves by at most this fraction of the global batch
     min_slice: int = 1
     smoothing: float = 0.5    # weight of the newest window in the moving averages
+    # A slice at most doubles or halves per update: a line fitted to the sizes seen so far
+    # is not trusted far from them (measured: without it the model policy jumped a slice
+    # from 44 to 1 sample on a noisy fit, and back to 47 ten steps later).
+    max_ratio: float = 2.0
+    # A window whose compute differs from what the history predicts by more than this
+    # fraction means the worker changed speed: forget the history and start from the new
+    # window, instead of averaging the old speed in for several updates.
+    reset: float = 0.3
 
 
 class Repartitioner:
@@ -153,14 +161,25 @@ class Repartitioner:
     def update(self, sizes: Sequence[int], windows: Sequence[WindowStats]
                ) -> tuple[tuple[int, ...], str] | None:
         """New sizes and the reason, or None to keep the current partition."""
-        alpha = self.damping.smoothing
+        alpha, reset = self.damping.smoothing, self.damping.reset
+        changed: list[int] = []
         if self.policy == "proportional":
             fresh = [w.n / w.t if w.t > 0 else 0.0 for w in windows]
-            self.rates = fresh if self.rates is None else [
-                alpha * f + (1 - alpha) * r for f, r in zip(fresh, self.rates, strict=True)]
+            if self.rates is None:
+                self.rates = fresh
+            else:
+                changed = [i for i, (f, r) in enumerate(zip(fresh, self.rates, strict=True))
+                           if r > 0 and abs(f / r - 1) > reset]
+                self.rates = [f if i in changed else alpha * f + (1 - alpha) * r
+                              for i, (f, r) in enumerate(zip(fresh, self.rates, strict=True))]
         else:
-            self.fits = [old.scaled(1 - alpha) + new for old, new in
-                         zip(self.fits, windows, strict=True)]
+            for i, (history, window) in enumerate(zip(self.fits, windows, strict=True)):
+                predicted = predict(history, self.prior_a[i], window)
+                if window.count and predicted > 0 and abs(window.mean_t / predicted - 1) > reset:
+                    changed.append(i)
+            self.fits = [window if i in changed else history.scaled(1 - alpha) + window
+                         for i, (history, window)
+                         in enumerate(zip(self.fits, windows, strict=True))]
         means = [w.mean_t for w in windows]
         imbalance = max(means) / (sum(means) / len(means)) - 1.0
         if imbalance < self.damping.dead_band:
@@ -169,10 +188,11 @@ class Repartitioner:
         if target is None:
             return None
         new = limit_moves(sizes, target, self.damping.max_move * self.total,
-                          self.damping.min_slice, self.total)
+                          self.damping.min_slice, self.total, self.damping.max_ratio)
         if tuple(new) == tuple(sizes):
             return None
-        return new, f"{self.policy}: imbalance {imbalance:.1%}, target " \
+        speed = f", speed changed on worker(s) {changed}" if changed else ""
+        return new, f"{self.policy}: imbalance {imbalance:.1%}{speed}, target " \
                     f"{[round(x, 1) for x in target]}"
 
     def _target(self) -> list[float] | None:
@@ -182,6 +202,14 @@ class Repartitioner:
             return [self.total * r / total_rate for r in self.rates] if total_rate > 0 else None
         lines = [fit_line(f, prior) for f, prior in zip(self.fits, self.prior_a, strict=True)]
         return equal_finish(self.total, lines, self.damping.min_slice)
+
+
+def predict(history: WindowStats, prior_a: float, window: WindowStats) -> float:
+    """The history's fitted compute time at the window's mean slice; NaN without history."""
+    if history.count <= 0 or window.count <= 0:
+        return math.nan
+    a, b = fit_line(history, prior_a)
+    return a + b * window.n / window.count
 
 
 def fit_line(s: WindowStats, prior_a: float = 0.0) -> tuple[float, float]:
@@ -224,12 +252,13 @@ def equal_finish(total: int, lines: Sequence[tuple[float, float]], minimum: int
 
 
 def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,
-                minimum: int, total: int) -> tuple[int, ...]:
+                minimum: int, total: int, max_ratio: float = math.inf) -> tuple[int, ...]:
     """Integer sizes near `target` that move each slice by at most max_delta from `old`
-    (at least one sample), never below `minimum`, and sum exactly to total."""
+    (at least one sample) and by at most a factor max_ratio, never below `minimum`, and
+    sum exactly to total."""
     step = max(1.0, max_delta)
-    lower = [max(float(minimum), o - step) for o in old]
-    upper = [o + step for o in old]
+    lower = [max(float(minimum), o - step, o / max_ratio) for o in old]
+    upper = [max(o + 1.0, min(o + step, o * max_ratio)) for o in old]
     clipped = [min(max(t, lo), hi) for t, lo, hi in zip(target, lower, upper, strict=True)]
     # Clipping can break the sum: share the difference over the slices with room left.
     for _ in range(len(old)):

@@ -300,7 +300,8 @@ def make_repartitioner(run: RunSpec) -> Repartitioner | None:
     if not p.adaptive:
         return None
     damping = Damping(every=p.every, dead_band=p.dead_band, max_move=p.max_move,
-                      min_slice=p.min_slice, smoothing=p.smoothing)
+                      min_slice=p.min_slice, smoothing=p.smoothing, max_ratio=p.max_ratio,
+                      reset=p.reset)
     return Repartitioner(p.policy, run.global_batch, run.world_size, damping)
 
 

@@ -441,7 +441,7 @@ def test_to_dict_is_plain_data() -> None:
     assert data["partition"] == {"policy": "sizes", "sizes": (100, 28), "weights": None,
                                  "profile_steps": 5, "initial": "equal", "every": 10,
                                  "dead_band": 0.05, "max_move": 0.25, "min_slice": 1,
-                                 "smoothing": 0.5}
+                                 "smoothing": 0.5, "max_ratio": 2.0, "reset": 0.3}
     assert data["workers"][0]["device"] == "cpu"
 
 

@@ -99,16 +99,73 @@ def test_every_rank_computes_the_same_partition() -> None:
     assert run_policy("model", lines, total=255) == run_policy("model", lines, total=255)
 
 
+def test_a_slice_at_most_doubles_or_halves_per_update() -> None:
+    # the trust region: however far the target, one update halves worker 0's slice
+    assert limit_moves((128, 128), (1.0, 255.0), 64, 1, 256, max_ratio=2.0) == (64, 192)
+    assert limit_moves((40, 216), (1.0, 255.0), 64, 1, 256, max_ratio=2.0) == (20, 236)
+    history = run_policy("model", [(0.0, 1e6), (0.0, 1e3)], damping=Damping(min_slice=4))
+    for before, after in zip(history, history[1:], strict=False):
+        assert all(x >= y / 2 - 1 and x <= 2 * y + 1 for x, y in zip(after, before, strict=True))
+    assert history[-1][0] == 4
+
+
+@pytest.mark.parametrize("policy", ["proportional", "model"])
+def test_a_speed_change_resets_the_history(policy: str) -> None:
+    """After worker 0 turns 3x slower, the first update acts on the new speed alone, not on
+    an average with the old one (which would take several updates to forget)."""
+    before, after = [(1e6, 2e4), (1e6, 2e4)], [(3e6, 6e4), (1e6, 2e4)]
+    damping = Damping(smoothing=0.5, max_ratio=4.0, max_move=1.0)
+    fresh = Repartitioner(policy, 256, 2, damping)
+    warmed = Repartitioner(policy, 256, 2, damping)
+    for _ in range(5):
+        assert warmed.update((128, 128), windows_for((128, 128), before)) is None
+    change = warmed.update((128, 128), windows_for((128, 128), after))
+    assert change is not None and "speed changed on worker(s) [0]" in change[1]
+    assert change[0] == fresh.update((128, 128), windows_for((128, 128), after))[0]
+    no_reset = Repartitioner(policy, 256, 2, Damping(smoothing=0.5, max_ratio=4.0,
+                                                     max_move=1.0, reset=10.0))
+    for _ in range(5):
+        no_reset.update((128, 128), windows_for((128, 128), before))
+    lagging = no_reset.update((128, 128), windows_for((128, 128), after))
+    assert lagging is not None and lagging[0][0] > change[0][0]  # moved less far
+
+
 def test_recovery_after_an_abrupt_change() -> None:
-    # Step time 10 ms, jumps to 30 at step 100, back to a steady 15 by step 112.
+    # Worker 0 jumps from 10 to 30 ms at step 100 (balance 0.67); a new partition brings it
+    # to 10.5 ms from step 130 (balance 0.98) for the rest of the run.
     def compute(r: int, s: int) -> float:
-        if s < 100:
+        if r == 1 or s < 100:
             return 10.0
-        return 30.0 if s < 112 else 15.0
-    frame = steps_frame(200, lambda r, s: compute(r, s), comm_ms=0.0)
-    assert recovery_steps(frame, 100) == pytest.approx(12 + 2, abs=2)
-    steady = steps_frame(200, lambda r, s: 10.0, comm_ms=0.0)
-    assert recovery_steps(steady, 100) == 0.0
+        return 30.0 if s < 130 else 10.5
+    frame = steps_frame(300, compute, comm_ms=0.0)
+    # the first 10-step rolling median back in the band ends at step 135
+    assert recovery_steps(frame, 100) == pytest.approx(35, abs=1)
+    # a whole-machine slowdown moves the step time but not the balance: nothing to recover
+    machine = steps_frame(300, lambda r, s: 10.0 if s < 100 else 25.0, comm_ms=0.0)
+    assert recovery_steps(machine, 100) == 0.0
+    # a static partition that never adapts is at its (bad) steady level at once
+    static = steps_frame(300, lambda r, s: 30.0 if r == 0 and s >= 100 else 10.0, comm_ms=0.0)
+    assert recovery_steps(static, 100) == 0.0
+
+
+def test_evaluation_table_reads_scenario_policy_balance_and_recovery() -> None:
+    from analysis.repartition import evaluation_table
+
+    def compute(r: int, s: int) -> float:
+        if r == 1 or s < 100:
+            return 10.0
+        return 30.0 if s < 130 else 10.5
+    manifest = {"run_id": "x", "run": {
+        "name": "abrupt.model", "steps": 300, "warmup_steps": 10,
+        "partition": {"policy": "model"},
+        "workers": [{"device": "cpu", "slowdown_at": [[99, 1.0], [100, 3.0]]},
+                    {"device": "cpu"}]},
+        "partition_history": [{"step": 0}, {"step": 130}]}
+    (row,) = evaluation_table([(manifest, steps_frame(300, compute, comm_ms=0.0))], 0.5
+                              ).to_dict(orient="records")
+    assert (row["scenario"], row["policy"], row["changes"]) == ("abrupt", "model", 1)
+    assert row["recovery_steps"] == pytest.approx(35, abs=1)
+    assert row["balance"] == pytest.approx(10.0 / 10.5 * 0.5 + 0.5, abs=1e-3)
 
 
 def test_time_to_a_target_loss() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from harness import __version__
 from harness.errors import UsageError
@@ -37,8 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hetbench: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: status 2, never 1 (a regression)
+        if args.debug:
+            raise
+        traceback.print_exc()
+        print(f"hetbench: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
