@@ -139,7 +139,9 @@ class TorchAdapter:
     def pack(self, loss: Any) -> None:
         self.flat_grads[-1:].copy_(loss.detach().reshape(1))
         if self._host_buffer is not None:
-            self._host_buffer.copy_(self.flat_grads, non_blocking=True)
+            # Blocking: gloo reads this host buffer from the CPU as soon as pack returns,
+            # also in the untimed loop, which does not synchronise the device.
+            self._host_buffer.copy_(self.flat_grads)
 
     def unpack(self) -> None:
         if self._host_buffer is not None:

@@ -23,7 +23,7 @@ from analysis.whatif import costs, what_if
 
 RUN_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "efficiency",
                "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
-               "cost_of_imbalance", "top_straggler_share")
+               "cost_of_imbalance", "cost_of_heterogeneity", "top_straggler_share")
 
 
 def slowdowns(manifest: dict[str, Any]) -> dict[int, float]:

@@ -12,8 +12,10 @@ keeps `rest`, so only the effect of compute differences is measured.
                         can recover);
 - fastest:              every worker at the fastest worker's per-sample rate.
 
-cost of variability = actual / no_variability - 1; cost of the mean imbalance =
-no_variability / balanced - 1.
+cost of variability = actual / no_variability - 1; cost of the mean imbalance (what the
+partition leaves on the table) = no_variability / balanced - 1; cost of heterogeneity (what
+having slower workers costs at all: issue 3's "every worker at the fastest per-sample rate")
+= no_variability / fastest - 1.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pandas as pd
 from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
 
 SCENARIOS = ("actual", "no_variability", "balanced", "fastest")
+COSTS = ("cost_of_variability", "cost_of_imbalance", "cost_of_heterogeneity")
 
 
 def what_if(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
@@ -53,9 +56,11 @@ def what_if(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
 
 
 def costs(what: pd.DataFrame) -> dict[str, float]:
-    """cost_of_variability and cost_of_imbalance as fractions of the shorter time."""
+    """cost_of_variability, cost_of_imbalance and cost_of_heterogeneity as fractions of
+    the shorter time (module docstring)."""
     if what.empty:
-        return {"cost_of_variability": float("nan"), "cost_of_imbalance": float("nan")}
+        return dict.fromkeys(COSTS, float("nan"))
     t = what.set_index("scenario")["total_s"]
     return {"cost_of_variability": float(t["actual"] / t["no_variability"] - 1),
-            "cost_of_imbalance": float(t["no_variability"] / t["balanced"] - 1)}
+            "cost_of_imbalance": float(t["no_variability"] / t["balanced"] - 1),
+            "cost_of_heterogeneity": float(t["no_variability"] / t["fastest"] - 1)}

@@ -4,13 +4,18 @@
 # commit results/baselines/. About 2 minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf results/baselines
-hetbench run ci --out results/baselines --no-progress
+# Built in a scratch folder and moved in only when everything succeeded: a failed refresh
+# leaves the committed baselines as they were.
+new=$(mktemp -d results/baselines.new.XXXXXX)
+trap 'rm -rf "$new"' EXIT
+hetbench run ci --out "$new" --no-progress
 # Keep what `hetbench compare` reads (manifest with the environment, steps): the parameters
 # and traces are a few hundred kB a run and describe nothing about speed.
-find results/baselines/ci -mindepth 2 \( -name params.npz -o -name trace.json -o -name parts \
+find "$new/ci" -mindepth 2 \( -name params.npz -o -name trace.json -o -name parts \
     -o -name logs \) -prune -exec rm -rf {} +
-rm -rf results/baselines/ci/figures
+rm -rf "$new/ci/figures"
 pytest benchmarks/ -p no:cacheprovider --benchmark-only -q \
-    --benchmark-storage=results/baselines/benchmarks --benchmark-save=baseline
+    --benchmark-storage="$new/benchmarks" --benchmark-save=baseline
+rm -rf results/baselines
+mv "$new" results/baselines
 du -sh results/baselines

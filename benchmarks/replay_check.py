@@ -30,9 +30,7 @@ def main() -> None:
         scenario, _, policy = name.partition(".")
         if policy not in ("proportional", "model") or (f"{scenario}.equal", repeat) not in runs:
             continue
-        p = data.manifest["run"]["partition"]
-        damping = Damping(every=p["every"], dead_band=p["dead_band"], max_move=p["max_move"],
-                          min_slice=p["min_slice"], smoothing=p["smoothing"])
+        damping = Damping.of(data.manifest["run"]["partition"])
         recorded = runs[(f"{scenario}.equal", repeat)]
         error = replay_error(recorded.steps, data.steps, policy, damping,
                              warmup_steps=data.warmup_steps)

@@ -48,6 +48,7 @@ RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
 STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
 PARTS_DIR = "parts"
+PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
 
 
 def part_path(run_dir: Path, rank: int) -> Path:
@@ -164,3 +165,22 @@ def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
     write_steps(run_dir, frame)
     write_trace(run_dir, frame, worker_labels)
     return len(frame)
+
+
+def write_partition_log(run_dir: Path, history: list[dict[str, Any]],
+                        standalone: list[dict[str, Any]]) -> None:
+    """Written by rank 0 whenever the partition changes (every few steps at most), atomically,
+    so the launcher can put a failed run's partition history into its manifest."""
+    path = run_dir / PARTS_DIR / PARTITION_LOG
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"partition_history": history, "standalone": standalone}))
+    tmp.replace(path)
+
+
+def read_partition_log(run_dir: Path) -> dict[str, Any]:
+    """What write_partition_log last wrote; {} when it never ran or left a torn file."""
+    try:
+        data = json.loads((run_dir / PARTS_DIR / PARTITION_LOG).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -266,6 +266,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
             f"{dataset!r} does not fit workload {workload!r} "
             f"(allowed: {', '.join(COMPATIBLE_DATASETS[workload])})",
         )
+    from workloads.data import sample_count  # numpy, no framework
+
+    if global_batch > (samples := sample_count(dataset, workload)):
+        raise UsageError(at("global_batch"), f"{global_batch} exceeds the {samples} samples "
+                         f"of dataset {dataset!r} (allowed: {len(workers)} to {samples})")
     return RunSpec(
         name=_name(values["name"], at("name")),
         framework=framework,

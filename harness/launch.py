@@ -216,7 +216,7 @@ def _close(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 
     rows = collector.finalize(run_dir, collector.read_parts(run_dir),
                               [i.get("label", f"worker {r}") for r, i in enumerate(infos)])
     manifest.update(run_dir, status=status, reason=reason, end=manifest.now_iso(),
-                    workers=infos, rows=rows)
+                    workers=infos, rows=rows, **collector.read_partition_log(run_dir))
     return RunResult(run, repeat, run_dir, status, reason)
 
 

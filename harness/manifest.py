@@ -33,10 +33,14 @@ def read(run_dir: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(str(path), f"unreadable manifest: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(str(path), "not a hetbench manifest (a JSON object is expected)")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UsageError(str(path), f"schema_version {version!r} is not supported "
                          f"(this hetbench reads {SCHEMA_VERSION})")
+    if not isinstance(manifest.get("run"), dict):
+        raise UsageError(str(path), "no run configuration (the 'run' object is missing)")
     return manifest
 
 

@@ -7,8 +7,9 @@ least 1. It never changes the mathematics (DESIGN.md principle 4), only who comp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 # name -> description. Static policies are functions of the configuration (and, for
 # 'profiled', of solo timings); adaptive ones are the Repartitioner below.
@@ -143,6 +144,15 @@ class Damping:
     # fraction means the worker changed speed: forget the history and start from the new
     # window, instead of averaging the old speed in for several updates.
     reset: float = 0.3
+
+    @classmethod
+    def of(cls, settings: Any) -> Damping:
+        """From a suite's PartitionSpec or the partition dict in a manifest; a setting
+        that is absent (a run recorded before it existed) keeps its default."""
+        get = settings.get if isinstance(settings, Mapping) else \
+            lambda name, default: getattr(settings, name, default)
+        values: dict[str, Any] = {f.name: get(f.name, f.default) for f in fields(cls)}
+        return cls(**values)
 
 
 class Repartitioner:

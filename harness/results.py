@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,19 @@ def load_run(run_dir: Path) -> RunData:
     else:
         steps = collector.records_frame(collector.read_parts(run_dir))
     return RunData(run_dir, meta, steps)
+
+
+def writable_folder(path: Path, where: str) -> Path:
+    """Create `path` if needed and check that files can be written in it, before anything
+    runs: a bad --out is one line, not a traceback after the first run."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".hetbench-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(where, f"{path} is not a writable folder ({exc.strerror})") from None
+    return path
 
 
 def find_runs(paths: list[Path]) -> list[Path]:

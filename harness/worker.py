@@ -299,10 +299,7 @@ def make_repartitioner(run: RunSpec) -> Repartitioner | None:
     p = run.partition
     if not p.adaptive:
         return None
-    damping = Damping(every=p.every, dead_band=p.dead_band, max_move=p.max_move,
-                      min_slice=p.min_slice, smoothing=p.smoothing, max_ratio=p.max_ratio,
-                      reset=p.reset)
-    return Repartitioner(p.policy, run.global_batch, run.world_size, damping)
+    return Repartitioner(p.policy, run.global_batch, run.world_size, Damping.of(p))
 
 
 def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
@@ -373,6 +370,8 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
+    if rank == 0:
+        collector.write_partition_log(run_dir, trainer.partition_history, standalone)
     trainer.stretch.total_ns = 0
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
@@ -397,6 +396,9 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
                     lo, hi = slice_bounds(sizes)[rank]
                     trainer.partition_history.append(
                         {"step": step + 1, "sizes": list(sizes), "reason": reason})
+                    if rank == 0:  # a run that fails later keeps its partition changes
+                        collector.write_partition_log(run_dir, trainer.partition_history,
+                                                      standalone)
     finally:
         writer.close()
     offsets_end = comm.clock_offsets(device)

@@ -143,6 +143,8 @@ def test_what_if_separates_variability_from_imbalance() -> None:
     # Balanced: both at 3 ms (rates 16 and 8 samples/ms -> 64 samples in 2.667 ms).
     t = what_if(steady).set_index("scenario")["total_s"]
     assert t["balanced"] == pytest.approx(50 * (64 / 24 + 0.6) / 1000, rel=1e-6)
+    # Fastest: both at worker 0's 2 ms per 32 samples; medians take 4.6 ms a step, 2.6 then.
+    assert c["cost_of_heterogeneity"] == pytest.approx(4.6 / 2.6 - 1, rel=1e-6)
     noisy = steps_frame(50, lambda r, s: [2.0, 4.0 + (2.0 if s % 5 == 0 else 0.0)][r])
     assert costs(what_if(noisy))["cost_of_variability"] == pytest.approx(
         (10 * 2.0) / (50 * 4.6), rel=1e-6)

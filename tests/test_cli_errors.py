@@ -71,6 +71,27 @@ def test_bad_suite_is_one_line_naming_the_field(tmp_path: Path, write_suite, bod
     assert not (tmp_path / "out").exists()
 
 
+def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_suite) -> None:
+    suite = write_suite('[[runs]]\nname = "r"\nsteps = 2\n')
+    (tmp_path / "taken").write_text("a file, not a folder")
+    line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "taken")))
+    assert line.startswith("hetbench: error: --out: ") and "not a writable folder" in line
+    assert (tmp_path / "taken").read_text() == "a file, not a folder"
+
+
+@pytest.mark.parametrize("content", ["list", "no run"])
+def test_report_of_a_manifest_that_is_not_hetbench_is_one_line(tmp_path: Path,
+                                                               content: str) -> None:
+    from harness import SCHEMA_VERSION
+
+    run_dir = tmp_path / "odd"
+    run_dir.mkdir()
+    manifest = [1, 2] if content == "list" else {"schema_version": SCHEMA_VERSION}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    line = error_line(hetbench(tmp_path, "report", str(run_dir)))
+    assert str(run_dir / "manifest.json") in line
+
+
 def test_debug_shows_the_traceback(tmp_path: Path, write_suite) -> None:
     suite = write_suite('[[runs]]\nname = "r"\nsteps = "many"\n')
     result = hetbench(tmp_path, "--debug", "run", str(suite))

@@ -140,6 +140,9 @@ BAD = {
         suite(run(global_batch=1)), "runs[0].global_batch",
         ["1 is smaller than the number of workers (2)"]),
     "global_batch zero": (suite(run(global_batch=0)), "runs[0].global_batch", ["minimum 1"]),
+    "global_batch beyond the data set": (
+        suite(run(global_batch=2000)), "runs[0].global_batch",
+        ["2000 exceeds the 1797 samples of dataset 'digits'", "allowed: 2 to 1797"]),
     "slowdown below 1": (
         suite(worker(slowdown=0.5)), "runs[0].workers[0].slowdown",
         ["0.5 is not allowed", "at least 1.0"]),

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from workloads.data import TEXT_VOCAB, BatchOrder, load_dataset
+from workloads.data import TEXT_VOCAB, BatchOrder, load_dataset, sample_count
 
 
 def test_batch_order_depends_only_on_dataset_seed_and_batch() -> None:
@@ -39,3 +40,9 @@ def test_synthetic_is_generated_from_the_seed() -> None:
     assert load_dataset("synthetic", "cnn", 2).fingerprint != a.fingerprint
     tokens = load_dataset("synthetic", "lstm", 1)
     assert tokens.is_tokens and tokens.inputs.shape[1] == 64
+
+
+@pytest.mark.parametrize(("name", "workload"), [("digits", "cnn"), ("text", "lstm"),
+                                                ("synthetic", "mlp"), ("synthetic", "lstm")])
+def test_sample_count_is_the_size_of_the_loaded_data_set(name: str, workload: str) -> None:
+    assert sample_count(name, workload) == len(load_dataset(name, workload, 0).inputs)

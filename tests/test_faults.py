@@ -27,7 +27,8 @@ name = "long"
 steps = 100000
 global_batch = 64
 timeout_s = 20
-workers = [ { device = "cpu" }, { device = "cpu" } ]
+partition = { policy = "proportional", every = 5, dead_band = 0.0 }
+workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
 
 
@@ -77,6 +78,17 @@ def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write
     assert (run_dir / "steps.parquet").is_file() and (run_dir / "trace.json").is_file()
     assert run.steps["step"].nunique() >= flushed_before
     assert set(run.steps["rank"]) == {0, 1}
+    # The partition changes made before the crash are in the manifest: the slowed worker
+    # was given the smaller slice.
+    history = run.manifest["partition_history"]
+    assert len(history) >= 2 and history[-1]["sizes"][1] < history[-1]["sizes"][0]
+    # The records of a real run keep the design's order of timestamps, and only the slowed
+    # worker was stretched.
+    s = run.steps
+    assert ((s["begin_ns"] <= s["ready_ns"]) & (s["ready_ns"] <= s["reduced_ns"])
+            & (s["reduced_ns"] <= s["end_ns"])).all()
+    stretched = s.groupby("rank")["stretch_ns"].sum()
+    assert stretched[0] == 0 and stretched[1] > 0
 
 
 def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite) -> None:

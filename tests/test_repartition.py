@@ -190,3 +190,12 @@ def test_replay_of_a_static_run_predicts_what_a_policy_would_do() -> None:
     assert sorted(late.groupby("rank")["batch_size"].last().tolist()) == [32, 96]
     # Balanced: 32 x 3/32 ms = 3 ms on both workers.
     assert replay_summary(late)["mean_step_ms"] == pytest.approx(3.0 + 0.6, rel=1e-6)
+
+
+def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
+    from harness.config import PartitionSpec
+
+    spec = PartitionSpec(policy="model", every=7, max_ratio=3.0, reset=0.2)
+    assert Damping.of(spec) == Damping(every=7, max_ratio=3.0, reset=0.2)
+    # a manifest written before max_ratio and reset existed keeps their defaults
+    assert Damping.of({"every": 7, "dead_band": 0.1}) == Damping(every=7, dead_band=0.1)

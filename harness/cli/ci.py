@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_paths
     from harness.config import load_suite
+    from harness.results import writable_folder
 
     settings = settings_from(args)
     suite = load_suite(args.suite)
@@ -68,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
     repo = source_repository()
     commit = resolve_commit(repo, args.base)
     out = (args.out or Path("results") / "ci" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
-    out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_folder(out.resolve(), "--out")
     suite_file = out / "suite.toml"
     # Both sides run the working tree's suite text: a built-in suite may not exist at REF.
     suite_file.write_text(suite_text(args.suite))

@@ -14,9 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.figures import write_all
-    from harness.results import find_runs, load_run
+    from harness.results import find_runs, load_run, writable_folder
 
     loaded = [load_run(d) for d in find_runs(args.paths)]
+    writable_folder(args.out, "--out")
     for path in write_all([(r.manifest, r.steps) for r in loaded], args.out):
         print(path)
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import traceback
 
 from harness import __version__
 from harness.errors import UsageError
@@ -54,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hetbench: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the input named that cannot be read or written
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"hetbench: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - a bug: status 2, never 1 (a regression)
         if args.debug:
             raise
-        traceback.print_exc()
-        print(f"hetbench: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"hetbench: internal error: {type(exc).__name__}: {exc} (--debug shows the "
+              "traceback)", file=sys.stderr)
         return 2
 
 

@@ -20,14 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis import report
-    from harness.results import find_runs, load_run
+    from harness.results import find_runs, load_run, writable_folder
 
     run_dirs = find_runs(args.paths)
     loaded = [load_run(d) for d in run_dirs]
     runs = [(r.manifest, r.steps) for r in loaded]
     first = args.paths[0]
     out = args.out or (first.parent if (first / "manifest.json").is_file() else first) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out, "--out")
     figures: list[str] = []
     if not args.no_figures:
         from analysis.figures import write_all

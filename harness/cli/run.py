@@ -39,8 +39,10 @@ class StepProgress:
 def run(args: argparse.Namespace) -> int:
     from harness.config import load_suite
     from harness.launch import run_suite
+    from harness.results import writable_folder
 
     suite = load_suite(args.suite)
+    writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
           f"{args.out / suite.name}")
     show_progress = not args.no_progress
