@@ -166,8 +166,8 @@ def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: flo
                      ) -> pd.DataFrame:
     """One row per run: scenario and policy (from a run name 'scenario.policy', else the
     whole name and the partition policy), efficiency, balance (median of step_balance after
-    warm-up), idle fraction, partition changes, steps to recover after an abrupt change,
-    seconds to the target loss."""
+    warm-up), idle fraction, partition changes, whether the run has an abrupt change and the
+    steps to recover after it (NaN if it never settled), seconds to the target loss."""
     from analysis.runs import run_row
 
     rows = []
@@ -184,6 +184,7 @@ def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: flo
             "idle_fraction": row["idle_fraction"],
             "samples_per_s": row["samples_per_s"],
             "changes": max(0, len(manifest.get("partition_history") or []) - 1),
+            "abrupt": change is not None,
             "recovery_steps": recovery_steps(steps, change) if change is not None else np.nan,
             "time_to_loss_s": time_to_loss(steps, target_loss),
         })

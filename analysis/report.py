@@ -97,6 +97,26 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     return lines
 
 
+def side_by_side(by_setup: pd.DataFrame, setup_keys: list[str]) -> pd.DataFrame:
+    """group_table rows as one row per metric and one column per setup, "mean [low, high]";
+    a column is named by the setup keys that differ between setups."""
+    if by_setup.empty:
+        return by_setup
+    varying = [k for k in setup_keys if by_setup[k].nunique() > 1] or setup_keys[:1]
+    label = by_setup[varying].astype(str).agg(" / ".join, axis=1)
+
+    def cell(row: pd.Series) -> str:
+        if math.isnan(row["ci_low"]):
+            return f"{row['mean']:.3g}"
+        return f"{row['mean']:.3g} [{row['ci_low']:.3g}, {row['ci_high']:.3g}]"
+
+    wide = pd.DataFrame({"metric": by_setup["metric"].to_numpy(), "setup": label.to_numpy(),
+                         "cell": by_setup.apply(cell, axis=1).to_numpy()})
+    out = wide.pivot(index="metric", columns="setup", values="cell").reset_index()
+    out.columns.name = None
+    return out
+
+
 def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                         target_loss: float) -> list[str]:
     """Scenario x policy: efficiency, idle, recovery and time to a target loss, over repeats
@@ -113,15 +133,22 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     table = evaluation_table(runs, target_loss)
     metrics = ["efficiency", "balance", "idle_fraction", "changes", "recovery_steps",
                "time_to_loss_s"]
-    summary = table.groupby(["scenario", "policy"], sort=False)[metrics].agg(["mean", "std"])
+    groups = table.groupby(["scenario", "policy"], sort=False)
+    summary = groups[metrics].agg(["mean", "std"])
     summary.columns = [f"{m} {stat}" for m, stat in summary.columns]
-    summary.insert(0, "repeats", table.groupby(["scenario", "policy"], sort=False).size())
+    summary.insert(0, "repeats", groups.size())
+    # The mean recovery leaves out repeats that never settled: say how many did.
+    settled = groups["recovery_steps"].agg(lambda r: int(r.notna().sum()))
+    summary.insert(summary.columns.get_loc("recovery_steps mean"), "settled",
+                   [f"{n}/{size}" if abrupt else "" for n, size, abrupt in
+                    zip(settled, groups.size(), groups["abrupt"].any(), strict=True)])
     return ["## Repartitioning", "",
             "Per scenario and policy, mean and standard deviation over repeats: "
             "heterogeneous efficiency, balance (per step, mean compute / slowest compute; "
             "median after warm-up), idle fraction, partition changes, steps after an abrupt "
             "change until the balance (10-step rolling median) is back within 5% of its "
-            "steady level and holds for 20 steps, seconds to a rolling loss of "
+            "steady level and holds for 20 steps (`settled`: repeats where it did; the "
+            "mean is over those), seconds to a rolling loss of "
             f"{target_loss:g}.", "",
             markdown_table(summary.reset_index()), ""]
 
@@ -171,13 +198,14 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
           markdown_table(group_view), ""]
-    by_setup = group_table(table, by=["framework", "strategy", "workload", "policy", "devices"])
+    setup_keys = ["framework", "strategy", "workload", "policy", "devices"]
+    by_setup = group_table(table, by=setup_keys)
     by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",
                                                   "idle_fraction", "cost_of_variability"])]
     md += ["## By framework, aggregation, workload, partition and devices", "",
-           "Does the same variability occur across setups? Mean over runs and repeats, 95% "
-           "t interval.", "",
-           markdown_table(by_setup.drop(columns=["std"])), ""]
+           "Does the same variability occur across setups? Mean over runs and repeats "
+           "[95% t interval], one column per setup.", "",
+           markdown_table(side_by_side(by_setup, setup_keys)), ""]
     md += strategy_section(table)
     repartition = repartition_section(runs, target_loss)
     md += repartition

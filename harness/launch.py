@@ -55,39 +55,42 @@ def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
     return run_dir
 
 
+def gpu_count(framework: str) -> int:
+    """GPUs that `framework` itself sees here, probed in a throw-away process (the launcher
+    imports no framework). It can differ between frameworks on one host: tensorflow-cpu
+    and MXNet's CPU wheel see none even where torch sees several."""
+    from harness.cli.devices import DEFAULT_TIMEOUT_S, probe
+
+    info = probe(framework, DEFAULT_TIMEOUT_S)
+    return sum(d.startswith(("cuda:", "gpu:")) for d in info.devices)
+
+
 def cuda_device_count() -> int:
-    """Probed in a throw-away process so the launcher never imports torch."""
-    try:
-        out = subprocess.run([sys.executable, "-c",
-                              "import torch; print(torch.cuda.device_count())"],
-                             capture_output=True, text=True, timeout=120)
-        return int(out.stdout.strip() or 0)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return 0
+    return gpu_count("pytorch")
 
 
-def check_devices(run: RunSpec, where: str, cuda_count: int | None) -> int | None:
+def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
     """Raise DeviceUnavailable naming the first worker whose device or framework this host
-    lacks (a framework is looked up, not imported)."""
+    lacks (a framework is looked up, not imported). `gpu_counts` caches the probes per
+    framework across the runs of a suite."""
     cores_here = os.sched_getaffinity(0)
     for i, w in enumerate(run.workers):
-        if w.is_cuda:
-            if cuda_count is None:
-                cuda_count = cuda_device_count()
-            index = int(w.device.split(":")[1])
-            if index >= cuda_count:
-                raise DeviceUnavailable(f"{where}.workers[{i}].device",
-                                        f"{w.device} not available (this host has "
-                                        f"{cuda_count} CUDA device(s))")
         absent = missing_framework(w.framework)
         if absent:
             raise DeviceUnavailable(f"{where}.workers[{i}].framework", absent)
+        if w.is_cuda:
+            if w.framework not in gpu_counts:
+                gpu_counts[w.framework] = gpu_count(w.framework)
+            count, index = gpu_counts[w.framework], int(w.device.split(":")[1])
+            if index >= count:
+                raise DeviceUnavailable(f"{where}.workers[{i}].device",
+                                        f"{w.device} not available ({w.framework} sees "
+                                        f"{count} GPU(s) on this host)")
         missing = sorted(set(w.cores or ()) - cores_here)
         if missing:
             raise DeviceUnavailable(f"{where}.workers[{i}].cores",
                                     f"cores {missing} not available (allowed: "
                                     f"{sorted(cores_here)})")
-    return cuda_count
 
 
 def free_port() -> int:
@@ -140,11 +143,11 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         status, reason = _watch(procs, run, run_dir, progress)
     except KeyboardInterrupt:
         _stop(procs)
-        _close(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
+        close_run(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
         raise
     finally:
         services.stop()
-    return _close(run_dir, run, status, reason, repeat)
+    return close_run(run_dir, run, status, reason, repeat)
 
 
 def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
@@ -205,7 +208,7 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def _close(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0) -> RunResult:
+def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0) -> RunResult:
     """Make sure the run directory says how it ended and holds every flushed record."""
     current = manifest.read(run_dir)
     if status == "completed" and current.get("status") == "completed":
@@ -234,10 +237,10 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
     """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
     so slow drifts of a shared machine spread over runs instead of biasing one."""
     unavailable: dict[str, str] = {}
-    cuda_count: int | None = None
+    gpu_counts: dict[str, int] = {}
     for i, run in enumerate(suite.runs):
         try:
-            cuda_count = check_devices(run, f"runs[{i}]", cuda_count)
+            check_devices(run, f"runs[{i}]", gpu_counts)
         except DeviceUnavailable as exc:
             if not skip_unavailable:
                 raise

@@ -459,11 +459,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Stopped:
         _record_error(run_dir, rank, "interrupted")
+        if args.run_dir is None:
+            _close_torchrun_run(run_dir, run, rank, "interrupted", "interrupted by a signal")
         return 130
     except Exception as exc:  # noqa: BLE001 - reported to the launcher, then exit non-zero
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         _record_error(run_dir, rank, reason)
         traceback.print_exc()
+        if args.run_dir is None:
+            _close_torchrun_run(run_dir, run, rank, "failed", f"worker {rank}: {reason}")
         return 1
     finally:
         _quiet_shutdown(comm_module)
@@ -478,6 +482,20 @@ def _record_error(run_dir: Path, rank: int, reason: str) -> None:
         (run_dir / collector.PARTS_DIR / f"rank{rank}.error").write_text(reason + "\n")
     except OSError:
         pass
+
+
+def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
+                        reason: str) -> None:
+    """Under torchrun no hetbench launcher watches the workers: rank 0 marks a run that ends
+    badly itself, with every record flushed on its node, as the launcher would."""
+    if rank != 0:
+        return
+    from harness import launch
+
+    try:
+        launch.close_run(run_dir, run, status, reason)
+    except Exception:  # noqa: BLE001 - the worker's own error is the one to report
+        traceback.print_exc()
 
 
 def _quiet_shutdown(comm_module: Any) -> None:

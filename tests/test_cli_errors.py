@@ -4,6 +4,7 @@ tests starts a worker."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -161,3 +162,21 @@ def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite) -> 
     assert manifest["end"] is not None
     assert not (run_dir / "logs").exists()  # no worker was started
     assert "1 skipped" in result.stdout
+
+
+def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
+        tmp_path: Path, write_suite) -> None:
+    """torch may see a GPU that tensorflow-cpu does not: each framework is asked itself."""
+    from harness.launch import gpu_count
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed")
+    if gpu_count("tensorflow") > 0:
+        pytest.skip("tensorflow sees a GPU here")
+    suite = write_suite(GPU_SUITE.replace('device = "cuda:7"',
+                                          'device = "cuda:0", framework = "tensorflow"'))
+    out = tmp_path / "out"
+    line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress"))
+    assert line.startswith("hetbench: error: runs[0].workers[0].device: cuda:0 not available "
+                           "(tensorflow sees 0 GPU(s)")
+    assert not list(out.glob("*/*"))

@@ -199,3 +199,26 @@ def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
     assert Damping.of(spec) == Damping(every=7, max_ratio=3.0, reset=0.2)
     # a manifest written before max_ratio and reset existed keeps their defaults
     assert Damping.of({"every": 7, "dead_band": 0.1}) == Damping(every=7, dead_band=0.1)
+
+
+def test_report_says_how_many_repeats_settled_after_the_jump() -> None:
+    from analysis.report import repartition_section
+
+    def compute(r: int, s: int) -> float:
+        if r == 1 or s < 100:
+            return 10.0
+        return 30.0 if s < 130 else 10.5
+
+    def manifest(repeat: int) -> dict:
+        return {"run_id": f"x{repeat}", "repeat": repeat, "run": {
+            "name": "abrupt.model", "steps": 300, "warmup_steps": 10,
+            "partition": {"policy": "model"},
+            "workers": [{"device": "cpu", "slowdown_at": [[99, 1.0], [100, 3.0]]},
+                        {"device": "cpu"}]},
+            "partition_history": [{"step": 0}, {"step": 130}]}
+    settles = steps_frame(300, compute, comm_ms=0.0)
+    too_short = steps_frame(200, compute, comm_ms=0.0)  # too few steps after the jump to tell
+    text = "\n".join(repartition_section([(manifest(0), settles), (manifest(1), too_short)],
+                                          0.5))
+    row = next(line for line in text.splitlines() if line.startswith("| abrupt | model"))
+    assert "| 1/2 |" in row

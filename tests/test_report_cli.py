@@ -59,6 +59,13 @@ def test_report_compares_aggregation_strategies(tmp_path: Path, capsys) -> None:
     cells = {name: [c.strip() for c in line.split("|")] for name, line in rows.items()}
     assert cells["torch"][3] == "2" and cells["mxnet-kvstore"][3] == "2"  # repeats
     assert "0.5" in cells["torch"][4:6] and "2" in cells["mxnet-kvstore"][4:6]
+    # the variability of the setups side by side: one column per aggregation strategy
+    setups = text.split("## By framework, aggregation")[1].split("##")[0]
+    header = next(line for line in setups.splitlines() if line.startswith("| metric"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["metric", "mxnet-kvstore",
+                                                                 "torch"]
+    idle = next(line for line in setups.splitlines() if line.startswith("| idle_fraction"))
+    assert idle.count("[") == 2  # mean [95% interval] for each
 
 
 def test_figures_command_writes_png_and_pdf(suite_folder: Path, tmp_path: Path, capsys) -> None:

@@ -117,6 +117,19 @@ def _finish(info: FrameworkInfo, proc: subprocess.Popen[str], timeout: float,
     info.strategies = list(data.get("strategies", []))
 
 
+def probe(framework: str, timeout: float) -> FrameworkInfo:
+    """One framework, probed alone (what the launcher asks before a run on a GPU)."""
+    from adapters import install_hint, missing_framework
+
+    info = FrameworkInfo(framework, "ok", install_hint(framework))
+    absent = missing_framework(framework)
+    if absent:
+        info.status, info.reason = "not installed", absent
+    else:
+        _finish(info, _start(framework), timeout, time.monotonic() + timeout)
+    return info
+
+
 def probe_all(timeout: float) -> list[FrameworkInfo]:
     """All registered frameworks; the installed ones probed concurrently."""
     from adapters import FRAMEWORKS, install_hint, missing_framework
