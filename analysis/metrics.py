@@ -110,8 +110,9 @@ def phase_stats(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
     # Per rank, one numpy pass over a (steps x phases) array: melting a million records
     # by twelve phases and grouping would cost seconds.
     rows = []
-    for rank, block in derived.groupby("rank"):
-        values = block[[f"{p}_ns" for p in names]].to_numpy(dtype=np.float64) / 1e6
+    columns_ns = [f"{p}_ns" for p in names]
+    for rank, block in derived[["rank", *columns_ns]].groupby("rank"):
+        values = block[columns_ns].to_numpy(dtype=np.float64) / 1e6
         p50, p95, p99 = np.percentile(values, [50, 95, 99], axis=0)
         std = values.std(axis=0, ddof=1) if len(values) > 1 else np.full(len(names), np.nan)
         rows.append(pd.DataFrame({
