@@ -9,11 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import phase_stats, worker_idle
-from analysis.persistence import autocorrelation, change_points, compute_series
-from analysis.runs import group_table, runs_table, slowdowns
-from analysis.stragglers import attribute, cause_shares, straggler_summary
-from analysis.whatif import costs, what_if
+from analysis.persistence import compute_series
+from analysis.runs import analyse_run, group_table, runs_table, slowdowns
+from analysis.whatif import costs
 
 FIRST_STEPS = 10
 
@@ -64,30 +62,30 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     if table.empty:
         return [*lines, "No instrumented steps to analyse.", ""]
     lines += ["Compute time per batch (ms):", "", markdown_table(table), ""]
-    stats = phase_stats(steps, warmup)
+    # The tables come from analyse_run, the path the 1M-record benchmark times.
+    tables = analyse_run(steps, warmup, slowdowns(manifest))
+    stats = tables["phases"]
     main = stats[stats["phase"].isin(["compute", "idle", "comm", "forward", "backward"])]
     lines += ["Per worker and phase (ms):", "",
               markdown_table(main[["rank", "phase", "mean_ms", "cv", "p50_ms", "p95_p50",
                                    "p99_p50"]]), ""]
-    idle = worker_idle(steps, warmup)
-    lines += ["Idle before all-reduce:", "", markdown_table(idle), ""]
-    attribution = attribute(steps, warmup, slowdowns(manifest))
-    shares = cause_shares(attribution)
+    lines += ["Idle before all-reduce:", "", markdown_table(tables["idle"]), ""]
+    shares = tables["causes"]
     lines += ["Stragglers (ready last):", "",
-              markdown_table(straggler_summary(steps, warmup)), "",
+              markdown_table(tables["stragglers"]), "",
               "Straggler excess over the worker's own median compute time, by cause "
               "(rank -1: all workers):", "",
               markdown_table(shares.pivot(index="rank", columns="cause", values="share")
                              .reset_index()), ""]
-    acf = autocorrelation(steps, warmup)
+    acf = tables["autocorrelation"]
     lines += ["Persistence (autocorrelation of compute time by lag):", "",
               markdown_table(acf.pivot(index="rank", columns="lag", values="acf")
                              .reset_index()), ""]
-    cps = change_points(steps, warmup)
+    cps = tables["change_points"]
     lines += ["Change points: " + ("none" if cps.empty else ""), ""]
     if not cps.empty:
         lines += [markdown_table(cps), ""]
-    what = what_if(steps, warmup)
+    what = tables["what_if"]
     c = costs(what)
     lines += ["What-if (total time of the measured steps):", "", markdown_table(what), "",
               f"Variability costs **{c['cost_of_variability']:.1%}** beyond the mean "
