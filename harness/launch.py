@@ -160,7 +160,9 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
         codes = [p.poll() for p in procs]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            rank, code = failed[0]
+            # A worker killed by a signal (negative status) is the cause; the others it
+            # leaves behind fail with collective errors, sometimes within the same poll.
+            rank, code = min(failed, key=lambda rank_code: (rank_code[1] > 0, rank_code[0]))
             _stop(procs)
             return "failed", f"worker {rank} exited with status {code}: " + _worker_reason(
                 run_dir, rank)

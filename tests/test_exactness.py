@@ -1,11 +1,11 @@
 """Partitioning never changes the mathematics (DESIGN.md principle 4).
 
 Real multi-process training over torch.distributed (gloo on loopback): 1 worker, 2 equal
-workers, 3 unequal workers (10/50/68 of 128) and 2 workers whose partition an adaptive
-policy changes every 3 steps end with the same parameters, and so does a plain
-single-process PyTorch SGD loop over the same global batches. Tolerance: float32
-summation order differs between partitions, so parameters agree to atol 2e-5 after 25 steps
-(observed differences are around 1e-6).
+workers, 3 unequal workers (10/50/68 of 128, calibrated first) and 2 workers whose partition
+an adaptive policy changes every 3 steps after a profiled start end with the same
+parameters, and so does a plain single-process PyTorch SGD loop over the same global
+batches. Tolerance: float32 summation order differs between partitions, so parameters agree
+to atol 2e-5 after 25 steps (observed differences are around 1e-6).
 """
 
 from __future__ import annotations
@@ -48,13 +48,19 @@ workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
 
 [[runs]]
 name = "three-unequal"
+calibrate = true
 partition = {{ policy = "sizes", sizes = [10, 50, 68] }}
 workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }}, {{ device = "cpu" }} ]
 
 [[runs]]
 name = "adaptive"
-partition = {{ policy = "proportional", every = 3, dead_band = 0.0, max_move = 0.1 }}
 workers = [ {{ device = "cpu", slowdown = 4.0 }}, {{ device = "cpu" }} ]
+[runs.partition]
+policy = "proportional"
+initial = "profiled"
+every = 3
+dead_band = 0.0
+max_move = 0.1
 """
 
 
@@ -103,9 +109,16 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
     sizes = three.steps.groupby("rank")["batch_size"].unique().map(list).to_dict()
     assert sizes == {0: [10], 1: [50], 2: [68]}
     assert len(three.steps) == 3 * STEPS
+    # calibrate = true: each worker's standalone rate on its own slice, for the efficiency
+    standalone = three.manifest["standalone"]
+    assert [(w["rank"], w["batch_size"]) for w in standalone] == [(0, 10), (1, 50), (2, 68)]
+    assert all(w["samples_per_s"] > 0 for w in standalone)
     # The adaptive run really moved work between workers while training.
     adaptive = load_run(results[3].run_dir)
     assert len(adaptive.manifest["partition_history"]) >= 3
+    # it started from a profiled split: the 4x slower worker 0 got the smaller slice
+    first = adaptive.manifest["partition_history"][0]
+    assert "solo samples/s" in first["reason"] and first["sizes"][0] < first["sizes"][1]
     assert adaptive.steps.groupby("rank")["batch_size"].nunique().min() >= 3
     per_step = adaptive.steps.groupby("step")["batch_size"].sum()
     assert (per_step == 128).all()
