@@ -42,7 +42,8 @@ def recovery_steps(steps: pd.DataFrame, change_step: int, tolerance: float = 0.0
     if len(after) < 4 * (window + hold):
         return float("nan")
     steady = float(after.iloc[-len(after) // 4:].median())
-    rolling = after.rolling(window, min_periods=window).median().dropna()
+    # centred: a trailing window would date the recovery up to `window` steps late
+    rolling = after.rolling(window, min_periods=window, center=True).median().dropna()
     inside = (rolling >= steady * (1 - tolerance)).to_numpy()
     # a run of `hold` rolling values inside the band, starting at the first such run
     held = np.convolve(inside, np.ones(hold, dtype=int), mode="valid") == hold

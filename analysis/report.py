@@ -144,7 +144,7 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             "Per scenario and policy, mean and standard deviation over repeats: "
             "heterogeneous efficiency, balance (per step, mean compute / slowest compute; "
             "median after warm-up), idle fraction, partition changes, steps after an abrupt "
-            "change until the balance (10-step rolling median) is back within 5% of its "
+            "change until the balance (centred 10-step median) is back within 5% of its "
             "steady level and holds for 20 steps (`settled`: repeats where it did; the "
             "mean is over those), seconds to a rolling loss of "
             f"{target_loss:g}.", "",

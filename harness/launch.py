@@ -62,6 +62,8 @@ def gpu_count(framework: str) -> int:
     from harness.cli.devices import DEFAULT_TIMEOUT_S, probe
 
     info = probe(framework, DEFAULT_TIMEOUT_S)
+    if info.status != "ok":
+        raise DeviceUnavailable(framework, f"cannot list its GPUs: {info.reason}")
     return sum(d.startswith(("cuda:", "gpu:")) for d in info.devices)
 
 

@@ -267,7 +267,7 @@ def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,
     (at least one sample) and by at most a factor max_ratio, never below `minimum`, and
     sum exactly to total."""
     step = max(1.0, max_delta)
-    lower = [max(float(minimum), o - step, o / max_ratio) for o in old]
+    lower = [max(float(minimum), min(o - 1.0, max(o - step, o / max_ratio))) for o in old]
     upper = [max(o + 1.0, min(o + step, o * max_ratio)) for o in old]
     clipped = [min(max(t, lo), hi) for t, lo, hi in zip(target, lower, upper, strict=True)]
     # Clipping can break the sum: share the difference over the slices with room left.

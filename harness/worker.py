@@ -492,6 +492,16 @@ def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
         return
     from harness import launch
 
+    # torchrun signals the surviving workers when one fails: finish the directory first.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    if status == "interrupted":  # stopped because another worker failed, if one says so
+        for peer in range(1, run.world_size):
+            error = run_dir / collector.PARTS_DIR / f"rank{peer}.error"
+            text = error.read_text().strip() if error.is_file() else ""
+            if text and text != "interrupted":
+                status, reason = "failed", f"worker {peer}: {text}"
+                break
     try:
         launch.close_run(run_dir, run, status, reason)
     except Exception:  # noqa: BLE001 - the worker's own error is the one to report

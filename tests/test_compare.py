@@ -423,3 +423,33 @@ def test_ci_with_an_unknown_base_is_one_line_exit_2(tmp_path: Path, capsys) -> N
 def test_ci_rejects_zero_rounds(tmp_path: Path, capsys) -> None:
     status = main(["ci", "--base", "HEAD", "--repeats", "0", "--out", str(tmp_path / "ci")])
     assert status == 2 and "--repeats: 0 is not allowed" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs a git checkout")
+def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """compare leaves failed runs out, so a tree whose runs fail would otherwise pass as
+    `inconclusive`. The launches and the comparison are stubbed: this is the decision."""
+    from types import SimpleNamespace
+
+    import harness.cli.ci as ci
+    from analysis import compare
+
+    launches: list[str] = []
+
+    def fake_side(side: str, *args: object) -> int:
+        launches.append(side)
+        return 1 if side == "current" and len(launches) == 2 else 0
+
+    monkeypatch.setattr(ci, "run_side", fake_side)
+    monkeypatch.setattr(compare, "compare_paths",
+                        lambda *a: SimpleNamespace(exit_status=3))
+    monkeypatch.setattr(ci, "report", lambda *a: None)
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY_PAIR)
+    status = main(["ci", str(suite), "--base", "HEAD", "--repeats", "2",
+                   "--out", str(tmp_path / "ci")])
+    assert launches == ["base", "current", "current", "base"]
+    assert status == 1
+    assert "1 launch(es) of the working tree had runs that did not complete" in \
+        capsys.readouterr().err

@@ -103,6 +103,8 @@ def test_a_slice_at_most_doubles_or_halves_per_update() -> None:
     # the trust region: however far the target, one update halves worker 0's slice
     assert limit_moves((128, 128), (1.0, 255.0), 64, 1, 256, max_ratio=2.0) == (64, 192)
     assert limit_moves((40, 216), (1.0, 255.0), 64, 1, 256, max_ratio=2.0) == (20, 236)
+    # a ratio below (o - 1) / o still lets a slice move by one sample, as it may upward
+    assert limit_moves((5, 5), (1.0, 9.0), 10, 1, 10, max_ratio=1.1) == (4, 6)
     history = run_policy("model", [(0.0, 1e6), (0.0, 1e3)], damping=Damping(min_slice=4))
     for before, after in zip(history, history[1:], strict=False):
         assert all(x >= y / 2 - 1 and x <= 2 * y + 1 for x, y in zip(after, before, strict=True))
@@ -138,8 +140,8 @@ def test_recovery_after_an_abrupt_change() -> None:
             return 10.0
         return 30.0 if s < 130 else 10.5
     frame = steps_frame(300, compute, comm_ms=0.0)
-    # the first 10-step rolling median back in the band ends at step 135
-    assert recovery_steps(frame, 100) == pytest.approx(35, abs=1)
+    # the balance is back at step 130: the centred 10-step median sees it there (+-1)
+    assert recovery_steps(frame, 100) == pytest.approx(30, abs=1)
     # a whole-machine slowdown moves the step time but not the balance: nothing to recover
     machine = steps_frame(300, lambda r, s: 10.0 if s < 100 else 25.0, comm_ms=0.0)
     assert recovery_steps(machine, 100) == 0.0
@@ -164,7 +166,7 @@ def test_evaluation_table_reads_scenario_policy_balance_and_recovery() -> None:
     (row,) = evaluation_table([(manifest, steps_frame(300, compute, comm_ms=0.0))], 0.5
                               ).to_dict(orient="records")
     assert (row["scenario"], row["policy"], row["changes"]) == ("abrupt", "model", 1)
-    assert row["recovery_steps"] == pytest.approx(35, abs=1)
+    assert row["recovery_steps"] == pytest.approx(30, abs=1)
     assert row["balance"] == pytest.approx(10.0 / 10.5 * 0.5 + 0.5, abs=1e-3)
 
 

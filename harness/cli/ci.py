@@ -77,17 +77,25 @@ def run(args: argparse.Namespace) -> int:
         f"{commit[:12]}, current = working tree {repo}; results in {out}")
     worktree = Path(tempfile.mkdtemp(prefix="hetbench-base-"))
     git(repo, "worktree", "add", "--detach", "--force", str(worktree), commit)
+    failed_launches = 0
     try:
         trees = {"base": worktree, "current": repo}
         for i in range(rounds):
             order = SIDES if i % 2 == 0 else SIDES[::-1]
             for side in order:
-                run_side(side, trees[side], suite_file, out, i, rounds)
+                code = run_side(side, trees[side], suite_file, out, i, rounds)
+                failed_launches += side == "current" and code != 0
     finally:
         git(repo, "worktree", "remove", "--force", str(worktree), check=False)
         shutil.rmtree(worktree, ignore_errors=True)
     comparison = compare_paths(out / "base", out / "current", settings)
     report(comparison, out / "base", out / "current", args.json)
+    if failed_launches:
+        # compare leaves failed runs out, so they could pass as `inconclusive`: a tree whose
+        # training runs fail has regressed, whatever the timings of the rest say.
+        say(f"hetbench ci: {failed_launches} launch(es) of the working tree had runs that did "
+            f"not complete (logs in {out / 'logs'}): counted as a regression")
+        return 1
     return int(comparison.exit_status)
 
 
@@ -155,8 +163,9 @@ sys.exit(1 if any(r.status != "completed" for r in results) else 0)
 """
 
 
-def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int) -> None:
-    """One launch of the suite with the side's own code; its output goes to a log."""
+def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int) -> int:
+    """One launch of the suite with the side's own code; its output goes to a log. Returns
+    the launch's exit status (0: every run completed)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     logs = out / "logs"
@@ -172,3 +181,4 @@ def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds:
     if code == 2:  # the side could not run the suite at all: nothing to compare
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         raise UsageError(f"{side} ({tree})", lines[-1] if lines else f"exit 2, see {log}")
+    return code
