@@ -2,6 +2,7 @@
 real slowdown? (issue 6; the numbers are in README.md, "Regression gate").
 
     python benchmarks/calibrate_gate.py pool --rounds 50 --out /tmp/gate-pool
+    python benchmarks/calibrate_gate.py pool --rounds 100 --variants A,A2 --out /tmp/aa-pool
     python benchmarks/calibrate_gate.py analyse /tmp/gate-pool --per-side 10
 
 `pool` launches the gate's suite (built-in `ci`, or SUITE) round after round in four
@@ -48,9 +49,8 @@ def variant_suite(suite: SuiteSpec, slowdown: float) -> SuiteSpec:
     return dataclasses.replace(suite, repeats=1, runs=tuple(runs))
 
 
-def build_pool(suite_name: str, rounds: int, out: Path) -> None:
+def build_pool(suite_name: str, rounds: int, out: Path, names: list[str]) -> None:
     suite = load_suite(suite_name)
-    names = list(VARIANTS)
     start = time.monotonic()
     for i in range(rounds):
         order = names[i % len(names):] + names[: i % len(names)]
@@ -66,6 +66,8 @@ def pool_values(pool: Path) -> dict[str, pd.DataFrame]:
     """Per-run metric values of each variant, runs numbered in launch order."""
     values = {}
     for name in VARIANTS:
+        if not (pool / name).is_dir():  # a pool of some variants only (pool --variants)
+            continue
         runs = [load_run(d) for d in find_runs([pool / name])]
         runs.sort(key=lambda r: str(r.manifest.get("start", r.run_dir.name)))
         frame = metric_values(runs)
@@ -84,6 +86,8 @@ def analyse(pool: Path, per_side: int, draws: int, settings: Settings) -> pd.Dat
     rng = np.random.default_rng(1)
     rows = []
     for base_name, current_name, kind in PAIRS:
+        if base_name not in values or current_name not in values:
+            continue
         base, current = values[base_name], values[current_name]
         n = min(base["launch"].nunique(), current["launch"].nunique())
         for block in range(n // per_side):
@@ -124,6 +128,8 @@ def main() -> None:
     p.add_argument("--suite", default="ci")
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="which to launch, e.g. A,A2 for false alarms only (default: all)")
     a = sub.add_parser("analyse", help="verdict rates of the gate's statistics on the pool")
     a.add_argument("pool", type=Path)
     a.add_argument("--per-side", type=int, default=10)
@@ -134,7 +140,11 @@ def main() -> None:
     a.add_argument("--metrics", default="")
     args = parser.parse_args()
     if args.command == "pool":
-        build_pool(args.suite, args.rounds, args.out)
+        names = [v for v in args.variants.split(",") if v]
+        unknown = sorted(set(names) - set(VARIANTS))
+        if unknown:
+            parser.error(f"--variants: unknown {unknown} (allowed: {', '.join(VARIANTS)})")
+        build_pool(args.suite, args.rounds, args.out, names)
         return
     pairs = tuple((name, float(x)) for name, _, x in
                   (item.partition("=") for item in args.metric_threshold))
