@@ -51,6 +51,17 @@ PARTS_DIR = "parts"
 PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
 
 
+def error_path(run_dir: Path, rank: int) -> Path:
+    """Where a worker leaves the one-line reason it stopped (read by whoever closes the run)."""
+    return run_dir / PARTS_DIR / f"rank{rank}.error"
+
+
+def read_error(run_dir: Path, rank: int) -> str:
+    """The worker's reason, or "" when it left none."""
+    path = error_path(run_dir, rank)
+    return path.read_text().strip() if path.is_file() else ""
+
+
 def part_path(run_dir: Path, rank: int) -> Path:
     return run_dir / PARTS_DIR / f"rank{rank}.bin"
 

@@ -67,10 +67,6 @@ def gpu_count(framework: str) -> int:
     return sum(d.startswith(("cuda:", "gpu:")) for d in info.devices)
 
 
-def cuda_device_count() -> int:
-    return gpu_count("pytorch")
-
-
 def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
     """Raise DeviceUnavailable naming the first worker whose device or framework this host
     lacks (a framework is looked up, not imported). `gpu_counts` caches the probes per
@@ -182,9 +178,8 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
 
 
 def _worker_reason(run_dir: Path, rank: int) -> str:
-    error = run_dir / collector.PARTS_DIR / f"rank{rank}.error"
-    if error.is_file():
-        return error.read_text().strip()
+    if error := collector.read_error(run_dir, rank):
+        return error
     log = run_dir / "logs" / f"rank{rank}.log"
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] \
         if log.is_file() else []

@@ -479,7 +479,7 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 def _record_error(run_dir: Path, rank: int, reason: str) -> None:
     try:
-        (run_dir / collector.PARTS_DIR / f"rank{rank}.error").write_text(reason + "\n")
+        collector.error_path(run_dir, rank).write_text(reason + "\n")
     except OSError:
         pass
 
@@ -497,8 +497,7 @@ def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
         signal.signal(sig, signal.SIG_IGN)
     if status == "interrupted":  # stopped because another worker failed, if one says so
         for peer in range(1, run.world_size):
-            error = run_dir / collector.PARTS_DIR / f"rank{peer}.error"
-            text = error.read_text().strip() if error.is_file() else ""
+            text = collector.read_error(run_dir, peer)
             if text and text != "interrupted":
                 status, reason = "failed", f"worker {peer}: {text}"
                 break

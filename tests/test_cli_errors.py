@@ -45,9 +45,9 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def cuda_7_missing() -> None:
-    from harness.launch import cuda_device_count  # probes in a subprocess: no torch here
+    from harness.launch import gpu_count  # probes in a subprocess: no torch here
 
-    if cuda_device_count() > 7:
+    if gpu_count("pytorch") > 7:
         pytest.skip("this host has a cuda:7")
 
 

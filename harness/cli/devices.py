@@ -119,31 +119,34 @@ def _finish(info: FrameworkInfo, proc: subprocess.Popen[str], timeout: float,
 
 def probe(framework: str, timeout: float) -> FrameworkInfo:
     """One framework, probed alone (what the launcher asks before a run on a GPU)."""
-    from adapters import install_hint, missing_framework
-
-    info = FrameworkInfo(framework, "ok", install_hint(framework))
-    absent = missing_framework(framework)
-    if absent:
-        info.status, info.reason = "not installed", absent
-    else:
+    info = _unprobed(framework)
+    if info.status == "ok":
         _finish(info, _start(framework), timeout, time.monotonic() + timeout)
+    return info
+
+
+def _unprobed(framework: str) -> FrameworkInfo:
+    """What is known without starting the framework: installed or not, hetbench's
+    strategies for it."""
+    from adapters import install_hint, missing_framework
+    from adapters.native import STRATEGIES
+
+    info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_strategies=[
+        s for s, needed in STRATEGIES.items() if needed in (None, framework)])
+    if absent := missing_framework(framework):
+        info.status, info.reason = "not installed", absent
     return info
 
 
 def probe_all(timeout: float) -> list[FrameworkInfo]:
     """All registered frameworks; the installed ones probed concurrently."""
-    from adapters import FRAMEWORKS, install_hint, missing_framework
-    from adapters.native import STRATEGIES
+    from adapters import FRAMEWORKS
 
     infos, running = [], []
     deadline = time.monotonic() + timeout  # the probes run side by side
     for name in FRAMEWORKS:
-        info = FrameworkInfo(name, "ok", install_hint(name), hetbench_strategies=[
-            s for s, needed in STRATEGIES.items() if needed in (None, name)])
-        absent = missing_framework(name)
-        if absent:
-            info.status, info.reason = "not installed", absent
-        else:
+        info = _unprobed(name)
+        if info.status == "ok":
             running.append((info, _start(name)))
         infos.append(info)
     for info, proc in running:
