@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workloads.models import ModelSpec
+from workloads.models import ModelSpec, builder
 
 if "bool" not in vars(np):  # MXNet 1.9.1 uses np.bool, removed in numpy 1.24
     np.bool = bool  # type: ignore[attr-defined]
@@ -37,69 +37,34 @@ with warnings.catch_warnings():  # its import warns about numpy and distutils AP
 ENGINE_DEFAULT = "ThreadedEnginePerDevice"
 
 
-def _mlp(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
-    hidden, n_in = spec.options["hidden"], int(np.prod(spec.sample_shape))
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(hidden, activation="relu", in_units=n_in),  # flattens C, H, W
-            gluon.nn.Dense(hidden, activation="relu", in_units=hidden),
-            gluon.nn.Dense(spec.num_classes, in_units=hidden))
-    return net, {"fc1": net[0], "fc2": net[1], "fc3": net[2]}
-
-
-def _cnn(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
-    c_in, height, width = spec.sample_shape
-    c1, c2 = spec.options["channels"]
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Conv2D(c1, 3, padding=1, in_channels=c_in, activation="relu"),
-            gluon.nn.MaxPool2D(2),
-            gluon.nn.Conv2D(c2, 3, padding=1, in_channels=c1, activation="relu"),
-            gluon.nn.MaxPool2D(2),
-            gluon.nn.Dense(spec.num_classes, in_units=c2 * (height // 4) * (width // 4)))
-    return net, {"conv1": net[0], "conv2": net[2], "fc": net[4]}
-
-
-class _CharLSTM(gluon.HybridBlock):
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        vocab, embed, hidden = spec.num_classes, spec.options["embed"], spec.options["hidden"]
-        with self.name_scope():
-            self.embed = gluon.nn.Embedding(vocab, embed)
-            self.lstm = gluon.rnn.LSTM(hidden, layout="NTC", input_size=embed)
-            self.decoder = gluon.nn.Dense(vocab, flatten=False, in_units=hidden)
-
-    def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's signature
-        return self.decoder(self.lstm(self.embed(x)))
-
-
-def _lstm(spec: ModelSpec) -> tuple[gluon.HybridBlock, dict[str, Any]]:
-    net = _CharLSTM(spec)
-    return net, {"embed": net.embed, "lstm": net.lstm, "decoder": net.decoder}
-
-
-BUILDERS = {"mlp": _mlp, "cnn": _cnn, "lstm": _lstm}
-# spec parameter kind -> Gluon attribute, where they differ (the fused LSTM layer's names)
-GLUON_ATTRIBUTES = {"weight_ih": "l0_i2h_weight", "weight_hh": "l0_h2h_weight",
-                    "bias_ih": "l0_i2h_bias", "bias_hh": "l0_h2h_bias"}
+def loss_sum(F: Any, spec: ModelSpec, logits: Any, y: Any) -> Any:  # noqa: N803
+    """The loss summed over samples (workloads.models: the two loss kinds), in NDArray or
+    Symbol ops (F is mx.nd or mx.sym)."""
+    if spec.loss == "classify":
+        return F.sum(F.pick(-F.log_softmax(logits, axis=-1), y, axis=-1))
+    counted = F.cast(y >= 0, "float32")  # IGNORE (-1) does not count
+    per_token = -F.pick(F.log_softmax(logits, axis=-1), F.relu(y), axis=-1)
+    per_sample = F.sum(per_token * counted, axis=1) / F.maximum(F.sum(counted, axis=1), 1.0)
+    return F.sum(per_sample)
 
 
 class _LossSum(gluon.HybridBlock):
-    """Model and loss in one hybridized graph. Gluon's softmax cross-entropy averages over
-    every axis but the batch: for the LSTM that is the per-sample mean over tokens."""
+    """Model and loss in one hybridized graph."""
 
-    def __init__(self, net: gluon.HybridBlock) -> None:
+    def __init__(self, net: gluon.HybridBlock, spec: ModelSpec) -> None:
         super().__init__()
         with self.name_scope():
             self.net = net
-        self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.spec = spec
 
     def hybrid_forward(self, F: Any, x: Any, y: Any) -> Any:  # noqa: N803
-        return F.sum(self.loss(self.net(x), y))
+        return loss_sum(F, self.spec, self.net(x), y)
 
 
-def _gluon_parameter(layers: dict[str, Any], name: str, shape: tuple[int, ...]
-                     ) -> gluon.Parameter:
+def _gluon_parameter(layers: dict[str, Any], attributes: dict[str, str], name: str,
+                     shape: tuple[int, ...]) -> gluon.Parameter:
     layer, kind = name.rsplit(".", 1)
-    param = getattr(layers[layer], GLUON_ATTRIBUTES.get(kind, kind))
+    param = getattr(layers[layer], attributes.get(kind, kind))
     if tuple(param.shape) != shape:
         raise ValueError(f"{name}: Gluon shape {param.shape} != spec {shape}")
     return param
@@ -122,10 +87,16 @@ class MXNetAdapter:
             self.ctx = mx.gpu(index)
         else:
             self.ctx = mx.cpu()
-        net, layers = BUILDERS[spec.workload](spec)
-        self.model = _LossSum(net)
+        workload = builder(spec.workload, "mxnet")
+        net, layers = workload.build(spec)
+        self.model = _LossSum(net, spec)
         self.model.initialize(ctx=self.ctx)
-        params = [_gluon_parameter(layers, p.name, p.shape) for p in spec.params]
+        attributes = getattr(workload, "ATTRIBUTES", {})
+        params = [_gluon_parameter(layers, attributes, p.name, p.shape) for p in spec.params]
+        if (found := len(self.model.collect_params().keys())) != len(params):
+            # a parameter outside the spec would never train
+            raise ValueError(f"{spec.workload}: the Gluon model has {found} parameters, "
+                             f"the spec {len(params)}")
         n = spec.num_elements
         self.flat_params = mx.nd.zeros(n, ctx=self.ctx)
         self.flat_grads = mx.nd.zeros(n + 1, ctx=self.ctx)  # last element: the loss sum
@@ -179,6 +150,14 @@ class MXNetAdapter:
         x, y = batch
         with autograd.record():
             return self.model(x, y)
+
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
+        x, y = self.to_device(inputs, targets)
+        logits = self.model.net(x)
+        correct = mx.nd.argmax(logits, axis=-1) == y.astype("float32")
+        counted = y >= 0
+        return (float(loss_sum(mx.nd, self.spec, logits, y).asscalar()),
+                float((correct * counted).sum().asscalar()), float(counted.sum().asscalar()))
 
     def backward(self, loss: Any) -> None:
         loss.backward()  # grad_req "write": overwrites the gradient views

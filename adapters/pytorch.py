@@ -13,61 +13,27 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from workloads.models import ModelSpec
-
-
-class MLP(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        shapes = {p.name: p.shape for p in spec.params}
-        self.fc1 = nn.Linear(*reversed(shapes["fc1.weight"]))
-        self.fc2 = nn.Linear(*reversed(shapes["fc2.weight"]))
-        self.fc3 = nn.Linear(*reversed(shapes["fc3.weight"]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+from workloads.models import IGNORE, ModelSpec, builder
 
 
-class CNN(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        shapes = {p.name: p.shape for p in spec.params}
-        c1, c_in = shapes["conv1.weight"][:2]
-        c2 = shapes["conv2.weight"][0]
-        self.conv1 = nn.Conv2d(c_in, c1, 3, padding=1)
-        self.conv2 = nn.Conv2d(c1, c2, 3, padding=1)
-        self.fc = nn.Linear(*reversed(shapes["fc.weight"]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc(x.flatten(1))
+def loss_sum(spec: ModelSpec, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The loss summed over samples (workloads.models: the two loss kinds)."""
+    if spec.loss == "classify":
+        return F.cross_entropy(logits, y, reduction="sum")
+    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                reduction="none", ignore_index=IGNORE).view(y.shape)
+    counted = (y != IGNORE).sum(1).clamp(min=1)
+    return (per_token.sum(1) / counted).sum()
 
 
-class CharLSTM(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        vocab, embed, hidden = spec.num_classes, spec.options["embed"], spec.options["hidden"]
-        self.embed = nn.Embedding(vocab, embed)
-        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
-        self.decoder = nn.Linear(hidden, vocab)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(self.embed(x))
-        return self.decoder(out)
-
-
-MODELS = {"mlp": MLP, "cnn": CNN, "lstm": CharLSTM}
-# spec name -> torch parameter name, where they differ
-TORCH_NAMES = {
-    "lstm.weight_ih": "lstm.weight_ih_l0",
-    "lstm.weight_hh": "lstm.weight_hh_l0",
-    "lstm.bias_ih": "lstm.bias_ih_l0",
-    "lstm.bias_hh": "lstm.bias_hh_l0",
-}
+def hits(spec: ModelSpec, logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """(correct predictions, predictions counted): labels, or tokens that count."""
+    correct = logits.argmax(-1) == y
+    if spec.loss == "classify":
+        return float(correct.sum()), float(y.numel())
+    counted = y != IGNORE
+    return float((correct & counted).sum()), float(counted.sum())
 
 
 class TorchAdapter:
@@ -78,21 +44,25 @@ class TorchAdapter:
         torch.set_num_threads(threads)
         self.spec = spec
         self.device = torch.device(device)
-        self.model = MODELS[spec.workload](spec).to(self.device)
+        workload = builder(spec.workload, "pytorch")
+        self.model = workload.build(spec).to(self.device)
+        torch_names = getattr(workload, "PARAMETER_NAMES", {})
         n = spec.num_elements
         self.flat_params = torch.zeros(n, device=self.device)
         self.flat_grads = torch.zeros(n + 1, device=self.device)  # last element: loss sum
         named = dict(self.model.named_parameters())
+        if len(named) != len(spec.params):  # a parameter outside the spec would never train
+            raise ValueError(f"{spec.workload}: the torch model has {len(named)} parameters, "
+                             f"the spec {len(spec.params)}")
         offset = 0
         for p in spec.params:
-            param = named[TORCH_NAMES.get(p.name, p.name)]
+            param = named[torch_names.get(p.name, p.name)]
             if tuple(param.shape) != p.shape:
                 raise ValueError(f"{p.name}: torch shape {tuple(param.shape)} != spec {p.shape}")
             param.data = self.flat_params[offset : offset + p.size].view(p.shape)
             param.grad = self.flat_grads[offset : offset + p.size].view(p.shape)
             offset += p.size
         self._host_buffer: torch.Tensor | None = None
-        self._is_tokens = spec.workload == "lstm"
 
     @staticmethod
     def versions() -> dict[str, str]:
@@ -124,14 +94,13 @@ class TorchAdapter:
 
     def forward(self, batch: Any) -> Any:
         x, y = batch
-        logits = self.model(x)
-        if self._is_tokens:  # per-sample loss = mean over the sample's tokens
-            seq_len = y.shape[1]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                   reduction="sum") / seq_len
-        else:
-            loss = F.cross_entropy(logits, y, reduction="sum")
-        return loss
+        return loss_sum(self.spec, self.model(x), y)
+
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
+        with torch.no_grad():
+            x, y = self.to_device(inputs, targets)
+            logits = self.model(x)
+            return (float(loss_sum(self.spec, logits, y)), *hits(self.spec, logits, y))
 
     def backward(self, loss: Any) -> None:
         loss.backward()

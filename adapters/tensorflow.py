@@ -28,7 +28,6 @@ TensorFlow reads it.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -37,11 +36,13 @@ import numpy as np
 import torch  # before TensorFlow: Keras documents a segfault in the other order
 from torch.utils.dlpack import to_dlpack
 
-from workloads.models import ModelSpec
+from workloads.models import IGNORE, ModelSpec, builder
 
 # TensorFlow's C++ INFO lines (CPU feature notes) would open every worker log; warnings stay
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import tensorflow as tf  # noqa: E402
+
+ALIGN_FLOATS = 16  # 64 bytes: the alignment TensorFlow requires of a tensor's memory
 
 
 @dataclass(frozen=True)
@@ -72,23 +73,30 @@ class Layout:
         return tf_tensor.reshape(self.tf_view).permute(self.inverse)
 
 
-def layouts(spec: ModelSpec) -> list[Layout]:
-    """TF layout of every spec parameter, in spec order."""
+def flatten_layout(spec: ModelSpec, name: str, channels: int, height: int, width: int
+                   ) -> dict[str, Layout]:
+    """The dense layer right after a conv stack sees NHWC features in H, W, C order: its
+    kernel columns are permuted from the spec's C, H, W order (the same features)."""
+    p = next(p for p in spec.params if p.name == name)
+    offset = sum(q.size for q in spec.params[: spec.params.index(p)])
+    units = p.shape[0]
+    return {name: Layout(name, offset, p.size, (units, channels, height, width), (0, 2, 3, 1),
+                         (units, height, width, channels), (units, height * width * channels))}
+
+
+def layouts(spec: ModelSpec, overrides: dict[str, Layout] | None = None) -> list[Layout]:
+    """TF layout of every spec parameter, in spec order: conv OIHW -> HWIO; dense and LSTM
+    kernels stay (out, in) and are multiplied with transpose_b; `overrides` (from the
+    workload's builder) where a layer sees its inputs in another order."""
     out, offset = [], 0
     for p in spec.params:
-        if spec.workload == "cnn" and p.name == "fc.weight":
-            # the dense layer after the convolutions sees NHWC features in H, W, C order:
-            # its kernel columns are permuted from the spec's C, H, W order
-            channels = spec.options["channels"][-1]
-            h, w = spec.sample_shape[1] // 4, spec.sample_shape[2] // 4
-            units = p.shape[0]
-            layout = Layout(p.name, offset, p.size, (units, channels, h, w), (0, 2, 3, 1),
-                            (units, h, w, channels), (units, h * w * channels))
+        if overrides and p.name in overrides:
+            layout = overrides[p.name]
         elif len(p.shape) == 4:  # conv OIHW -> HWIO
             o, i, kh, kw = p.shape
             layout = Layout(p.name, offset, p.size, p.shape, (2, 3, 1, 0), (kh, kw, i, o),
                             (kh, kw, i, o))
-        else:  # dense and LSTM kernels stay (out, in): multiplied with transpose_b
+        else:
             identity = tuple(range(len(p.shape)))
             layout = Layout(p.name, offset, p.size, p.shape, identity, p.shape, p.shape)
         out.append(layout)
@@ -96,69 +104,35 @@ def layouts(spec: ModelSpec) -> list[Layout]:
     return out
 
 
-def _loss_sum(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+def dense(v: dict[str, tf.Variable], name: str, x: tf.Tensor) -> tf.Tensor:
+    """x @ weight.T + bias with the spec's (out, in) kernel."""
+    return tf.matmul(x, v[f"{name}.weight"], transpose_b=True) + v[f"{name}.bias"]
 
 
-class _Model:
-    """The three workloads as raw ops over a name -> tf.Variable map (TF layouts)."""
-
-    def __init__(self, spec: ModelSpec, v: dict[str, tf.Variable]) -> None:
-        self.spec, self.v = spec, v
-
-    def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return getattr(self, self.spec.workload)(x, y)  # type: ignore[no-any-return]
-
-    def _dense(self, name: str, x: tf.Tensor) -> tf.Tensor:
-        return tf.matmul(x, self.v[f"{name}.weight"], transpose_b=True) + self.v[f"{name}.bias"]
-
-    def mlp(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        x = tf.reshape(x, (-1, math.prod(self.spec.sample_shape)))  # NCHW data: C, H, W order
-        x = tf.nn.relu(self._dense("fc1", x))
-        x = tf.nn.relu(self._dense("fc2", x))
-        return _loss_sum(self._dense("fc3", x), y)
-
-    def cnn(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        for name in ("conv1", "conv2"):
-            x = tf.nn.conv2d(x, self.v[f"{name}.weight"], 1, "SAME") + self.v[f"{name}.bias"]
-            x = tf.nn.max_pool2d(tf.nn.relu(x), 2, 2, "VALID")
-        x = tf.reshape(x, (tf.shape(x)[0], -1))  # H, W, C order, as fc.weight's columns
-        return _loss_sum(self._dense("fc", x), y)
-
-    def lstm(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        v, hidden, seq_len = self.v, self.spec.options["hidden"], self.spec.options["seq_len"]
-        n = tf.shape(x)[0]
-        emb = tf.gather(v["embed.weight"], x)  # (N, L, E)
-        # input projections of every step at once; the recurrence is unrolled (static L)
-        xw = tf.matmul(tf.reshape(emb, (-1, emb.shape[-1])), v["lstm.weight_ih"],
-                       transpose_b=True)
-        xw = tf.reshape(xw, (n, seq_len, 4 * hidden)) + v["lstm.bias_ih"] + v["lstm.bias_hh"]
-        h = tf.zeros((n, hidden))
-        c = tf.zeros((n, hidden))
-        outputs = []
-        # unstack, not xw[:, t]: the gradient of a strided slice is a zero-filled copy of
-        # the whole (N, L, 4H) tensor per step (4-5x slower backward); unstack's is a stack
-        for xt in tf.unstack(xw, num=seq_len, axis=1):
-            gates = xt + tf.matmul(h, v["lstm.weight_hh"], transpose_b=True)
-            i, f, g, o = tf.split(gates, 4, axis=1)
-            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-            h = tf.sigmoid(o) * tf.tanh(c)
-            outputs.append(h)
-        out = tf.reshape(tf.stack(outputs, axis=1), (-1, hidden))
-        logits = self._dense("decoder", out)
-        # per-sample loss = mean over the sample's tokens
-        return _loss_sum(logits, tf.reshape(y, (-1,))) / seq_len
+def loss_sum(spec: ModelSpec, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    """The loss summed over samples (workloads.models: the two loss kinds)."""
+    if spec.loss == "classify":
+        return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    counted = tf.cast(tf.not_equal(y, IGNORE), logits.dtype)
+    per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.maximum(y, 0), logits)
+    per_sample = tf.reduce_sum(per_token * counted, axis=1)
+    return tf.reduce_sum(per_sample / tf.maximum(tf.reduce_sum(counted, axis=1), 1.0))
 
 
-def _input_signature(spec: ModelSpec) -> list[tf.TensorSpec]:
+def hits(spec: ModelSpec, logits: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(correct predictions, predictions counted): labels, or tokens that count."""
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), y), tf.float32)
+    counted = tf.cast(tf.not_equal(y, IGNORE), tf.float32)
+    return tf.reduce_sum(correct * counted), tf.reduce_sum(counted)
+
+
+def _input_signature(spec: ModelSpec, nhwc: bool) -> list[tf.TensorSpec]:
     """Batch dimension left open: any slice size runs the same traced function."""
-    if spec.workload == "lstm":
-        return [tf.TensorSpec((None, *spec.sample_shape), tf.int64),
-                tf.TensorSpec((None, *spec.sample_shape), tf.int64)]
     shape = spec.sample_shape
-    if spec.workload == "cnn":  # NHWC
+    if nhwc:
         shape = (*shape[1:], shape[0])
-    return [tf.TensorSpec((None, *shape), tf.float32), tf.TensorSpec((None,), tf.int64)]
+    return [tf.TensorSpec((None, *shape), tf.as_dtype(spec.input_dtype)),
+            tf.TensorSpec((None, *spec.target_shape), tf.int64)]
 
 
 def configure_threads(threads: int) -> None:
@@ -190,20 +164,37 @@ class TensorFlowAdapter:
         else:
             self.tf_device = "/CPU:0"
         self.torch_device = torch.device(device)
-        self.layouts = layouts(spec)
+        workload = builder(spec.workload, "tensorflow")
+        self.nhwc = bool(workload.NHWC)  # image inputs transposed from NCHW in to_device
+        self.layouts = layouts(spec, workload.layouts(spec) if hasattr(workload, "layouts")
+                               else None)
         with tf.device(self.tf_device):
             self.variables = [tf.Variable(tf.zeros(lay.tf_shape), name=lay.name.replace(".", "_"))
                               for lay in self.layouts]
-        self.model = _Model(spec, {lay.name: var for lay, var in
-                                   zip(self.layouts, self.variables, strict=True)})
+        named = {lay.name: var for lay, var in zip(self.layouts, self.variables, strict=True)}
+
+        def forward(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            return loss_sum(spec, workload.logits(spec, named, x), y)
+
+        def evaluate(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            logits = workload.logits(spec, named, x)
+            return (loss_sum(spec, logits, y), *hits(spec, logits, y))
+
         # one concrete function, batch dimension open: any slice size runs one trace, and
         # no signature matching per call (forward + backward ~10% faster for the MLP)
-        self._forward_fn = tf.function(self.model.__call__).get_concrete_function(
-            *_input_signature(spec))
+        signature = _input_signature(spec, self.nhwc)
+        self._forward_fn = tf.function(forward).get_concrete_function(*signature)
+        self._evaluate_fn = tf.function(evaluate).get_concrete_function(*signature)
         n = spec.num_elements
         # reduced gradient sums in TF layout, aliased by TensorFlow once (zero-copy reads)
-        self._staging = torch.zeros(n, device=self.torch_device)
-        slices = [self._staging[lay.offset: lay.offset + lay.size] for lay in self.layouts]
+        # Each parameter's slice starts on a 64-byte boundary: TensorFlow's kernels check
+        # that a tensor is aligned (Eigen) and abort the process when it is not.
+        starts = [0]
+        for lay in self.layouts:
+            starts.append(starts[-1] + -(-lay.size // ALIGN_FLOATS) * ALIGN_FLOATS)
+        self._staging = torch.zeros(starts[-1], device=self.torch_device)
+        slices = [self._staging[start: start + lay.size]
+                  for start, lay in zip(starts, self.layouts, strict=False)]
         self._staging_views = [s if lay.is_identity else s.view(lay.tf_view)
                                for s, lay in zip(slices, self.layouts, strict=True)]
         self._staging_tf = [tf.experimental.dlpack.from_dlpack(to_dlpack(s.view(lay.tf_shape)))
@@ -253,7 +244,7 @@ class TensorFlowAdapter:
     def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
         with tf.device(self.tf_device):
             x = tf.convert_to_tensor(inputs)
-            if self.spec.workload == "cnn":
+            if self.nhwc:
                 x = tf.transpose(x, (0, 2, 3, 1))  # NCHW data -> NHWC
             return x, tf.convert_to_tensor(targets)
 
@@ -265,6 +256,10 @@ class TensorFlowAdapter:
             self._tape.watch(self.variables)
             loss = self._forward_fn(x, y)
         return loss
+
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
+        loss, correct, counted = self._evaluate_fn(*self.to_device(inputs, targets))
+        return float(loss), float(correct), float(counted)
 
     def backward(self, loss: Any) -> None:
         assert self._tape is not None, "backward() without forward()"

@@ -103,8 +103,9 @@ def _facets(frame: pd.DataFrame) -> dict[str, Any]:
     return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
 
 
-def write_all(runs: Runs, out: Path) -> list[Path]:
-    """Every figure that the runs have data for; returns the files written."""
+def write_all(runs: Runs, out: Path, evals: Runs = ()) -> list[Path]:
+    """Every figure that the runs have data for; returns the files written. `evals`: the
+    runs' held-out evaluations as (manifest, eval frame)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,4 +183,41 @@ def write_all(runs: Runs, out: Path) -> list[Path]:
         ax.tick_params(axis="x", labelsize=7)
         ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
         paths += _save(figure, out, "cv_by_group")
+
+    from analysis.convergence import curves
+
+    curve = curves(evals)
+    if len(curve):
+        paths += _convergence_figure(curve, out, scope)
     return paths
+
+
+def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Held-out metric and loss against training time and against steps, one line per
+    run (repeats as their mean with a band)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    measures = list(dict.fromkeys(curve["measure"]))
+    names = list(dict.fromkeys(curve["run"]))
+    palette = dict(zip(names, sns.color_palette(n_colors=len(names)), strict=True))
+    figure, axes = plt.subplots(len(measures), 2, figsize=(9, 2.8 * len(measures)),
+                                squeeze=False)
+    for row, measure in enumerate(measures):
+        part = curve[curve["measure"] == measure]
+        for col, x in enumerate(("train_s", "step")):
+            ax = axes[row][col]
+            # against time every repeat is its own line (their evaluation times differ);
+            # against steps, repeats share x: their mean with a 95% band
+            per_repeat = {"units": "repeat", "estimator": None} if x == "train_s" else {}
+            sns.lineplot(data=part, x=x, y="value", hue="run", palette=palette, ax=ax,
+                         marker="o", markersize=3, linewidth=1,
+                         legend=row == 0 and col == 1, **per_repeat)
+            ax.set_xlabel("training time (s, evaluations excluded)" if x == "train_s"
+                          else "step")
+            ax.set_ylabel(f"held-out {measure.replace('_', ' ')}")
+    if axes[0][1].get_legend() is not None:
+        sns.move_legend(axes[0][1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
+    figure.suptitle(f"Held-out metric against time and steps — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "convergence")

@@ -167,9 +167,41 @@ def strategy_section(table: pd.DataFrame) -> list[str]:
             markdown_table(wide), ""]
 
 
+def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+    """Held-out metric and time to target per run name, over repeats."""
+    from analysis.convergence import convergence_groups, convergence_table
+
+    table = convergence_table(evals)
+    if table.empty:
+        return []
+    groups = convergence_groups(table)
+    wide = groups.pivot(index="run", columns="metric", values="mean")
+    ci = (groups.assign(ci=groups["ci_high"] - groups["mean"])
+          .pivot(index="run", columns="metric", values="ci"))
+    counts = groups.groupby("run")[["repeats", "reached"]].max()
+    first = table.groupby("run", sort=False)[["metric", "target_metric", "target"]].first()
+    view = pd.DataFrame({"run": first.index})
+    view["target"] = [f"{r.target_metric} {'<=' if r.target_metric == 'loss' else '>='} "
+                      f"{r.target:g}" if r.target_metric else "" for r in first.itertuples()]
+    view["reached"] = [f"{int(counts.loc[r, 'reached'])}/{int(counts.loc[r, 'repeats'])}"
+                       for r in first.index]
+    for metric in ("time_to_target_s", "steps_to_target", "final_metric", "final_loss"):
+        view[metric] = wide[metric].reindex(first.index).to_numpy() if metric in wide else math.nan
+        view[f"{metric} ±95%"] = (ci[metric].reindex(first.index).to_numpy() if metric in ci
+                                  else math.nan)
+    view.insert(1, "metric", first["metric"].to_numpy())
+    return ["## Time to target (held-out)", "",
+            "First held-out evaluation at which the run's target is reached: training "
+            "seconds (evaluations excluded) and steps; mean and 95% t interval over the "
+            "repeats that reached it. Final values: the last evaluation.", "",
+            markdown_table(view), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-          figures: Sequence[str] = (), target_loss: float = 0.5) -> tuple[str, str]:
-    """(report.md text, terminal text) for the runs, given as (manifest, steps)."""
+          figures: Sequence[str] = (), target_loss: float = 0.5,
+          evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = ()) -> tuple[str, str]:
+    """(report.md text, terminal text) for the runs, given as (manifest, steps), with their
+    held-out evaluations as (manifest, evals)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
     overview = table[["run_id", "status", "partial", "heterogeneity", "samples_per_s",
@@ -205,6 +237,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "[95% t interval], one column per setup.", "",
            markdown_table(side_by_side(by_setup, setup_keys)), ""]
     md += strategy_section(table)
+    convergence = convergence_section(evals)
+    md += convergence
     repartition = repartition_section(runs, target_loss)
     md += repartition
     if figures:
@@ -216,6 +250,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         return frame.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
     terminal = [*headline, "", "Runs:", text(overview), "", "Across repeats:", text(group_view)]
+    if convergence:
+        terminal += ["", convergence[0].lstrip("# "), convergence[-2]]
     if repartition:
         terminal += ["", *(line for line in repartition if not line.startswith("Per "))]
     return "\n".join(md), "\n".join(terminal)

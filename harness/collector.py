@@ -47,8 +47,10 @@ RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
 
 STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
+EVAL_FILE = "eval.parquet"
 PARTS_DIR = "parts"
 PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
+EVAL_PART = "eval.jsonl"  # rank 0's held-out evaluations so far, one JSON object a line
 
 
 def error_path(run_dir: Path, rank: int) -> Path:
@@ -175,6 +177,7 @@ def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
     frame = records_frame(arrays, clock_offsets_ns)
     write_steps(run_dir, frame)
     write_trace(run_dir, frame, worker_labels)
+    write_eval(run_dir)
     return len(frame)
 
 
@@ -186,6 +189,42 @@ def write_partition_log(run_dir: Path, history: list[dict[str, Any]],
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"partition_history": history, "standalone": standalone}))
     tmp.replace(path)
+
+
+def append_eval(run_dir: Path, row: dict[str, Any]) -> None:
+    """One held-out evaluation (rank 0), appended and flushed at once: a run that fails
+    later keeps every evaluation it made."""
+    with open(run_dir / PARTS_DIR / EVAL_PART, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def eval_frame(run_dir: Path):  # type: ignore[no-untyped-def]
+    """The held-out evaluations: eval.parquet, or the part rank 0 flushed (a torn last line
+    is dropped); an empty frame when the run evaluated nothing."""
+    import pandas as pd
+
+    path = run_dir / EVAL_FILE
+    if path.is_file():
+        return pd.read_parquet(path)
+    rows = []
+    part = run_dir / PARTS_DIR / EVAL_PART
+    if part.is_file():
+        for line in part.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break
+    return pd.DataFrame(rows)
+
+
+def write_eval(run_dir: Path) -> int:
+    """eval.parquet from the flushed evaluations (none: no file); returns the row count."""
+    frame = eval_frame(run_dir)
+    if len(frame) and not (run_dir / EVAL_FILE).is_file():
+        tmp = run_dir / f".{EVAL_FILE}.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(run_dir / EVAL_FILE)
+    return len(frame)
 
 
 def read_partition_log(run_dir: Path) -> dict[str, Any]:

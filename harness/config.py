@@ -34,8 +34,10 @@ from typing import Any
 from adapters import FRAMEWORKS
 from adapters.native import STRATEGIES, strategy_problem
 from harness.errors import UsageError
+from harness.optim import DECAYS, OPTIMIZERS, OptimizerSpec
 from harness.partition import ADAPTIVE, POLICIES
-from workloads import COMPATIBLE_DATASETS, DATASETS, WORKLOADS
+from workloads import DATASETS, WORKLOADS, get_workload
+from workloads.models import DEFAULT_SIZE, SIZES
 
 # Used with fullmatch: '$' alone would also accept a trailing newline.
 DEVICE_PATTERN = re.compile(r"cpu|cuda:\d+")
@@ -95,6 +97,21 @@ class PartitionSpec:
 
 
 @dataclass(frozen=True)
+class TargetSpec:
+    """The held-out metric a run must reach: time to target is measured against it."""
+
+    metric: str
+    value: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric != "loss"
+
+    def reached(self, value: float) -> bool:
+        return value >= self.value if self.higher_is_better else value <= self.value
+
+
+@dataclass(frozen=True)
 class RunSpec:
     name: str
     framework: str
@@ -112,6 +129,10 @@ class RunSpec:
     calibrate: bool = False
     calibrate_steps: int = 10
     strategy: str = "torch"
+    size: str = DEFAULT_SIZE
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    eval_every: int = 0  # 0: no held-out evaluation
+    target: TargetSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -145,7 +166,7 @@ class SuiteSpec:
 RUN_DEFAULTS: dict[str, Any] = {
     "framework": "pytorch",
     "workload": "mlp",
-    "dataset": "digits",
+    "dataset": None,  # the workload's default data set
     "steps": 30,
     "warmup_steps": 0,
     "global_batch": 128,
@@ -156,6 +177,10 @@ RUN_DEFAULTS: dict[str, Any] = {
     "calibrate": False,
     "calibrate_steps": 10,
     "strategy": "torch",
+    "size": DEFAULT_SIZE,
+    "optimizer": "sgd",
+    "eval_every": None,
+    "target": None,
 }
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
@@ -164,6 +189,12 @@ WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "framewo
 ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing",
                  "max_ratio", "reset"}
 PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
+# optimizer key -> the optimizers it applies to
+OPTIMIZER_KEYS = {"name": OPTIMIZERS, "weight_decay": OPTIMIZERS, "warmup_steps": OPTIMIZERS,
+                  "decay": OPTIMIZERS, "min_lr": OPTIMIZERS, "momentum": ("momentum",),
+                  "nesterov": ("momentum",), "beta1": ("adamw",), "beta2": ("adamw",),
+                  "eps": ("adamw",)}
+TARGET_KEYS = {"metric", "value"}
 
 
 def builtin_suites() -> list[str]:
@@ -259,13 +290,25 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     if problem := strategy_problem(strategy, [w.framework for w in workers]):
         raise UsageError(at("strategy"), problem)
     workload = _choice(values["workload"], WORKLOADS, at("workload"))
-    dataset = _choice(values["dataset"], DATASETS, at("dataset"))
-    if dataset not in COMPATIBLE_DATASETS[workload]:
+    spec = get_workload(workload)
+    dataset = (spec.default_dataset if values["dataset"] is None
+               else _choice(values["dataset"], DATASETS, at("dataset")))
+    if dataset not in spec.datasets:
         raise UsageError(
             at("dataset"),
             f"{dataset!r} does not fit workload {workload!r} "
-            f"(allowed: {', '.join(COMPATIBLE_DATASETS[workload])})",
+            f"(allowed: {', '.join(spec.datasets)})",
         )
+    size = _choice(values["size"], SIZES, at("size"))
+    lr = _float(values["lr"], at("lr"), minimum=0.0, strict=True)
+    optimizer = _optimizer(values["optimizer"], lr, steps, at("optimizer"))
+    eval_every = 0
+    if values["eval_every"] is not None:
+        eval_every = _int(values["eval_every"], at("eval_every"), minimum=1)
+    target = _target(values["target"], spec.metric, at("target"))
+    if target is not None and not eval_every:
+        raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
+                         "every eval_every steps)")
     from workloads.data import sample_count  # numpy, no framework
 
     if global_batch > (samples := sample_count(dataset, workload)):
@@ -279,7 +322,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         steps=steps,
         warmup_steps=warmup,
         global_batch=global_batch,
-        lr=_float(values["lr"], at("lr"), minimum=0.0, strict=True),
+        lr=lr,
         seed=_int(values["seed"], at("seed"), minimum=0),
         partition=partition,
         workers=workers,
@@ -288,6 +331,10 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         calibrate=_bool(values["calibrate"], at("calibrate")),
         calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1),
         strategy=strategy,
+        size=size,
+        optimizer=optimizer,
+        eval_every=eval_every,
+        target=target,
     )
 
 
@@ -302,10 +349,13 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         return WorkerSpec(**{**tuples(w), "slowdown_at": tuple(tuple(p) for p in at)
                              if at else None})
 
+    target = data.get("target")
     return RunSpec(**{
         **data,
         "partition": PartitionSpec(**tuples(data["partition"])),
         "workers": tuple(worker(w) for w in data["workers"]),
+        "optimizer": OptimizerSpec(**data.get("optimizer", {})),
+        "target": TargetSpec(**target) if target else None,
     })
 
 
@@ -406,6 +456,56 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
                          strict=True),
         reset=_float(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0, strict=True),
     )
+
+
+def _optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpec:
+    """`"adamw"` or `{ name = "adamw", weight_decay = 0.01, warmup_steps = 10, ... }`."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    raw = _table(raw, where)
+    _check_keys(raw, set(OPTIMIZER_KEYS), where)
+    name = _choice(raw.get("name", "sgd"), OPTIMIZERS, f"{where}.name")
+    for key in raw:
+        if name not in OPTIMIZER_KEYS[key]:
+            raise UsageError(f"{where}.{key}", f"only allowed with optimizer "
+                             f"{' or '.join(repr(o) for o in OPTIMIZER_KEYS[key])}, not {name!r}")
+    default = OptimizerSpec()
+
+    def fraction(key: str) -> float:  # 0 <= value < 1
+        value = _float(raw.get(key, getattr(default, key)), f"{where}.{key}", minimum=0.0)
+        if value >= 1.0:
+            raise UsageError(f"{where}.{key}", f"{value} is not allowed (0 <= {key} < 1)")
+        return value
+
+    warmup = _int(raw.get("warmup_steps", 0), f"{where}.warmup_steps", minimum=0)
+    if warmup > steps:
+        raise UsageError(f"{where}.warmup_steps", f"{warmup} exceeds steps ({steps})")
+    min_lr = _float(raw.get("min_lr", 0.0), f"{where}.min_lr", minimum=0.0)
+    if min_lr > lr:
+        raise UsageError(f"{where}.min_lr", f"{min_lr} is above lr ({lr})")
+    return OptimizerSpec(
+        name=name, momentum=fraction("momentum"),
+        nesterov=_bool(raw.get("nesterov", False), f"{where}.nesterov"),
+        beta1=fraction("beta1"), beta2=fraction("beta2"),
+        eps=_float(raw.get("eps", default.eps), f"{where}.eps", minimum=0.0, strict=True),
+        weight_decay=_float(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0),
+        warmup_steps=warmup, decay=_choice(raw.get("decay", "none"), DECAYS, f"{where}.decay"),
+        min_lr=min_lr)
+
+
+def _target(raw: Any, metric: str, where: str) -> TargetSpec | None:
+    """`{ metric = "accuracy", value = 0.8 }`; the metric defaults to the workload's."""
+    if raw is None:
+        return None
+    raw = _table(raw, where)
+    _check_keys(raw, TARGET_KEYS, where)
+    name = _choice(raw.get("metric", metric), (metric, "loss"), f"{where}.metric")
+    if "value" not in raw:
+        raise UsageError(f"{where}.value", "required (the held-out value to reach)")
+    value = _float(raw["value"], f"{where}.value", minimum=0.0)
+    if name != "loss" and value > 1.0:
+        raise UsageError(f"{where}.value", f"{value} is not allowed ({name} is 0 to 1)")
+    return TargetSpec(name, value)
 
 
 # -- small typed readers: each names the field and what is allowed ---------------------------

@@ -18,6 +18,7 @@ class RunData:
     run_dir: Path
     manifest: dict[str, Any]
     steps: pd.DataFrame
+    evals: pd.DataFrame  # held-out evaluations (eval.parquet); empty without eval_every
 
     @property
     def status(self) -> str:
@@ -40,7 +41,11 @@ def load_run(run_dir: Path) -> RunData:
             raise UsageError(str(steps_file), f"unreadable: {exc}") from None
     else:
         steps = collector.records_frame(collector.read_parts(run_dir))
-    return RunData(run_dir, meta, steps)
+    try:
+        evals = collector.eval_frame(run_dir)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(run_dir / collector.EVAL_FILE), f"unreadable: {exc}") from None
+    return RunData(run_dir, meta, steps, evals)
 
 
 def writable_folder(path: Path, where: str) -> Path:

@@ -158,13 +158,16 @@ class Trainer:
     order: Any
     stretch: Stretcher
     sync_device: bool
+    optimizer: Any = None
     buffer: Any = None
+    grads: Any = None
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
 
     def set_buffer(self, buffer: Any) -> None:
         """The communication buffer; its last element is the loss sum."""
         self.buffer = buffer
+        self.grads = buffer[:-1]
         if buffer.device.type == "cpu":
             # A numpy view reads the loss slot in ~0.1 us; indexing the tensor costs ~5 us.
             view = buffer.numpy()
@@ -217,11 +220,14 @@ class Trainer:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
         loss = self.read_loss() / self.run.global_batch
+        # unpack: the optimizer turns the reduced sums into the update (in place), then the
+        # adapter takes the buffer into its framework
+        scale = self.optimizer.update(step, self.grads)
         self.adapter.unpack()
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        self.adapter.apply(self.run.lr / self.run.global_batch)
+        self.adapter.apply(scale)
         self.adapter.zero_grad()
         if self.sync_device:
             self.adapter.synchronize()
@@ -237,8 +243,9 @@ class Trainer:
         adapter.backward(loss)
         adapter.pack(loss)
         allreduce(self.buffer)
+        scale = self.optimizer.update(step, self.grads)
         adapter.unpack()
-        adapter.apply(self.run.lr / self.run.global_batch)
+        adapter.apply(scale)
         adapter.zero_grad()
 
     def timed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
@@ -317,6 +324,22 @@ def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
             for r in range(len(rates))]
 
 
+def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device: Any
+                   ) -> Any:
+    """The held-out evaluation of a run with eval_every, or None."""
+    if not run.eval_every:
+        return None
+    from harness import comm
+    from harness.evaluation import Evaluator
+    from workloads import get_workload
+    from workloads.data import load_dataset
+
+    heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
+    return Evaluator(run.eval_every, run.steps, run.global_batch,
+                     get_workload(run.workload).metric, rank, run.world_size, adapter,
+                     heldout, lambda values: comm.all_gather_vectors(values, device), run_dir)
+
+
 def worker_label(w: WorkerSpec) -> str:
     label = f"{w.framework} {w.device} x{w.threads}"
     if w.cores:
@@ -327,21 +350,30 @@ def worker_label(w: WorkerSpec) -> str:
 
 
 def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tuple[Trainer, Any]:
-    """Data, model and adapter of one worker, initial parameters loaded; also the dataset."""
+    """Data, model, adapter and optimizer of one worker, initial parameters loaded; also the
+    dataset."""
+    import numpy as np
+    import torch
+
+    from harness.optim import Optimizer
     from workloads.data import BatchOrder, load_dataset
     from workloads.models import build_spec
 
     worker = run.workers[rank]
     data = load_dataset(run.dataset, run.workload, run.seed)
-    spec = build_spec(run.workload, data.sample_shape, data.num_classes)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
     adapter = adapter_cls(spec, worker.device, worker.threads)
-    adapter.load_parameters(spec.initial_parameters(run.seed))
+    initial = spec.initial_parameters(run.seed)
+    adapter.load_parameters(initial)
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed),
                       Stretcher(worker.slowdown_for(0)),
                       sync_device=(worker.is_cuda or adapter.synchronize_on_host)
                       and run.instrument)
     trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
+    flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
+    trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                                  spec.num_elements, flat, trainer.buffer.device)
     adapter.zero_grad()
     return trainer, data
 
@@ -373,17 +405,24 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     if rank == 0:
         collector.write_partition_log(run_dir, trainer.partition_history, standalone)
     trainer.stretch.total_ns = 0
+    evaluator = make_evaluator(run, rank, adapter, run_dir, device)
+    if evaluator:
+        evaluator(0)
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
     allreduce = native.allreduce(run.strategy, adapter, run.world_size) or comm.allreduce_sum
     try:
         step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
         repartitioner, window = make_repartitioner(run), Window()
+        if evaluator:
+            evaluator.start_clock()
         for step in range(run.steps):
             if worker.slowdown_at:
                 trainer.stretch.extra = worker.slowdown_for(step) - 1.0
             record = step_fn(step, lo, hi, allreduce, counters)
             writer.append(record)
+            if evaluator and evaluator.due(step + 1):
+                evaluator(step + 1)
             if repartitioner is None:
                 continue
             window.add(hi - lo, record[READY_FIELD] - record[BEGIN_FIELD])

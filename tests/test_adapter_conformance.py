@@ -33,7 +33,9 @@ from workloads.models import ModelSpec, build_spec
 # framework -> the module whose absence skips its tests
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
-         ("cnn", "synthetic"), ("lstm", "synthetic")]
+         ("cnn", "synthetic"), ("lstm", "synthetic"), ("resnet", "synthetic"),
+         ("vgg", "synthetic")]
+SIZE = "tiny"  # every workload's smallest size: the mathematics is the same at every size
 SEED = 0
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-3
@@ -60,12 +62,23 @@ def adapter_for(framework: str, workload: str, dataset: str) -> tuple[Dataset, M
     data = load_dataset(dataset, workload, SEED)
     key = (framework, workload, data.sample_shape, data.num_classes)
     if key not in _cache:
-        spec = build_spec(workload, data.sample_shape, data.num_classes)
+        spec = build_spec(workload, data.sample_shape, data.num_classes, SIZE)
         _cache[key] = (spec, load_adapter(framework)(spec, "cpu", 1))
     spec, adapter = _cache[key]
-    adapter.load_parameters(spec.initial_parameters(SEED))
+    adapter.load_parameters(start_values(spec))
     adapter.zero_grad()
     return data, spec, adapter
+
+
+def start_values(spec: ModelSpec) -> dict[str, np.ndarray]:
+    """The initial weights, except that parameters initialised to zero (ResNet's SkipInit
+    scales) get random values: at zero they would hide the gradients behind them."""
+    values = spec.initial_parameters(SEED)
+    rng = np.random.default_rng(1)
+    for p in spec.params:
+        if p.init_bound == 0:
+            values[p.name] = rng.uniform(0.2, 0.6, p.shape).astype(np.float32)
+    return values
 
 
 def packed(adapter: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -134,14 +147,15 @@ def test_loss_and_gradients_match_pytorch(framework: str, workload: str, dataset
 
 
 @pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
-                                                   ("lstm", "text")])
+                                                   ("lstm", "text"), ("resnet", "synthetic"),
+                                                   ("vgg", "synthetic")])
 def test_sgd_step_matches_pytorch(framework: str, workload: str, dataset: str,
                                   reference: Any) -> None:
     data, spec, adapter = adapter_for(framework, workload, dataset)
     ours = sgd_steps(adapter, data, (16,), steps=1, lr=0.5, global_batch=16)
     _, _, torch_adapter = reference(workload, dataset)
     expected = sgd_steps(torch_adapter, data, (16,), steps=1, lr=0.5, global_batch=16)
-    initial = spec.initial_parameters(SEED)
+    initial = start_values(spec)
     for name, value in ours.items():
         assert value.shape == spec.params[[p.name for p in spec.params].index(name)].shape
         np.testing.assert_allclose(value, expected[name], rtol=0, atol=PARAM_ATOL, err_msg=name)
@@ -160,17 +174,18 @@ def test_slice_gradients_add_up_to_full_batch(framework: str, workload: str,
     np.testing.assert_allclose(parts, full, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("lstm", "synthetic")])
+@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("lstm", "synthetic"),
+                                                   ("resnet", "synthetic")])
 def test_partition_does_not_change_parameters(framework: str, workload: str,
                                               dataset: str) -> None:
     """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework."""
     data, spec, adapter = adapter_for(framework, workload, dataset)
     results = {}
     for sizes in ((48,), (24, 24), (5, 17, 26)):
-        adapter.load_parameters(spec.initial_parameters(SEED))
+        adapter.load_parameters(start_values(spec))
         results[sizes] = sgd_steps(adapter, data, sizes, steps=3, lr=0.5, global_batch=48)
     one = results[(48,)]
-    initial = spec.initial_parameters(SEED)
+    initial = start_values(spec)
     assert any(not np.allclose(one[n], initial[n], rtol=0, atol=1e-4) for n in one)
     for sizes, params in results.items():
         for name, value in params.items():
@@ -178,7 +193,8 @@ def test_partition_does_not_change_parameters(framework: str, workload: str,
                                        err_msg=f"{sizes}: {name}")
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("cnn", "digits"), ("lstm", "text")])
+@pytest.mark.parametrize(("workload", "dataset"), [("cnn", "digits"), ("lstm", "text"),
+                                                   ("resnet", "synthetic"), ("vgg", "synthetic")])
 def test_parameters_round_trip_exactly(framework: str, workload: str, dataset: str) -> None:
     """Layout conversions (TF: transposes, HWIO, the NHWC flatten order) lose nothing."""
     _, spec, adapter = adapter_for(framework, workload, dataset)
@@ -223,7 +239,7 @@ def test_mixed_framework_slices_sum_to_the_pytorch_step() -> None:
                                                data.targets[idx]))
     expected = sgd_steps(torch_adapter, data, (30,), steps=1, lr=0.5, global_batch=30)
     for framework, adapter in zip(frameworks, adapters, strict=True):
-        adapter.load_parameters(spec.initial_parameters(SEED))
+        adapter.load_parameters(start_values(spec))
         adapter.comm_buffer(False).copy_(torch.from_numpy(total))
         adapter.unpack()
         adapter.apply(0.5 / 30)
@@ -231,3 +247,70 @@ def test_mixed_framework_slices_sum_to_the_pytorch_step() -> None:
         for name, value in adapter.parameters().items():
             np.testing.assert_allclose(value, expected[name], rtol=0, atol=PARAM_ATOL,
                                        err_msg=f"{framework}: {name}")
+
+
+def per_sample_reference(spec: ModelSpec, values: dict[str, np.ndarray], x: np.ndarray,
+                         y: np.ndarray) -> np.ndarray:
+    """Gradient sums and loss sum from a loop over single samples, written here and not in
+    any adapter: the workload's torch module with the values loaded by name, each sample's
+    loss computed by this test (cross-entropy; for token workloads the mean over the tokens
+    that count), its gradient taken alone, and the gradients summed."""
+    from workloads.models import IGNORE, builder
+
+    module = builder(spec.workload, "pytorch")
+    model = module.build(spec).double()
+    names = getattr(module, "PARAMETER_NAMES", {})
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for p in spec.params:
+            params[names.get(p.name, p.name)].copy_(torch.from_numpy(values[p.name]))
+    total = [torch.zeros(p.shape, dtype=torch.float64) for p in spec.params]
+    loss_total = 0.0
+    inputs = torch.from_numpy(x if x.dtype == np.int64 else x.astype(np.float64))
+    for i in range(len(x)):
+        logits = model(inputs[i: i + 1])[0]
+        target = torch.from_numpy(np.asarray(y[i]))
+        if spec.loss == "classify":
+            loss = -torch.log_softmax(logits, -1)[target]
+        else:
+            counted = target != IGNORE
+            picked = torch.log_softmax(logits, -1).gather(1, target.clamp(min=0)[:, None])[:, 0]
+            loss = -(picked * counted).sum() / counted.sum()
+        grads = torch.autograd.grad(loss, [params[names.get(p.name, p.name)]
+                                           for p in spec.params])
+        for acc, g in zip(total, grads, strict=True):
+            acc += g
+        loss_total += float(loss)
+    flat = torch.cat([g.reshape(-1) for g in total]).numpy()
+    return np.append(flat, loss_total).astype(np.float32)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
+                                                   ("lstm", "text"), ("resnet", "synthetic"),
+                                                   ("vgg", "synthetic")])
+def test_gradients_match_a_per_sample_loop(framework: str, workload: str, dataset: str) -> None:
+    """Every adapter, PyTorch's included, against a reference that shares no code with the
+    adapters' loss, flat buffers or layouts (float64, one sample at a time)."""
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    idx = BatchOrder(len(data), 6, SEED).indices(2)
+    x, y = data.inputs[idx], data.targets[idx]
+    expected = per_sample_reference(spec, start_values(spec), x, y)
+    assert np.abs(expected[:-1]).max() > 0
+    assert_gradients_match(spec, packed(adapter, x, y), expected)
+
+
+def test_ignored_tokens_do_not_count(framework: str) -> None:
+    """The token loss's IGNORE targets (padding, unmasked positions of the workloads to come)
+    in every framework: a sample's loss is the mean over its counted tokens."""
+    from workloads.models import IGNORE
+
+    data, spec, adapter = adapter_for(framework, "lstm", "text")
+    idx = BatchOrder(len(data), 5, SEED).indices(3)
+    x, y = data.inputs[idx], data.targets[idx].copy()
+    last = y[0, -1]
+    rng = np.random.default_rng(0)
+    y[rng.random(y.shape) < 0.6] = IGNORE
+    y[0, :-1], y[0, -1] = IGNORE, last  # one sample with a single counted token
+    assert (y == IGNORE).any(axis=1).all() and (y != IGNORE).any(axis=1).all()
+    expected = per_sample_reference(spec, start_values(spec), x, y)
+    assert_gradients_match(spec, packed(adapter, x, y), expected)

@@ -90,11 +90,40 @@ BAD = {
         suite(worker(framework="jax")), "runs[0].workers[0].framework",
         ["unknown 'jax'", "allowed: ", "pytorch"]),
     "workload": (
-        suite(run(workload="resnet")), "runs[0].workload",
-        ["unknown 'resnet'", "allowed: cnn, lstm, mlp"]),
+        suite(run(workload="resnet50")), "runs[0].workload",
+        ["unknown 'resnet50'", "allowed: cnn, lstm, mlp, resnet, vgg"]),
+    "size": (
+        suite(run(size="huge")), "runs[0].size", ["unknown 'huge'", "allowed: base, small, tiny"]),
+    "workload on a data set it cannot train on": (
+        suite(run(workload="resnet", dataset="digits")), "runs[0].dataset",
+        ["'digits' does not fit workload 'resnet'", "allowed: scenes, synthetic"]),
+    "eval_every zero": (suite(run(eval_every=0)), "runs[0].eval_every", ["minimum 1"]),
+    "target without eval_every": (
+        suite(run(target={"value": 0.5})), "runs[0].target", ["needs eval_every"]),
+    "target metric": (
+        suite(run(eval_every=5, target={"metric": "bleu", "value": 0.5})),
+        "runs[0].target.metric", ["unknown 'bleu'", "allowed: accuracy, loss"]),
+    "target accuracy above 1": (
+        suite(run(eval_every=5, target={"value": 80})), "runs[0].target.value",
+        ["accuracy is 0 to 1"]),
+    "optimizer": (
+        suite(run(optimizer="adam")), "runs[0].optimizer.name",
+        ["unknown 'adam'", "allowed: adamw, momentum, sgd"]),
+    "optimizer key of another optimizer": (
+        suite(run(optimizer={"name": "sgd", "beta1": 0.9})), "runs[0].optimizer.beta1",
+        ["only allowed with optimizer 'adamw'"]),
+    "momentum of 1": (
+        suite(run(optimizer={"name": "momentum", "momentum": 1.0})),
+        "runs[0].optimizer.momentum", ["0 <= momentum < 1"]),
+    "warm-up longer than the run": (
+        suite(run(steps=10, optimizer={"name": "adamw", "warmup_steps": 11})),
+        "runs[0].optimizer.warmup_steps", ["11 exceeds steps (10)"]),
+    "decay": (
+        suite(run(optimizer={"name": "sgd", "decay": "exp"})), "runs[0].optimizer.decay",
+        ["unknown 'exp'", "allowed: cosine, linear, none"]),
     "dataset": (
         suite(run(dataset="mnist")), "runs[0].dataset",
-        ["unknown 'mnist'", "allowed: digits, synthetic, text"]),
+        ["unknown 'mnist'", "allowed: digits, scenes, synthetic, text"]),
     "policy": (
         suite(run(partition={"policy": "random"})), "runs[0].partition.policy",
         ["unknown 'random'", "allowed: equal, model, profiled, proportional, sizes, weights"]),
@@ -142,7 +171,7 @@ BAD = {
     "global_batch zero": (suite(run(global_batch=0)), "runs[0].global_batch", ["minimum 1"]),
     "global_batch beyond the data set": (
         suite(run(global_batch=2000)), "runs[0].global_batch",
-        ["2000 exceeds the 1797 samples of dataset 'digits'", "allowed: 2 to 1797"]),
+        ["2000 exceeds the 1500 samples of dataset 'digits'", "allowed: 2 to 1500"]),
     "slowdown below 1": (
         suite(worker(slowdown=0.5)), "runs[0].workers[0].slowdown",
         ["0.5 is not allowed", "at least 1.0"]),
@@ -467,3 +496,30 @@ def test_adaptive_partition_keys_and_slowdown_schedules() -> None:
     assert bad.where == "runs[0].workers[0].slowdown_at" and "increase" in bad.message
     assert usage_error(suite(worker(slowdown_at=[[0, 0.5]]))).where == \
         "runs[0].workers[0].slowdown_at"
+
+
+def test_workload_keys_parse_and_survive_the_run_file() -> None:
+    """size, optimizer, eval_every and target as the workloads issue names them; dataset
+    left out takes the workload's default; the spec survives the JSON the launcher writes."""
+    import json
+
+    from harness.config import run_from_dict
+    from harness.optim import OptimizerSpec
+
+    table = run(workload="resnet", size="tiny", eval_every=5, target={"value": 0.5},
+                optimizer={"name": "adamw", "weight_decay": 0.01, "warmup_steps": 3,
+                           "decay": "cosine", "min_lr": 0.001})
+    spec = parse_suite(suite(table)).runs[0]
+    assert (spec.dataset, spec.size, spec.eval_every) == ("scenes", "tiny", 5)
+    assert spec.target is not None and (spec.target.metric, spec.target.value) == ("accuracy", 0.5)
+    assert spec.target.reached(0.5) and not spec.target.reached(0.49)
+    assert spec.optimizer == OptimizerSpec(name="adamw", weight_decay=0.01, warmup_steps=3,
+                                           decay="cosine", min_lr=0.001)
+    assert run_from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    plain = parse_suite(suite(run())).runs[0]  # today's suites: SGD, no evaluation, small
+    assert (plain.optimizer.name, plain.eval_every, plain.target, plain.size) == (
+        "sgd", 0, None, "small")
+    assert run_from_dict(json.loads(json.dumps(plain.to_dict()))) == plain
+    loss_target = parse_suite(suite(run(eval_every=2, target={"metric": "loss", "value": 0.3})))
+    target = loss_target.runs[0].target
+    assert target is not None and target.reached(0.3) and not target.reached(0.31)

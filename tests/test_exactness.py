@@ -11,6 +11,7 @@ to atol 2e-5 after 25 steps (observed differences are around 1e-6).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,6 +67,12 @@ max_move = 0.1
 
 def plain_torch_sgd(seed: int, steps: int, lr: float, batch: int) -> dict[str, np.ndarray]:
     """The textbook loop: nn.Sequential, mean cross-entropy, torch.optim.SGD."""
+    return plain_torch(seed, steps, batch, lambda p: (torch.optim.SGD(p, lr=lr), None))[0]
+
+
+def plain_torch(seed: int, steps: int, batch: int, make_optimizer: Any
+                ) -> tuple[dict[str, np.ndarray], nn.Module]:
+    """The textbook loop with the optimizer (and LR scheduler) `make_optimizer` builds."""
     data = load_dataset("digits", "mlp", seed)
     spec = build_spec("mlp", data.sample_shape, data.num_classes)
     init = spec.initial_parameters(seed)
@@ -76,7 +83,7 @@ def plain_torch_sgd(seed: int, steps: int, lr: float, batch: int) -> dict[str, n
         for name, param in model.named_parameters():
             index, kind = name.split(".")
             param.copy_(torch.from_numpy(init[f"{names[index]}.{kind}"]))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer, schedule = make_optimizer(model.parameters())
     order = BatchOrder(len(data), batch, seed)
     for step in range(steps):
         idx = order.indices(step)
@@ -84,8 +91,11 @@ def plain_torch_sgd(seed: int, steps: int, lr: float, batch: int) -> dict[str, n
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
-    return {f"{names[n.split('.')[0]]}.{n.split('.')[1]}": p.detach().numpy()
-            for n, p in model.named_parameters()}
+        if schedule is not None:
+            schedule.step()
+    params = {f"{names[n.split('.')[0]]}.{n.split('.')[1]}": p.detach().numpy()
+              for n, p in model.named_parameters()}
+    return params, model
 
 
 def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> None:
@@ -127,3 +137,76 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
     losses = three.steps.groupby("step")["loss"].agg(["min", "max"])
     np.testing.assert_allclose(losses["min"], losses["max"], rtol=1e-6)
     assert losses["min"].iloc[-5:].mean() < losses["min"].iloc[:5].mean()
+
+
+ADAMW_SUITE = f"""
+[suite]
+name = "exactness-adamw"
+
+[defaults]
+workload = "mlp"
+dataset = "digits"
+steps = {STEPS}
+global_batch = 96
+lr = 0.01
+seed = 4
+eval_every = 10
+target = {{ metric = "loss", value = 1.0 }}
+
+[defaults.optimizer]
+name = "adamw"
+weight_decay = 0.05
+warmup_steps = 5
+decay = "cosine"
+eps = 1e-4
+
+[[runs]]
+name = "one"
+workers = [ {{ device = "cpu" }} ]
+
+[[runs]]
+name = "three-unequal"
+partition = {{ policy = "sizes", sizes = [10, 30, 56] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }}, {{ device = "cpu" }} ]
+"""
+
+
+def test_adamw_schedule_and_heldout_evaluation_match_plain_torch(tmp_path: Path,
+                                                                 write_suite) -> None:
+    """AdamW with warm-up and cosine decay, applied once in the harness for every worker:
+    1 worker and 3 unequal workers end with torch.optim.AdamW's parameters (LinearLR then
+    CosineAnnealingLR), and the held-out loss they record is the plain model's."""
+    results = run_suite(load_suite(str(write_suite(ADAMW_SUITE))), tmp_path / "results")
+    assert [r.status for r in results] == ["completed"] * 2, [r.reason for r in results]
+
+    def adamw(params: Any) -> tuple[Any, Any]:
+        # eps 1e-4, not 1e-8: Adam divides by sqrt(v), so with a tiny eps a gradient near 0
+        # whose sign float rounding flips moves its weight by a whole lr either way
+        opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.05, eps=1e-4)
+        warm = torch.optim.lr_scheduler.LinearLR(opt, 1 / 5, 1.0, total_iters=4)
+        cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS - 5 - 1)
+        return opt, torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], [5])
+
+    reference, model = plain_torch(4, STEPS, 96, adamw)
+    heldout = load_dataset("digits", "mlp", 4, "heldout")
+    with torch.no_grad():
+        logits = model(torch.from_numpy(heldout.inputs))
+        targets = torch.from_numpy(heldout.targets)
+        final_loss = float(nn.functional.cross_entropy(logits, targets))
+        final_accuracy = float((logits.argmax(1) == targets).float().mean())
+    from harness.results import load_run
+
+    for result in results:
+        params = dict(np.load(result.run_dir / "params.npz"))
+        for name, expected in reference.items():
+            np.testing.assert_allclose(params[name], expected, rtol=0, atol=ATOL,
+                                       err_msg=f"{result.run.name}: {name}")
+        evals = load_run(result.run_dir).evals
+        assert list(evals["step"]) == [0, 10, 20, STEPS]
+        assert (evals["heldout_samples"] == len(heldout)).all()
+        last = evals.iloc[-1]
+        assert last["loss"] == pytest.approx(final_loss, rel=1e-5)
+        assert last["accuracy"] == pytest.approx(final_accuracy, abs=1e-6)  # float32 mean
+        assert evals["loss"].iloc[0] > last["loss"]  # it learned
+        # the clocks: training time excludes evaluations, both grow with the steps
+        assert (np.diff(evals["train_s"]) > 0).all() and (evals["train_s"] <= evals["wall_s"]).all()

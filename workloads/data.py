@@ -1,5 +1,10 @@
 """Data sources. Nothing is downloaded: digits ships inside scikit-learn, the text corpus is
-source code of Python's own standard library, synthetic data is generated from the seed.
+source code of Python's own standard library, scenes are rendered from a scene grammar
+(workloads/scenes.py), synthetic data is generated from the seed.
+
+Every data set has two splits: "train", which the steps draw from, and "heldout", which the
+evaluation every `eval_every` steps measures (never trained on). The split is fixed by the
+data set, not by the run's seed, so runs of different seeds meet the same held-out samples.
 
 The samples of step s depend only on (dataset, seed, global batch): each epoch is a seeded
 permutation, cut into full global batches in order. A partition only decides which worker
@@ -23,8 +28,13 @@ TEXT_VOCAB = ["\ufffd", "\n"] + [chr(c) for c in range(32, 127)]
 TEXT_SOURCES = ("argparse.py", "difflib.py", "textwrap.py", "string.py", "fractions.py", "csv.py")
 TEXT_MAX_CHARS = 300_000
 SYNTHETIC_SAMPLES = 4096
+SYNTHETIC_HELDOUT = 512
 DIGITS_SAMPLES = 1797  # scikit-learn's digits: fixed since the data set was published
-SYNTHETIC_IMAGE = (1, 28, 28)
+DIGITS_HELDOUT = 297  # a fixed random 297 of them; the other 1500 train
+HELDOUT_FRACTION = 0.1  # text: the last tenth of the corpus' windows
+SCENES_TRAIN = 10_000
+SCENES_HELDOUT = 1_000
+SPLITS = ("train", "heldout")
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class Dataset:
     num_classes: int
     source: str
     fingerprint: str = field(default="")
+    split: str = "train"
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -80,15 +91,19 @@ def _fingerprint(*arrays: np.ndarray) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_digits(workload: str, seed: int) -> Dataset:
-    """The 1797 8x8 handwritten digits that scikit-learn ships, scaled to [0, 1]."""
+def load_digits(workload: str, seed: int, split: str = "train") -> Dataset:
+    """The 1797 8x8 handwritten digits that scikit-learn ships, scaled to [0, 1]; a fixed
+    random 297 are held out."""
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
-    inputs = (bunch.data.reshape(-1, 1, 8, 8) / 16.0).astype(np.float32)
-    targets = bunch.target.astype(np.int64)
+    order = np.random.default_rng(0xD161).permutation(DIGITS_SAMPLES)
+    keep = order[DIGITS_HELDOUT:] if split == "train" else order[:DIGITS_HELDOUT]
+    keep.sort()
+    inputs = (bunch.data[keep].reshape(-1, 1, 8, 8) / 16.0).astype(np.float32)
+    targets = bunch.target[keep].astype(np.int64)
     return Dataset("digits", inputs, targets, 10, "sklearn.datasets.load_digits",
-                   _fingerprint(inputs, targets))
+                   _fingerprint(inputs, targets), split)
 
 
 def text_corpus() -> tuple[str, str]:
@@ -104,46 +119,73 @@ def encode_text(text: str) -> np.ndarray:
     return np.fromiter((lookup.get(ch, 0) for ch in text), dtype=np.int64, count=len(text))
 
 
-def load_text(workload: str, seed: int) -> Dataset:
-    """Character language model samples: windows of TEXT_SEQ_LEN+1 chars, next-char targets."""
+def load_text(workload: str, seed: int, split: str = "train") -> Dataset:
+    """Character language model samples: windows of TEXT_SEQ_LEN+1 chars, next-char targets;
+    the last tenth of the windows (contiguous text, so no window overlaps a trained one)
+    is held out."""
     corpus, source = text_corpus()
     ids = encode_text(corpus)
     window = TEXT_SEQ_LEN + 1
     n = len(ids) // window
+    cut = n - int(n * HELDOUT_FRACTION)
     windows = ids[: n * window].reshape(n, window)
+    windows = windows[:cut] if split == "train" else windows[cut:]
     inputs = np.ascontiguousarray(windows[:, :-1])
     targets = np.ascontiguousarray(windows[:, 1:])
-    return Dataset("text", inputs, targets, len(TEXT_VOCAB), source, _fingerprint(inputs))
+    return Dataset("text", inputs, targets, len(TEXT_VOCAB), source, _fingerprint(inputs),
+                   split)
 
 
-def load_synthetic(workload: str, seed: int) -> Dataset:
-    """Generated samples shaped for the workload: MNIST-sized images, or random tokens."""
-    rng = np.random.default_rng([seed, 0x5EED])
-    if workload == "lstm":
+def load_synthetic(workload: str, seed: int, split: str = "train") -> Dataset:
+    """Generated samples shaped for the workload: images, or random tokens. Random labels:
+    for timing, not learning (held-out accuracy stays at chance)."""
+    from workloads import get_workload
+
+    count = SYNTHETIC_SAMPLES if split == "train" else SYNTHETIC_HELDOUT
+    rng = np.random.default_rng([seed, 0x5EED, SPLITS.index(split)])
+    if get_workload(workload).loss == "tokens":
         vocab = len(TEXT_VOCAB)
-        tokens = rng.integers(0, vocab, size=(SYNTHETIC_SAMPLES, TEXT_SEQ_LEN + 1))
+        tokens = rng.integers(0, vocab, size=(count, TEXT_SEQ_LEN + 1))
         inputs, targets = tokens[:, :-1].copy(), tokens[:, 1:].copy()
         return Dataset("synthetic", inputs, targets, vocab, "generated tokens",
-                       _fingerprint(inputs, targets))
-    images = rng.standard_normal((SYNTHETIC_SAMPLES, *SYNTHETIC_IMAGE), dtype=np.float32)
-    labels = rng.integers(0, 10, size=SYNTHETIC_SAMPLES).astype(np.int64)
+                       _fingerprint(inputs, targets), split)
+    shape = get_workload(workload).synthetic_shape
+    images = rng.standard_normal((count, *shape), dtype=np.float32)
+    labels = rng.integers(0, 10, size=count).astype(np.int64)
     return Dataset("synthetic", images, labels, 10, "generated images",
-                   _fingerprint(images, labels))
+                   _fingerprint(images, labels), split)
+
+
+def load_scenes(workload: str, seed: int, split: str = "train") -> Dataset:
+    """32x32 colour images rendered from the scene grammar, labelled by their main object.
+    Fixed data (render seeds 0 and 1), like a published data set."""
+    from workloads.scenes import NUM_CLASSES, render_scenes
+
+    count = SCENES_TRAIN if split == "train" else SCENES_HELDOUT
+    scenes = render_scenes(count, seed=SPLITS.index(split))
+    return Dataset("scenes", scenes.images, scenes.labels, NUM_CLASSES,
+                   "workloads.scenes (rendered scene grammar)",
+                   _fingerprint(scenes.images, scenes.labels), split)
 
 
 def sample_count(name: str, workload: str) -> int:
     """How many samples load_dataset(name, workload, ...) holds, without building them: the
     suite check needs it to reject a global batch larger than the data set."""
     if name == "digits":
-        return DIGITS_SAMPLES
+        return DIGITS_SAMPLES - DIGITS_HELDOUT
     if name == "text":
-        return len(text_corpus()[0]) // (TEXT_SEQ_LEN + 1)
+        n = len(text_corpus()[0]) // (TEXT_SEQ_LEN + 1)
+        return n - int(n * HELDOUT_FRACTION)
+    if name == "scenes":
+        return SCENES_TRAIN
     return SYNTHETIC_SAMPLES
 
 
-def load_dataset(name: str, workload: str, seed: int) -> Dataset:
+def load_dataset(name: str, workload: str, seed: int, split: str = "train") -> Dataset:
     from workloads import DATASETS
 
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (allowed: {', '.join(SPLITS)})")
     module_name, attr = DATASETS[name].split(":")
     loader = getattr(importlib.import_module(module_name), attr)
-    return loader(workload, seed)  # type: ignore[no-any-return]
+    return loader(workload, seed, split)  # type: ignore[no-any-return]

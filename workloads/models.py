@@ -1,10 +1,16 @@
 """Framework-neutral model specs: the parameters by name, shape and initial value.
 
-Layout conventions every adapter follows (and converts from where its framework differs):
-dense weights are (out, in); conv weights (out, in, kh, kw) over NCHW inputs, flattened in
-C, H, W order; LSTM gates in the order input, forget, cell, output, with weight_ih (4H, E),
-weight_hh (4H, H) and separate bias_ih and bias_hh. Losses are sums over samples (an LSTM
-sample's loss is the mean over its tokens), so gradients add up across workers.
+Layout conventions every framework builder follows (and converts from where its framework
+differs): dense weights are (out, in); conv weights (out, in, kh, kw) over NCHW inputs,
+flattened in C, H, W order; LSTM gates in the order input, forget, cell, output, with
+weight_ih (4H, E), weight_hh (4H, H) and separate bias_ih and bias_hh.
+
+Losses are sums over samples, so gradients add up across workers. Two loss kinds exist
+(`ModelSpec.loss`), each implemented once per adapter:
+- "classify": logits (N, C) against int64 labels (N,); a sample's loss is its cross-entropy.
+- "tokens": logits (N, L, V) against int64 targets (N, L); a target of IGNORE does not
+  count, and a sample's loss is the mean over its counted tokens (so it depends on that
+  sample alone, and slices still add up exactly).
 """
 
 from __future__ import annotations
@@ -12,22 +18,23 @@ from __future__ import annotations
 import importlib
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-MLP_HIDDEN = 256
-CNN_CHANNELS = (16, 32)
-LSTM_EMBED = 32
-LSTM_HIDDEN = 128
+SIZES = ("tiny", "small", "base")
+DEFAULT_SIZE = "small"
+LOSSES = ("classify", "tokens")
+IGNORE = -1  # a token target that does not count (padding, unmasked positions)
 
 
 @dataclass(frozen=True)
 class ParamSpec:
     name: str
     shape: tuple[int, ...]
-    init_bound: float  # uniform(-bound, bound)
+    init_bound: float  # uniform(-bound, bound); 0 gives zeros
 
     @property
     def size(self) -> int:
@@ -41,6 +48,10 @@ class ModelSpec:
     num_classes: int
     params: tuple[ParamSpec, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    loss: str = "classify"
+    size: str = DEFAULT_SIZE
+    input_dtype: str = "float32"  # "int64" for token inputs
+    target_shape: tuple[int, ...] = ()  # per sample: () for a label, (L,) for tokens
 
     @property
     def num_elements(self) -> int:
@@ -55,50 +66,62 @@ class ModelSpec:
         return values
 
 
-def _dense(name: str, fan_in: int, fan_out: int) -> list[ParamSpec]:
+SpecFunction = Callable[[str, tuple[int, ...], int], ModelSpec]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload defined once: which data it trains on, its loss and held-out metric, and
+    its model spec at each size. Each framework's builder lives beside it, in
+    workloads/<name>/<framework>.py."""
+
+    name: str
+    datasets: tuple[str, ...]  # the first is the default
+    loss: str
+    spec: SpecFunction  # (size, sample_shape, num_classes) -> ModelSpec
+    description: str
+    sizes: tuple[str, ...] = SIZES
+    synthetic_shape: tuple[int, ...] = (1, 28, 28)  # images of the 'synthetic' data set
+
+    @property
+    def default_dataset(self) -> str:
+        return self.datasets[0]
+
+    @property
+    def metric(self) -> str:
+        """The held-out metric reported besides the loss."""
+        return "token_accuracy" if self.loss == "tokens" else "accuracy"
+
+
+def dense(name: str, fan_in: int, fan_out: int) -> list[ParamSpec]:
     bound = 1.0 / math.sqrt(fan_in)
     return [ParamSpec(f"{name}.weight", (fan_out, fan_in), bound),
             ParamSpec(f"{name}.bias", (fan_out,), bound)]
 
 
-def mlp_spec(sample_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
-    n_in = math.prod(sample_shape)
-    params = (_dense("fc1", n_in, MLP_HIDDEN) + _dense("fc2", MLP_HIDDEN, MLP_HIDDEN)
-              + _dense("fc3", MLP_HIDDEN, num_classes))
-    return ModelSpec("mlp", sample_shape, num_classes, tuple(params), {"hidden": MLP_HIDDEN})
+def conv(name: str, c_in: int, c_out: int, kernel: int = 3, bias: bool = True,
+         gain: float = 1.0) -> list[ParamSpec]:
+    """A conv layer's weight (out, in, k, k), uniform with bound gain / sqrt(fan_in)."""
+    fan_in = c_in * kernel * kernel
+    bound = gain / math.sqrt(fan_in)
+    params = [ParamSpec(f"{name}.weight", (c_out, c_in, kernel, kernel), bound)]
+    if bias:
+        params.append(ParamSpec(f"{name}.bias", (c_out,), 1.0 / math.sqrt(fan_in)))
+    return params
 
 
-def cnn_spec(sample_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
-    """conv3x3(pad 1)-relu-maxpool2, twice, then one dense layer. No BatchNorm, no dropout."""
-    channels, height, width = sample_shape
-    c1, c2 = CNN_CHANNELS
-    params = []
-    for name, c_in, c_out in (("conv1", channels, c1), ("conv2", c1, c2)):
-        bound = 1.0 / math.sqrt(c_in * 9)
-        params += [ParamSpec(f"{name}.weight", (c_out, c_in, 3, 3), bound),
-                   ParamSpec(f"{name}.bias", (c_out,), bound)]
-    params += _dense("fc", c2 * (height // 4) * (width // 4), num_classes)
-    return ModelSpec("cnn", sample_shape, num_classes, tuple(params), {"channels": CNN_CHANNELS})
+def check_size(workload: str, size: str) -> None:
+    if size not in SIZES:
+        raise ValueError(f"{workload}: unknown size {size!r} (allowed: {', '.join(SIZES)})")
 
 
-def lstm_spec(sample_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
-    """Character LM: embedding, one LSTM layer, dense decoder over the vocabulary."""
-    vocab, e, h = num_classes, LSTM_EMBED, LSTM_HIDDEN
-    bound = 1.0 / math.sqrt(h)
-    params = [
-        ParamSpec("embed.weight", (vocab, e), 0.1),
-        ParamSpec("lstm.weight_ih", (4 * h, e), bound),
-        ParamSpec("lstm.weight_hh", (4 * h, h), bound),
-        ParamSpec("lstm.bias_ih", (4 * h,), bound),
-        ParamSpec("lstm.bias_hh", (4 * h,), bound),
-        *_dense("decoder", h, vocab),
-    ]
-    return ModelSpec("lstm", sample_shape, num_classes, tuple(params),
-                     {"embed": e, "hidden": h, "seq_len": sample_shape[0]})
+def build_spec(workload: str, sample_shape: tuple[int, ...], num_classes: int,
+               size: str = DEFAULT_SIZE) -> ModelSpec:
+    from workloads import get_workload
+
+    return get_workload(workload).spec(size, tuple(sample_shape), num_classes)
 
 
-def build_spec(workload: str, sample_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
-    from workloads import WORKLOADS
-
-    module_name, attr = WORKLOADS[workload].split(":")
-    return getattr(importlib.import_module(module_name), attr)(sample_shape, num_classes)  # type: ignore[no-any-return]
+def builder(workload: str, framework: str) -> Any:
+    """The module that builds `workload` in `framework` (workloads/<name>/<framework>.py)."""
+    return importlib.import_module(f"workloads.{workload}.{framework}")

@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = [load_run(d) for d in find_runs(args.paths)]
     writable_folder(args.out, "--out")
-    for path in write_all([(r.manifest, r.steps) for r in loaded], args.out):
+    for path in write_all([(r.manifest, r.steps) for r in loaded], args.out,
+                          [(r.manifest, r.evals) for r in loaded]):
         print(path)
     return 0

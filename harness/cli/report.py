@@ -32,8 +32,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_figures:
         from analysis.figures import write_all
 
-        figures = [p.name for p in write_all(runs, out) if p.suffix == ".png"]
-    markdown, terminal = report.build(runs, figures, args.target_loss)
+        figures = [p.name for p in write_all(runs, out, [(r.manifest, r.evals) for r in loaded])
+                   if p.suffix == ".png"]
+    markdown, terminal = report.build(runs, figures, args.target_loss,
+                                      [(r.manifest, r.evals) for r in loaded])
     (out / "report.md").write_text(markdown)
     print(terminal)
     print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.models import ModelSpec
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        shapes = {p.name: p.shape for p in spec.params}
+        self.fc1 = nn.Linear(*reversed(shapes["fc1.weight"]))
+        self.fc2 = nn.Linear(*reversed(shapes["fc2.weight"]))
+        self.fc3 = nn.Linear(*reversed(shapes["fc3.weight"]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def build(spec: ModelSpec) -> nn.Module:
+    return MLP(spec)

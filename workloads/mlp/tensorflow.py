@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from adapters.tensorflow import dense, tf
+from workloads.models import ModelSpec
+
+NHWC = False  # flattened in the data's C, H, W order, as fc1.weight's columns
+
+
+def logits(spec: ModelSpec, v: dict[str, Any], x: Any) -> Any:
+    x = tf.reshape(x, (-1, math.prod(spec.sample_shape)))
+    x = tf.nn.relu(dense(v, "fc1", x))
+    x = tf.nn.relu(dense(v, "fc2", x))
+    return dense(v, "fc3", x)
