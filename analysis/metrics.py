@@ -42,7 +42,7 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     steps = complete_steps(after_warmup(steps, warmup_steps))
     if steps.empty:
         return {"steps": 0, "samples_per_s": np.nan, "mean_step_ms": np.nan,
-                "idle_fraction": np.nan}
+                "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
     per_step = steps.groupby("step").agg(begin=("begin_ns", "min"), end=("end_ns", "max"),
                                          samples=("batch_size", "sum"))
     wall_s = (per_step["end"].max() - per_step["begin"].min()) / 1e9
@@ -51,10 +51,17 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
         "samples_per_s": float(per_step["samples"].sum() / wall_s) if wall_s > 0 else np.nan,
         "mean_step_ms": float((per_step["end"] - per_step["begin"]).mean() / 1e6),
         "idle_fraction": np.nan,
+        "compute_share": np.nan,
+        "comm_share": np.nan,
     }
     if instrumented(steps):
+        # shares of the workers' busy time (end - begin): compute, idle before all-reduce,
+        # communication after the last arrival; the rest is unpack and apply
         derived = with_derived(steps)
-        summary["idle_fraction"] = float(derived["idle_ns"].sum() / derived["busy_ns"].sum())
+        busy = derived["busy_ns"].sum()
+        summary["idle_fraction"] = float(derived["idle_ns"].sum() / busy)
+        summary["compute_share"] = float(derived["compute_ns"].sum() / busy)
+        summary["comm_share"] = float(derived["comm_ns"].sum() / busy)
     return summary
 
 

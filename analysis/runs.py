@@ -21,7 +21,8 @@ from analysis.metrics import (
 from analysis.stragglers import straggler_summary
 from analysis.whatif import costs, what_if
 
-RUN_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "efficiency",
+RUN_METRICS = ("samples_per_s", "mean_step_ms", "compute_share", "comm_share",
+               "idle_fraction", "efficiency",
                "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
                "cost_of_imbalance", "cost_of_heterogeneity", "top_straggler_share")
 
@@ -74,6 +75,8 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "samples_per_s": summary["samples_per_s"],
         "mean_step_ms": summary["mean_step_ms"],
         "idle_fraction": summary["idle_fraction"],
+        "compute_share": summary["compute_share"],
+        "comm_share": summary["comm_share"],
         "efficiency": heterogeneous_efficiency(summary["samples_per_s"], standalone),
         "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
         "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,

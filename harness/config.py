@@ -34,6 +34,7 @@ from typing import Any
 from adapters import FRAMEWORKS
 from adapters.native import STRATEGIES, strategy_problem
 from harness.errors import UsageError
+from harness.loader import KINDS, LoaderSpec
 from harness.optim import DECAYS, OPTIMIZERS, OptimizerSpec
 from harness.partition import ADAPTIVE, POLICIES
 from workloads import DATASETS, WORKLOADS, get_workload
@@ -133,6 +134,7 @@ class RunSpec:
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     eval_every: int = 0  # 0: no held-out evaluation
     target: TargetSpec | None = None
+    loader: LoaderSpec | None = None  # None: batches sliced in line, in the load phase
 
     @property
     def world_size(self) -> int:
@@ -181,6 +183,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "sgd",
     "eval_every": None,
     "target": None,
+    "loader": None,
 }
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
@@ -195,6 +198,9 @@ OPTIMIZER_KEYS = {"name": OPTIMIZERS, "weight_decay": OPTIMIZERS, "warmup_steps"
                   "nesterov": ("momentum",), "beta1": ("adamw",), "beta2": ("adamw",),
                   "eps": ("adamw",)}
 TARGET_KEYS = {"metric", "value"}
+LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment"}
+MAX_LOADER_WORKERS = 32
+MAX_PREFETCH = 256
 
 
 def builtin_suites() -> list[str]:
@@ -309,6 +315,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     if target is not None and not eval_every:
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
                          "every eval_every steps)")
+    loader = _loader(values["loader"], spec.loss == "classify", at("loader"))
     from workloads.data import sample_count  # numpy, no framework
 
     if global_batch > (samples := sample_count(dataset, workload)):
@@ -335,6 +342,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         optimizer=optimizer,
         eval_every=eval_every,
         target=target,
+        loader=loader,
     )
 
 
@@ -356,6 +364,7 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "workers": tuple(worker(w) for w in data["workers"]),
         "optimizer": OptimizerSpec(**data.get("optimizer", {})),
         "target": TargetSpec(**target) if target else None,
+        "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,
     })
 
 
@@ -491,6 +500,31 @@ def _optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpec:
         weight_decay=_float(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0),
         warmup_steps=warmup, decay=_choice(raw.get("decay", "none"), DECAYS, f"{where}.decay"),
         min_lr=min_lr)
+
+
+def _loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
+    """`{ workers = 2, prefetch = 4, kind = "threads", decode = true, augment = true }`;
+    decode and augment only where the samples are images with a label."""
+    if raw is None:
+        return None
+    raw = _table(raw, where)
+    _check_keys(raw, LOADER_KEYS, where)
+    workers = _int(raw.get("workers", 2), f"{where}.workers", minimum=1)
+    if workers > MAX_LOADER_WORKERS:
+        raise UsageError(f"{where}.workers", f"{workers} is not allowed (1 to "
+                         f"{MAX_LOADER_WORKERS})")
+    prefetch = _int(raw.get("prefetch", 4), f"{where}.prefetch", minimum=1)
+    if prefetch > MAX_PREFETCH:
+        raise UsageError(f"{where}.prefetch", f"{prefetch} is not allowed (1 to {MAX_PREFETCH})")
+    decode = _bool(raw.get("decode", False), f"{where}.decode")
+    augment = _bool(raw.get("augment", False), f"{where}.augment")
+    for key, on in (("decode", decode), ("augment", augment)):
+        if on and not images:
+            raise UsageError(f"{where}.{key}", "only for image classification workloads "
+                             "(mlp, cnn, resnet, vgg)")
+    return LoaderSpec(workers=workers, prefetch=prefetch,
+                      kind=_choice(raw.get("kind", "threads"), KINDS, f"{where}.kind"),
+                      decode=decode, augment=augment)
 
 
 def _target(raw: Any, metric: str, where: str) -> TargetSpec | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import gc
 import json
 import os
@@ -159,6 +160,10 @@ class Trainer:
     stretch: Stretcher
     sync_device: bool
     optimizer: Any = None
+    prepare: Any = None  # the workload's per-batch transform (BERT's masking), or None
+    num_classes: int = 0
+    encoded: Any = None  # training images as PNG (loader decode), or None
+    fetch: Any = None  # (step, lo, hi) -> batch: the loader's, or batch() in line
     buffer: Any = None
     grads: Any = None
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
@@ -175,13 +180,32 @@ class Trainer:
         else:
             self.read_loss = lambda: float(buffer[-1].item())
 
+    def batch(self, step: int, lo: int, hi: int) -> tuple[Any, Any]:
+        """The slice [lo, hi) of step `step`'s global batch, as the workload prepares it."""
+        idx = self.order.indices(step)[lo:hi]
+        loader = self.run.loader
+        if self.encoded is not None:
+            from workloads.pipeline import decode_png
+
+            x = decode_png([self.encoded[i] for i in idx], self.inputs.shape[1])
+        else:
+            x = self.inputs[idx]
+        y = self.targets[idx]
+        if loader is not None and loader.augment:
+            from workloads.pipeline import augment
+
+            x = augment(x, self.run.seed, step, lo, self.run.global_batch)
+        if self.prepare is not None:
+            x, y = self.prepare(x, y, self.run.seed, step, lo, self.run.global_batch,
+                                self.num_classes)
+        return x, y
+
     def compute(self, step: int, lo: int, hi: int, marks: list[int]) -> Any:
         """load -> to_device -> forward -> backward -> pack; appends a timestamp per phase."""
         adapter, stretch, sync = self.adapter, self.stretch, self.sync_device
         now = time.perf_counter_ns
         t = marks[-1]
-        idx = self.order.indices(step)[lo:hi]
-        x, y = self.inputs[idx], self.targets[idx]
+        x, y = self.fetch(step, lo, hi)
         t = stretch(t, now())
         marks.append(t)
         batch = adapter.to_device(x, y)
@@ -238,8 +262,7 @@ class Trainer:
         """The same step with no timing, counters or phase synchronisation: the baseline
         that instrumentation overhead is measured against (instrument = false)."""
         adapter = self.adapter
-        idx = self.order.indices(step)[lo:hi]
-        loss = adapter.forward(adapter.to_device(self.inputs[idx], self.targets[idx]))
+        loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
         adapter.backward(loss)
         adapter.pack(loss)
         allreduce(self.buffer)
@@ -334,10 +357,15 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device:
     from workloads import get_workload
     from workloads.data import load_dataset
 
+    workload = get_workload(run.workload)
     heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
-    return Evaluator(run.eval_every, run.steps, run.global_batch,
-                     get_workload(run.workload).metric, rank, run.world_size, adapter,
-                     heldout, lambda values: comm.all_gather_vectors(values, device), run_dir)
+    if workload.prepare_heldout is not None:  # BERT: the held-out windows masked once
+        inputs, targets = workload.prepare_heldout(heldout.inputs, heldout.targets,
+                                                   heldout.num_classes)
+        heldout = dataclasses.replace(heldout, inputs=inputs, targets=targets)
+    return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, rank,
+                     run.world_size, adapter, heldout,
+                     lambda values: comm.all_gather_vectors(values, device), run_dir)
 
 
 def worker_label(w: WorkerSpec) -> str:
@@ -356,6 +384,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     import torch
 
     from harness.optim import Optimizer
+    from workloads import get_workload
     from workloads.data import BatchOrder, load_dataset
     from workloads.models import build_spec
 
@@ -369,7 +398,13 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
                       BatchOrder(len(data), run.global_batch, run.seed),
                       Stretcher(worker.slowdown_for(0)),
                       sync_device=(worker.is_cuda or adapter.synchronize_on_host)
-                      and run.instrument)
+                      and run.instrument, prepare=get_workload(run.workload).prepare,
+                      num_classes=data.num_classes)
+    trainer.fetch = trainer.batch
+    if run.loader is not None and run.loader.decode:
+        from workloads.pipeline import encode_png
+
+        trainer.encoded = encode_png(data.inputs)  # once, before any timing
     trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
     flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
     trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
@@ -379,6 +414,27 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
 
 
 def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
+    """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
+    from adapters import native
+
+    worker = run.workers[rank]
+    native.prepare(run.strategy, rank, run.world_size, worker.threads)
+    trainer, data = build_trainer(run, rank, backend, adapter_cls)
+    prefetcher = None
+    if run.loader is not None:
+        from harness.loader import Prefetcher
+
+        prefetcher = Prefetcher(trainer.batch, run.loader, run.steps, run.timeout_s)
+        trainer.fetch = prefetcher.get
+    try:
+        _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
+
+
+def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any,
+           trainer: Trainer, data: Any) -> None:
     import numpy as np
     import torch
 
@@ -386,8 +442,6 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     from harness import comm
 
     worker = run.workers[rank]
-    native.prepare(run.strategy, rank, run.world_size, worker.threads)
-    trainer, data = build_trainer(run, rank, backend, adapter_cls)
     adapter = trainer.adapter
     device = torch.device(worker.device if backend == "nccl" else "cpu")
 

@@ -18,6 +18,7 @@ Frameworks that are not installed are skipped, so the suite passes in a torch-on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, load_adapter
+from workloads import get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
 from workloads.models import ModelSpec, build_spec
 
@@ -34,12 +36,14 @@ from workloads.models import ModelSpec, build_spec
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
          ("cnn", "synthetic"), ("lstm", "synthetic"), ("resnet", "synthetic"),
-         ("vgg", "synthetic")]
+         ("vgg", "synthetic"), ("transformer", "numbers"), ("bert", "text"),
+         ("captioning", "scenes")]
 SIZE = "tiny"  # every workload's smallest size: the mathematics is the same at every size
 SEED = 0
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-3
 GRAD_ATOL_OF_MAX = 1e-4
+GRAD_FLOOR_OF_GLOBAL_MAX = 1e-6
 PARAM_ATOL = 1e-6  # after steps of lr 0.1: parameters move by ~1e-2, rounding stays ~1e-7
 
 _cache: dict[tuple[Any, ...], tuple[ModelSpec, Any]] = {}
@@ -60,6 +64,10 @@ def adapter_for(framework: str, workload: str, dataset: str) -> tuple[Dataset, M
     """One adapter per (framework, model shape) for the whole module, reset to the initial
     weights: building and tracing a model costs seconds in TensorFlow."""
     data = load_dataset(dataset, workload, SEED)
+    prepare = get_workload(workload).prepare_heldout
+    if prepare is not None:  # BERT's masking: the targets the model really trains on
+        inputs, targets = prepare(data.inputs, data.targets, data.num_classes)
+        data = dataclasses.replace(data, inputs=inputs, targets=targets)
     key = (framework, workload, data.sample_shape, data.num_classes)
     if key not in _cache:
         spec = build_spec(workload, data.sample_shape, data.num_classes, SIZE)
@@ -103,8 +111,12 @@ def by_parameter(spec: ModelSpec, flat: np.ndarray) -> dict[str, np.ndarray]:
 def assert_gradients_match(spec: ModelSpec, ours: np.ndarray, reference: np.ndarray) -> None:
     np.testing.assert_allclose(ours[-1], reference[-1], rtol=LOSS_RTOL, err_msg="loss sum")
     theirs = by_parameter(spec, reference[:-1])
+    # a floor from the whole gradient: some parameters' true gradient is exactly zero
+    # (attention's key bias: softmax ignores what it adds to every score), leaving only
+    # rounding, which their own largest value cannot scale
+    floor = GRAD_FLOOR_OF_GLOBAL_MAX * float(np.abs(reference[:-1]).max())
     for name, grad in by_parameter(spec, ours[:-1]).items():
-        atol = GRAD_ATOL_OF_MAX * float(np.abs(theirs[name]).max())
+        atol = GRAD_ATOL_OF_MAX * float(np.abs(theirs[name]).max()) + floor
         np.testing.assert_allclose(grad, theirs[name], rtol=GRAD_RTOL, atol=atol, err_msg=name)
 
 
@@ -148,7 +160,8 @@ def test_loss_and_gradients_match_pytorch(framework: str, workload: str, dataset
 
 @pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
                                                    ("lstm", "text"), ("resnet", "synthetic"),
-                                                   ("vgg", "synthetic")])
+                                                   ("vgg", "synthetic"), ("transformer", "numbers"),
+                                                   ("bert", "text"), ("captioning", "scenes")])
 def test_sgd_step_matches_pytorch(framework: str, workload: str, dataset: str,
                                   reference: Any) -> None:
     data, spec, adapter = adapter_for(framework, workload, dataset)
@@ -175,7 +188,9 @@ def test_slice_gradients_add_up_to_full_batch(framework: str, workload: str,
 
 
 @pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("lstm", "synthetic"),
-                                                   ("resnet", "synthetic")])
+                                                   ("resnet", "synthetic"), ("vgg", "synthetic"),
+                                                   ("transformer", "numbers"), ("bert", "text"),
+                                                   ("captioning", "scenes")])
 def test_partition_does_not_change_parameters(framework: str, workload: str,
                                               dataset: str) -> None:
     """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework."""
@@ -189,12 +204,18 @@ def test_partition_does_not_change_parameters(framework: str, workload: str,
     assert any(not np.allclose(one[n], initial[n], rtol=0, atol=1e-4) for n in one)
     for sizes, params in results.items():
         for name, value in params.items():
-            np.testing.assert_allclose(value, one[name], rtol=0, atol=PARAM_ATOL,
+            # rounding differences between slicings grow with how far the steps moved the
+            # parameter (VGG at lr 0.5: up to 2e-5 after 3 steps)
+            moved = float(np.abs(one[name] - initial[name]).max())
+            np.testing.assert_allclose(value, one[name], rtol=0,
+                                       atol=max(PARAM_ATOL, 1e-4 * moved),
                                        err_msg=f"{sizes}: {name}")
 
 
 @pytest.mark.parametrize(("workload", "dataset"), [("cnn", "digits"), ("lstm", "text"),
-                                                   ("resnet", "synthetic"), ("vgg", "synthetic")])
+                                                   ("resnet", "synthetic"), ("vgg", "synthetic"),
+                                                   ("transformer", "numbers"),
+                                                   ("captioning", "scenes")])
 def test_parameters_round_trip_exactly(framework: str, workload: str, dataset: str) -> None:
     """Layout conversions (TF: transposes, HWIO, the NHWC flatten order) lose nothing."""
     _, spec, adapter = adapter_for(framework, workload, dataset)
@@ -287,7 +308,8 @@ def per_sample_reference(spec: ModelSpec, values: dict[str, np.ndarray], x: np.n
 
 @pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
                                                    ("lstm", "text"), ("resnet", "synthetic"),
-                                                   ("vgg", "synthetic")])
+                                                   ("vgg", "synthetic"), ("transformer", "numbers"),
+                                                   ("bert", "text"), ("captioning", "scenes")])
 def test_gradients_match_a_per_sample_loop(framework: str, workload: str, dataset: str) -> None:
     """Every adapter, PyTorch's included, against a reference that shares no code with the
     adapters' loss, flat buffers or layouts (float64, one sample at a time)."""

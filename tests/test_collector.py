@@ -58,6 +58,9 @@ def test_idle_before_allreduce_follows_the_design_definition(tmp_path: Path) -> 
     assert derived.loc[(0, 0), "comm_ns"] == 1000 - 10 - 700
     summary = run_summary(frame)
     assert summary["idle_fraction"] == (400 + 200) / 4000
+    # compute 300 + 700 + 400 + 200 ns; communication after the last arrival (700 and 1400)
+    assert summary["compute_share"] == (300 + 700 + 400 + 200) / 4000
+    assert summary["comm_share"] == 2 * ((1000 - 10 - 700) + (2000 - 10 - 1400)) / 4000
     assert summary["samples_per_s"] == 32 / 2000e-9
     workers = worker_summary(frame).set_index("rank")
     assert workers.loc[0, "compute_mean_ms"] == (300 + 400) / 2 / 1e6

@@ -121,6 +121,16 @@ BAD = {
     "decay": (
         suite(run(optimizer={"name": "sgd", "decay": "exp"})), "runs[0].optimizer.decay",
         ["unknown 'exp'", "allowed: cosine, linear, none"]),
+    "loader workers": (
+        suite(run(loader={"workers": 64})), "runs[0].loader.workers", ["1 to 32"]),
+    "loader kind": (
+        suite(run(loader={"kind": "fibers"})), "runs[0].loader.kind",
+        ["unknown 'fibers'", "allowed: processes, threads"]),
+    "augment text": (
+        suite(run(workload="lstm", loader={"augment": True})), "runs[0].loader.augment",
+        ["only for image classification workloads"]),
+    "loader key": (
+        suite(run(loader={"threads": 2})), "runs[0].loader.threads", ["unknown key"]),
     "dataset": (
         suite(run(dataset="mnist")), "runs[0].dataset",
         ["unknown 'mnist'", "allowed: digits, scenes, synthetic, text"]),

@@ -23,12 +23,16 @@ WORKLOADS: dict[str, str] = {
     "lstm": "workloads.lstm:WORKLOAD",
     "resnet": "workloads.resnet:WORKLOAD",
     "vgg": "workloads.vgg:WORKLOAD",
+    "transformer": "workloads.transformer:WORKLOAD",
+    "bert": "workloads.bert:WORKLOAD",
+    "captioning": "workloads.captioning:WORKLOAD",
 }
 DATASETS: dict[str, str] = {
     "digits": "workloads.data:load_digits",
     "text": "workloads.data:load_text",
     "synthetic": "workloads.data:load_synthetic",
     "scenes": "workloads.data:load_scenes",
+    "numbers": "workloads.data:load_numbers",
 }
 
 

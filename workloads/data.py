@@ -1,6 +1,7 @@
 """Data sources. Nothing is downloaded: digits ships inside scikit-learn, the text corpus is
 source code of Python's own standard library, scenes are rendered from a scene grammar
-(workloads/scenes.py), synthetic data is generated from the seed.
+(workloads/scenes.py), number translations are written by num2words (workloads/numbers.py),
+synthetic data is generated from the seed.
 
 Every data set has two splits: "train", which the steps draw from, and "heldout", which the
 evaluation every `eval_every` steps measures (never trained on). The split is fixed by the
@@ -157,15 +158,32 @@ def load_synthetic(workload: str, seed: int, split: str = "train") -> Dataset:
 
 
 def load_scenes(workload: str, seed: int, split: str = "train") -> Dataset:
-    """32x32 colour images rendered from the scene grammar, labelled by their main object.
-    Fixed data (render seeds 0 and 1), like a published data set."""
-    from workloads.scenes import NUM_CLASSES, render_scenes
+    """32x32 colour images rendered from the scene grammar, labelled by their main object,
+    or (captioning) image and caption. Fixed data (render seeds 0 and 1), like a published
+    data set."""
+    from workloads.scenes import CAPTION_VOCAB, NUM_CLASSES, render_scenes
 
     count = SCENES_TRAIN if split == "train" else SCENES_HELDOUT
     scenes = render_scenes(count, seed=SPLITS.index(split))
-    return Dataset("scenes", scenes.images, scenes.labels, NUM_CLASSES,
-                   "workloads.scenes (rendered scene grammar)",
+    source = "workloads.scenes (rendered scene grammar)"
+    if workload == "captioning":
+        from workloads.captioning import encode
+
+        inputs, targets = encode(scenes.images, scenes.captions)
+        return Dataset("scenes", inputs, targets, len(CAPTION_VOCAB), source,
+                       _fingerprint(inputs, targets), split)
+    return Dataset("scenes", scenes.images, scenes.labels, NUM_CLASSES, source,
                    _fingerprint(scenes.images, scenes.labels), split)
+
+
+def load_numbers(workload: str, seed: int, split: str = "train") -> Dataset:
+    """English -> French number words (workloads/numbers.py), fixed pairs."""
+    from workloads.numbers import TARGET_VOCAB, corpus
+
+    pairs = corpus(split)
+    return Dataset("numbers", pairs.inputs, pairs.targets, len(TARGET_VOCAB),
+                   "num2words English -> French", _fingerprint(pairs.inputs, pairs.targets),
+                   split)
 
 
 def sample_count(name: str, workload: str) -> int:
@@ -178,6 +196,10 @@ def sample_count(name: str, workload: str) -> int:
         return n - int(n * HELDOUT_FRACTION)
     if name == "scenes":
         return SCENES_TRAIN
+    if name == "numbers":
+        from workloads.numbers import TRAIN_PAIRS
+
+        return TRAIN_PAIRS
     return SYNTHETIC_SAMPLES
 
 

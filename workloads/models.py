@@ -34,7 +34,8 @@ IGNORE = -1  # a token target that does not count (padding, unmasked positions)
 class ParamSpec:
     name: str
     shape: tuple[int, ...]
-    init_bound: float  # uniform(-bound, bound); 0 gives zeros
+    init_bound: float  # offset + uniform(-bound, bound); bound 0 gives the offset
+    init_offset: float = 0.0  # 1 for LayerNorm gains
 
     @property
     def size(self) -> int:
@@ -62,7 +63,8 @@ class ModelSpec:
         values = {}
         for p in self.params:
             rng = np.random.default_rng([seed, zlib.crc32(p.name.encode())])
-            values[p.name] = rng.uniform(-p.init_bound, p.init_bound, p.shape).astype(np.float32)
+            values[p.name] = (p.init_offset + rng.uniform(-p.init_bound, p.init_bound, p.shape)
+                              ).astype(np.float32)
         return values
 
 
@@ -82,6 +84,12 @@ class Workload:
     description: str
     sizes: tuple[str, ...] = SIZES
     synthetic_shape: tuple[int, ...] = (1, 28, 28)  # images of the 'synthetic' data set
+    # Per-batch input transform in the load phase (BERT's masking): (inputs, targets, seed,
+    # step, slice start, global batch, num_classes) -> (inputs, targets); it must depend on
+    # the sample's place in the global batch, never on the slice, or partitions would
+    # change the mathematics. prepare_heldout: the same, once, for the held-out split.
+    prepare: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
+    prepare_heldout: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def default_dataset(self) -> str:
@@ -108,6 +116,11 @@ def conv(name: str, c_in: int, c_out: int, kernel: int = 3, bias: bool = True,
     if bias:
         params.append(ParamSpec(f"{name}.bias", (c_out,), 1.0 / math.sqrt(fan_in)))
     return params
+
+
+def layer_norm(name: str, width: int) -> list[ParamSpec]:
+    return [ParamSpec(f"{name}.weight", (width,), 0.0, 1.0),
+            ParamSpec(f"{name}.bias", (width,), 0.0)]
 
 
 def check_size(workload: str, size: str) -> None:

@@ -90,8 +90,11 @@ def print_result(result: Any) -> None:
     summary = run_summary(data.steps, data.warmup_steps)
     history = data.manifest.get("partition_history") or [{}]
     print(f"   {summary['steps']} steps after warm-up: {summary['samples_per_s']:.0f} samples/s, "
-          f"mean step {summary['mean_step_ms']:.2f} ms, "
-          f"idle fraction {summary['idle_fraction']:.1%}; partition {history[0].get('sizes')}")
+          f"mean step {summary['mean_step_ms']:.2f} ms, compute {summary['compute_share']:.0%}"
+          f" / communication {summary['comm_share']:.0%} / idle {summary['idle_fraction']:.1%}"
+          f" of worker time; partition {history[0].get('sizes')}")
+    if (held_out := _held_out_line(data)) is not None:
+        print(held_out)
     workers = worker_summary(data.steps, data.warmup_steps)
     if len(workers):
         print("   worker  slice  compute mean ms  compute CV  idle mean ms")
@@ -100,11 +103,28 @@ def print_result(result: Any) -> None:
                   f"{row.compute_cv:>10.3f}  {row.idle_mean_ms:>12.2f}")
 
 
+def _held_out_line(data: Any) -> str | None:
+    """The last held-out evaluation and the time to target, when the run evaluated."""
+    from analysis.convergence import convergence_row
+
+    row = convergence_row(data.manifest, data.evals)
+    if row is None:
+        return None
+    text = (f"   held-out after step {row['final_step']}: loss {row['final_loss']:.3f}, "
+            f"{row['metric'].replace('_', ' ')} {row['final_metric']:.3f}")
+    if row["target_metric"]:
+        text += (f"; target {row['target_metric']} {row['target']:g} reached at step "
+                 f"{row['steps_to_target']:.0f} after {row['time_to_target_s']:.1f} s of "
+                 "training" if row["reached"] else f"; target {row['target']:g} not reached")
+    return text
+
+
 def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
     """The analysis figures for the runs just made (PNG and PDF)."""
     from analysis.figures import write_all
     from harness.results import load_run
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
-    return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out)
+    return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out,
+                                 [(d.manifest, d.evals) for d in loaded])
             if p.suffix == ".png"]
