@@ -153,9 +153,14 @@ class MXNetAdapter:
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
         x, y = self.to_device(inputs, targets)
-        logits = self.model.net(x)
+        # training mode, without recording: in inference mode MKLDNN reorders conv weights
+        # in place into its own layout, and ours are views into the flat parameter array
+        # (the reorder overwrote neighbouring parameters). No workload has dropout or
+        # BatchNorm, so both modes compute the same.
+        with autograd.train_mode():
+            logits = self.model.net(x)
         correct = mx.nd.argmax(logits, axis=-1) == y.astype("float32")
-        counted = y >= 0
+        counted = (y >= 0).astype("float32")
         return (float(loss_sum(mx.nd, self.spec, logits, y).asscalar()),
                 float((correct * counted).sum().asscalar()), float(counted.sum().asscalar()))
 

@@ -174,7 +174,9 @@ class TensorFlowAdapter:
         named = {lay.name: var for lay, var in zip(self.layouts, self.variables, strict=True)}
 
         def forward(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-            return loss_sum(spec, workload.logits(spec, named, x), y)
+            # stop_gradient: the backward of a function called under a tape computes the
+            # gradients of all its float inputs, the images' too (ResNet small: 48 -> 43 ms)
+            return loss_sum(spec, workload.logits(spec, named, tf.stop_gradient(x)), y)
 
         def evaluate(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, ...]:
             logits = workload.logits(spec, named, x)

@@ -1,8 +1,12 @@
 """Reference: the same training with torch DistributedDataParallel over gloo.
 
-Started by benchmarks/ddp_compare.py through torchrun. Plain nn.Sequential, mean loss over
-the rank's equal slice (DDP averages gradients, so this is the global mean), torch.optim.SGD.
-Writes per-rank step begin/end (perf_counter_ns) and, on rank 0, the final parameters.
+Started by benchmarks/ddp_compare.py through torchrun. The workload's own torch module
+(workloads/<name>/pytorch.py) with the same initial weights, the mean loss over the rank's
+equal slice (DDP averages gradients, so this is the global mean), torch.optim.SGD.
+`--bucket-mb` sets DDP's bucket size: one bucket larger than the model means the all-reduce
+starts only after the whole backward (no overlap); small buckets overlap the all-reduce of
+late layers with the backward of early ones. Writes per-rank step begin/end
+(perf_counter_ns) and, on rank 0, the final parameters by spec name.
 """
 
 from __future__ import annotations
@@ -17,33 +21,40 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from adapters.pytorch import loss_sum
+from workloads import get_workload
 from workloads.data import BatchOrder, load_dataset
-from workloads.models import build_spec
+from workloads.models import build_spec, builder
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--workload", default="mlp")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--dataset", default=None)
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bucket-mb", type=float, default=25.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    data = load_dataset("digits", "mlp", args.seed)
-    spec = build_spec("mlp", data.sample_shape, data.num_classes)
+    workload = get_workload(args.workload)
+    data = load_dataset(args.dataset or workload.default_dataset, args.workload, args.seed)
+    spec = build_spec(args.workload, data.sample_shape, data.num_classes, args.size)
+    module = builder(args.workload, "pytorch")
+    model = module.build(spec)
+    names = getattr(module, "PARAMETER_NAMES", {})
     init = spec.initial_parameters(args.seed)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256),
-                          nn.ReLU(), nn.Linear(256, 10))
-    names = {"1": "fc1", "3": "fc2", "5": "fc3"}
+    params = dict(model.named_parameters())
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            index, kind = name.split(".")
-            param.copy_(torch.from_numpy(init[f"{names[index]}.{kind}"]))
-    ddp = nn.parallel.DistributedDataParallel(model)
+        for p in spec.params:
+            params[names.get(p.name, p.name)].copy_(torch.from_numpy(init[p.name]))
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     order = BatchOrder(len(data), args.global_batch, args.seed)
     share = args.global_batch // world
@@ -52,17 +63,22 @@ def main() -> None:
     for step in range(args.steps):
         times[step, 0] = time.perf_counter_ns()
         idx = order.indices(step)[lo:hi]
-        x, y = torch.from_numpy(data.inputs[idx]), torch.from_numpy(data.targets[idx])
+        x, y = data.inputs[idx], data.targets[idx]
+        if workload.prepare is not None:
+            x, y = workload.prepare(x, y, args.seed, step, lo, args.global_batch,
+                                    data.num_classes)
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
         optimizer.zero_grad()
-        nn.functional.cross_entropy(ddp(x), y).backward()
+        (loss_sum(spec, ddp(x), y) / len(x)).backward()
         optimizer.step()
         times[step, 1] = time.perf_counter_ns()
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / f"times-rank{rank}.npy", times)
     if rank == 0:
-        params = {f"{names[n.split('.')[0]]}.{n.split('.')[1]}": p.detach().numpy()
-                  for n, p in model.named_parameters()}
-        np.savez(args.out / "params.npz", **params)
+        by_torch_name = dict(model.named_parameters())
+        np.savez(args.out / "params.npz", **{
+            p.name: by_torch_name[names.get(p.name, p.name)].detach().numpy()
+            for p in spec.params})
     dist.destroy_process_group()
 
 

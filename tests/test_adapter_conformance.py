@@ -336,3 +336,22 @@ def test_ignored_tokens_do_not_count(framework: str) -> None:
     assert (y == IGNORE).any(axis=1).all() and (y != IGNORE).any(axis=1).all()
     expected = per_sample_reference(spec, start_values(spec), x, y)
     assert_gradients_match(spec, packed(adapter, x, y), expected)
+
+
+@pytest.mark.parametrize(("workload", "dataset"), CASES)
+def test_evaluate_matches_pytorch_and_leaves_parameters_alone(framework: str, workload: str,
+                                                              dataset: str) -> None:
+    """The held-out evaluation path (no gradient) gives PyTorch's loss sum and counts, and
+    changes no parameter (MXNet's inference mode once reordered conv weights in place)."""
+    data, spec, adapter = adapter_for(framework, workload, dataset)
+    x, y = data.inputs[:20], data.targets[:20]
+    before = adapter.parameters()
+    loss, correct, counted = adapter.evaluate(x, y)
+    after = adapter.parameters()
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    _, _, torch_adapter = adapter_for("pytorch", workload, dataset)
+    expected = torch_adapter.evaluate(x, y)
+    assert loss == pytest.approx(expected[0], rel=1e-5)
+    assert (correct, counted) == expected[1:]
+    assert counted == (float((y >= 0).sum()) if spec.loss == "tokens" else len(y))

@@ -91,7 +91,8 @@ BAD = {
         ["unknown 'jax'", "allowed: ", "pytorch"]),
     "workload": (
         suite(run(workload="resnet50")), "runs[0].workload",
-        ["unknown 'resnet50'", "allowed: cnn, lstm, mlp, resnet, vgg"]),
+        ["unknown 'resnet50'",
+         "allowed: bert, captioning, cnn, lstm, mlp, resnet, transformer, vgg"]),
     "size": (
         suite(run(size="huge")), "runs[0].size", ["unknown 'huge'", "allowed: base, small, tiny"]),
     "workload on a data set it cannot train on": (
@@ -133,7 +134,7 @@ BAD = {
         suite(run(loader={"threads": 2})), "runs[0].loader.threads", ["unknown key"]),
     "dataset": (
         suite(run(dataset="mnist")), "runs[0].dataset",
-        ["unknown 'mnist'", "allowed: digits, scenes, synthetic, text"]),
+        ["unknown 'mnist'", "allowed: digits, numbers, scenes, synthetic, text"]),
     "policy": (
         suite(run(partition={"policy": "random"})), "runs[0].partition.policy",
         ["unknown 'random'", "allowed: equal, model, profiled, proportional, sizes, weights"]),
