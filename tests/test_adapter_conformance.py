@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, load_adapter
+from harness.optim import Optimizer, OptimizerSpec
 from workloads import get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
 from workloads.models import ModelSpec, build_spec
@@ -121,19 +122,25 @@ def assert_gradients_match(spec: ModelSpec, ours: np.ndarray, reference: np.ndar
 
 
 def sgd_steps(adapter: Any, data: Dataset, sizes: tuple[int, ...], steps: int, lr: float,
-              global_batch: int) -> dict[str, np.ndarray]:
-    """Synchronous SGD as the worker does it, with the all-reduce done in process: each
-    slice's buffer is computed in turn and summed, then unpacked and applied."""
+              global_batch: int, optimizer: OptimizerSpec | None = None
+              ) -> dict[str, np.ndarray]:
+    """Synchronous training as the worker does it, with the all-reduce done in process: each
+    slice's buffer is computed in turn and summed, the harness optimizer turns the sums into
+    the update (plain SGD when none is given), then unpack and apply."""
     order = BatchOrder(len(data), global_batch, SEED)
     bounds = np.cumsum((0, *sizes))
     buffer = adapter.comm_buffer(False)
+    flat = torch.from_numpy(np.concatenate([v.ravel() for v in adapter.parameters().values()]))
+    harness_optimizer = Optimizer(optimizer or OptimizerSpec(), lr, steps, global_batch,
+                                  adapter.spec.num_elements, flat, torch.device("cpu"))
     for step in range(steps):
         idx = order.indices(step)
         total = sum(packed(adapter, data.inputs[idx[a:b]], data.targets[idx[a:b]])
                     for a, b in zip(bounds, bounds[1:], strict=False))
         buffer.copy_(torch.from_numpy(total))  # what all-reduce leaves in every buffer
+        scale = harness_optimizer.update(step, buffer[:-1])
         adapter.unpack()
-        adapter.apply(lr / global_batch)
+        adapter.apply(scale)
         adapter.zero_grad()
         adapter.synchronize()
     return adapter.parameters()
@@ -193,12 +200,15 @@ def test_slice_gradients_add_up_to_full_batch(framework: str, workload: str,
                                                    ("captioning", "scenes")])
 def test_partition_does_not_change_parameters(framework: str, workload: str,
                                               dataset: str) -> None:
-    """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework."""
+    """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework, with
+    the harness optimizer (momentum with weight decay and a warm-up) between the steps."""
     data, spec, adapter = adapter_for(framework, workload, dataset)
+    momentum = OptimizerSpec(name="momentum", momentum=0.9, weight_decay=0.01, warmup_steps=2)
     results = {}
     for sizes in ((48,), (24, 24), (5, 17, 26)):
         adapter.load_parameters(start_values(spec))
-        results[sizes] = sgd_steps(adapter, data, sizes, steps=3, lr=0.5, global_batch=48)
+        results[sizes] = sgd_steps(adapter, data, sizes, steps=3, lr=0.5, global_batch=48,
+                                   optimizer=momentum)
     one = results[(48,)]
     initial = start_values(spec)
     assert any(not np.allclose(one[n], initial[n], rtol=0, atol=1e-4) for n in one)
