@@ -29,16 +29,17 @@ import torch
 
 from adapters import FRAMEWORKS, load_adapter
 from harness.optim import Optimizer, OptimizerSpec
-from workloads import get_workload
+from workloads import WORKLOADS, get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
 from workloads.models import ModelSpec, build_spec
 
 # framework -> the module whose absence skips its tests
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
-CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
-         ("cnn", "synthetic"), ("lstm", "synthetic"), ("resnet", "synthetic"),
-         ("vgg", "synthetic"), ("transformer", "numbers"), ("bert", "text"),
-         ("captioning", "scenes")]
+# Every registered workload on its default data set (a new workload is tested without
+# editing this file), plus the generated data sets where a workload takes them.
+DEFAULTS = [(name, get_workload(name).default_dataset) for name in WORKLOADS]
+CASES = DEFAULTS + [(name, "synthetic") for name in WORKLOADS
+                    if "synthetic" in get_workload(name).datasets[1:]]
 SIZE = "tiny"  # every workload's smallest size: the mathematics is the same at every size
 SEED = 0
 LOSS_RTOL = 1e-5
@@ -165,10 +166,7 @@ def test_loss_and_gradients_match_pytorch(framework: str, workload: str, dataset
     assert_gradients_match(spec, ours, expected)
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
-                                                   ("lstm", "text"), ("resnet", "synthetic"),
-                                                   ("vgg", "synthetic"), ("transformer", "numbers"),
-                                                   ("bert", "text"), ("captioning", "scenes")])
+@pytest.mark.parametrize(("workload", "dataset"), DEFAULTS)
 def test_sgd_step_matches_pytorch(framework: str, workload: str, dataset: str,
                                   reference: Any) -> None:
     data, spec, adapter = adapter_for(framework, workload, dataset)
@@ -194,10 +192,7 @@ def test_slice_gradients_add_up_to_full_batch(framework: str, workload: str,
     np.testing.assert_allclose(parts, full, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("lstm", "synthetic"),
-                                                   ("resnet", "synthetic"), ("vgg", "synthetic"),
-                                                   ("transformer", "numbers"), ("bert", "text"),
-                                                   ("captioning", "scenes")])
+@pytest.mark.parametrize(("workload", "dataset"), DEFAULTS)
 def test_partition_does_not_change_parameters(framework: str, workload: str,
                                               dataset: str) -> None:
     """1 worker = 2 equal = 3 unequal workers after a few steps, in every framework, with
@@ -223,10 +218,7 @@ def test_partition_does_not_change_parameters(framework: str, workload: str,
                                        err_msg=f"{sizes}: {name}")
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("cnn", "digits"), ("lstm", "text"),
-                                                   ("resnet", "synthetic"), ("vgg", "synthetic"),
-                                                   ("transformer", "numbers"),
-                                                   ("captioning", "scenes")])
+@pytest.mark.parametrize(("workload", "dataset"), DEFAULTS)
 def test_parameters_round_trip_exactly(framework: str, workload: str, dataset: str) -> None:
     """Layout conversions (TF: transposes, HWIO, the NHWC flatten order) lose nothing."""
     _, spec, adapter = adapter_for(framework, workload, dataset)
@@ -317,10 +309,7 @@ def per_sample_reference(spec: ModelSpec, values: dict[str, np.ndarray], x: np.n
     return np.append(flat, loss_total).astype(np.float32)
 
 
-@pytest.mark.parametrize(("workload", "dataset"), [("mlp", "digits"), ("cnn", "digits"),
-                                                   ("lstm", "text"), ("resnet", "synthetic"),
-                                                   ("vgg", "synthetic"), ("transformer", "numbers"),
-                                                   ("bert", "text"), ("captioning", "scenes")])
+@pytest.mark.parametrize(("workload", "dataset"), DEFAULTS)
 def test_gradients_match_a_per_sample_loop(framework: str, workload: str, dataset: str) -> None:
     """Every adapter, PyTorch's included, against a reference that shares no code with the
     adapters' loss, flat buffers or layouts (float64, one sample at a time)."""
