@@ -200,7 +200,9 @@ def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path
 
     measures = list(dict.fromkeys(curve["measure"]))
     names = list(dict.fromkeys(curve["run"]))
-    palette = dict(zip(names, sns.color_palette(n_colors=len(names)), strict=True))
+    # past 10 runs the default palette repeats its colours
+    colours = sns.color_palette("tab20" if len(names) > 10 else None, n_colors=len(names))
+    palette = dict(zip(names, colours, strict=True))
     figure, axes = plt.subplots(len(measures), 2, figsize=(9, 2.8 * len(measures)),
                                 squeeze=False)
     for row, measure in enumerate(measures):
