@@ -14,8 +14,10 @@ class Attention(nn.Module):
         self.heads, self.scale = heads, scale
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """x (N, Lq, d) attends to keys (N, Lk, d); bias broadcasts to (N, heads, Lq, Lk)."""
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor | None
+                ) -> torch.Tensor:
+        """x (N, Lq, d) attends to keys (N, Lk, d); bias (None: no mask) broadcasts to
+        (N, heads, Lq, Lk)."""
         n, lq, d = x.shape
         lk, h = keys.shape[1], self.heads
 
@@ -23,7 +25,8 @@ class Attention(nn.Module):
             return t.view(n, length, h, d // h).transpose(1, 2)
 
         q, k, v = split(self.q(x), lq), split(self.k(keys), lk), split(self.v(keys), lk)
-        weights = torch.softmax(q @ k.transpose(2, 3) * self.scale + bias, dim=-1)
+        scores = q @ k.transpose(2, 3) * self.scale
+        weights = torch.softmax(scores if bias is None else scores + bias, dim=-1)
         return self.o((weights @ v).transpose(1, 2).reshape(n, lq, d))
 
 
@@ -34,7 +37,7 @@ class EncoderLayer(nn.Module):
         self.attn = Attention(d, heads, scale)
         self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         h = self.ln1(x)
         x = x + self.attn(h, h, bias)
         return x + self.ff2(F.relu(self.ff1(self.ln2(x))))
