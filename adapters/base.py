@@ -8,7 +8,8 @@ step and calls these in order, with synchronize() at every phase boundary:
 Gradients and the loss are *sums* over the worker's samples. pack() puts the gradient sums
 (in spec order) and the loss sum (last element) into comm_buffer(); after the all-reduce,
 unpack() takes the global sums back and apply() does params -= scale * grads with
-scale = lr / global sample count.
+scale = lr / global sample count. When the aggregator returns parameters instead of sums
+(harness/aggregators), load_buffer() takes them in place of unpack() and apply().
 
 The worker calls synchronize() at phase boundaries when the device is a GPU, or when the
 adapter sets `synchronize_on_host` (frameworks whose host operators run asynchronously,
@@ -63,6 +64,12 @@ class Adapter(Protocol):
     def unpack(self) -> None: ...
 
     def apply(self, scale: float) -> None: ...
+
+    def load_buffer(self) -> None:
+        """The communication buffer (spec order, without its loss slot) becomes the
+        parameters: for aggregators whose exchange returns parameters (a parameter
+        server's pull, local SGD's average) instead of gradient sums."""
+        ...
 
     def zero_grad(self) -> None: ...
 

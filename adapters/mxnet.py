@@ -181,6 +181,10 @@ class MXNetAdapter:
         mx.nd.sgd_update(self.flat_params, self._grads_view, lr=scale, wd=0.0,
                          out=self.flat_params)
 
+    def load_buffer(self) -> None:
+        # torch wrote the buffer, which aliases the gradient array; the engine copies it
+        self._grads_view.copyto(self.flat_params)
+
     def zero_grad(self) -> None:
         pass  # backward overwrites every gradient and pack the loss: nothing accumulates
 

@@ -120,6 +120,10 @@ class TorchAdapter:
         with torch.no_grad():
             self.flat_params.add_(self.flat_grads[:-1], alpha=-scale)
 
+    def load_buffer(self) -> None:
+        source = self._host_buffer if self._host_buffer is not None else self.flat_grads
+        self.flat_params.copy_(source[:-1], non_blocking=True)
+
     def zero_grad(self) -> None:
         self.flat_grads.zero_()
 

@@ -294,6 +294,11 @@ class TensorFlowAdapter:
             tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=self._scale[1],
                                                     delta=grad)
 
+    def load_buffer(self) -> None:
+        self.unpack()  # the buffer, in TF layout, into the staging memory TF aliases
+        for var, value in zip(self.variables, self._staging_tf, strict=True):
+            var.assign(value)
+
     def zero_grad(self) -> None:
         # pack() overwrites every element of the buffer: only drop this step's tensors
         self._tape = None

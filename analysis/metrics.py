@@ -12,7 +12,12 @@ import pandas as pd
 def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     """Adds, per row: compute_ns = ready - begin; arrival_ns = latest ready of the step;
     idle_ns = arrival - ready (idle before all-reduce); comm_ns = reduced - arrival;
-    busy_ns = end - begin."""
+    busy_ns = end - begin.
+
+    Rows whose exchange the workers did not take together (`asynchronous`: a parameter
+    server's asynchronous push and pull, a local step) have no common arrival:
+    their idle is the wait the aggregator measured (for the others, or for a staleness
+    bound) and their communication the push and pull around it."""
     if "idle_ns" in steps.columns:  # already derived (analysis.runs.analyse_run prepares once)
         return steps
     out = steps.copy()
@@ -21,7 +26,17 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     out["idle_ns"] = out["arrival_ns"] - out["ready_ns"]
     out["comm_ns"] = out["reduced_ns"] - out["arrival_ns"]
     out["busy_ns"] = out["end_ns"] - out["begin_ns"]
+    if not lockstep(out):
+        own = out["asynchronous"].to_numpy(dtype=bool)
+        out.loc[own, "idle_ns"] = out.loc[own, "wait_ns"]
+        out.loc[own, "comm_ns"] = out.loc[own, "push_ns"] + out.loc[own, "pull_ns"]
     return out
+
+
+def lockstep(steps: pd.DataFrame) -> bool:
+    """Every row's exchange was taken by all workers together (all-reduce schemes; runs
+    recorded before aggregators have no `asynchronous` column and were all-reduce)."""
+    return "asynchronous" not in steps.columns or not bool(steps["asynchronous"].any())
 
 
 def after_warmup(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
@@ -38,7 +53,12 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     """samples/s, mean step time (ms) and idle fraction over the steps after warm-up.
 
     Only steps that every worker recorded count (a failed run's last flushed step may be
-    missing for some workers)."""
+    missing for some workers). Under an asynchronous scheme, where workers take different
+    numbers of steps, every row counts, samples are those that went into an update (a
+    backup worker's dropped gradient does not) and the step time is the wall time per
+    global batch of such samples."""
+    if not lockstep(steps):
+        return _asynchronous_summary(after_warmup(steps, warmup_steps), warmup_steps)
     steps = complete_steps(after_warmup(steps, warmup_steps))
     if steps.empty:
         return {"steps": 0, "samples_per_s": np.nan, "mean_step_ms": np.nan,
@@ -57,6 +77,25 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     if instrumented(steps):
         # shares of the workers' busy time (end - begin): compute, idle before all-reduce,
         # communication after the last arrival; the rest is unpack and apply
+        derived = with_derived(steps)
+        busy = derived["busy_ns"].sum()
+        summary["idle_fraction"] = float(derived["idle_ns"].sum() / busy)
+        summary["compute_share"] = float(derived["compute_ns"].sum() / busy)
+        summary["comm_share"] = float(derived["comm_ns"].sum() / busy)
+    return summary
+
+
+def _asynchronous_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
+    used = steps[~steps["dropped"].to_numpy(dtype=bool)]
+    wall_s = (steps["end_ns"].max() - steps["begin_ns"].min()) / 1e9 if len(steps) else 0.0
+    samples = float(used["batch_size"].sum())
+    global_batch = float(steps.groupby("rank")["batch_size"].median().sum()) if len(steps) \
+        else np.nan
+    summary = {"steps": int(steps["step"].nunique()),
+               "samples_per_s": samples / wall_s if wall_s > 0 else np.nan,
+               "mean_step_ms": wall_s * 1e3 * global_batch / samples if samples else np.nan,
+               "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
+    if len(steps) and instrumented(steps):
         derived = with_derived(steps)
         busy = derived["busy_ns"].sum()
         summary["idle_fraction"] = float(derived["idle_ns"].sum() / busy)

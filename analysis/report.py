@@ -151,17 +151,17 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             markdown_table(summary.reset_index()), ""]
 
 
-def strategy_section(table: pd.DataFrame) -> list[str]:
-    """Communication time per aggregation strategy (torch.distributed and the frameworks'
-    native ones), only when the runs use more than one."""
-    if table.empty or table["strategy"].nunique() < 2:
+def aggregator_section(table: pd.DataFrame) -> list[str]:
+    """Communication time per aggregator (torch.distributed, parameter servers, the
+    frameworks' native ones), only when the runs use more than one."""
+    if table.empty or table["aggregator"].nunique() < 2:
         return []
-    groups = group_table(table, by=["framework", "strategy"],
+    groups = group_table(table, by=["framework", "aggregator"],
                          metrics=["comm_p50_ms", "comm_p95_ms", "mean_step_ms"])
-    wide = groups.pivot_table(index=["framework", "strategy"], columns="metric",
+    wide = groups.pivot_table(index=["framework", "aggregator"], columns="metric",
                               values="mean").reset_index()
-    wide.insert(2, "repeats", groups.groupby(["framework", "strategy"])["n"].max().to_numpy())
-    return ["## Communication by aggregation strategy", "",
+    wide.insert(2, "repeats", groups.groupby(["framework", "aggregator"])["n"].max().to_numpy())
+    return ["## Communication by aggregator", "",
             "Communication after the last arrival (reduced - arrival, idle excluded), median "
             "and p95 over workers and steps, mean over repeats (ms).", "",
             markdown_table(wide), ""]
@@ -228,7 +228,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
           markdown_table(group_view), ""]
-    setup_keys = ["framework", "strategy", "workload", "policy", "devices"]
+    setup_keys = ["framework", "aggregator", "workload", "policy", "devices"]
     by_setup = group_table(table, by=setup_keys)
     by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",
                                                   "idle_fraction", "cost_of_variability"])]
@@ -236,7 +236,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "Does the same variability occur across setups? Mean over runs and repeats "
            "[95% t interval], one column per setup.", "",
            markdown_table(side_by_side(by_setup, setup_keys)), ""]
-    md += strategy_section(table)
+    md += aggregator_section(table)
     convergence = convergence_section(evals)
     md += convergence
     repartition = repartition_section(runs, target_loss)

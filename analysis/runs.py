@@ -43,6 +43,11 @@ def device_mix(manifest: dict[str, Any]) -> str:
     return " + ".join(labels)
 
 
+def aggregator_name(run: dict[str, Any]) -> str:
+    """The run's aggregator (`strategy` in runs recorded before aggregators)."""
+    return str((run.get("aggregator") or {}).get("name") or run.get("strategy") or "torch")
+
+
 def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
     """One run's identity and headline metrics (after its warm-up steps)."""
     run = manifest.get("run", {})
@@ -68,7 +73,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "workload": run.get("workload", ""),
         "dataset": run.get("dataset", ""),
         "policy": run.get("partition", {}).get("policy", ""),
-        "strategy": run.get("strategy", "torch"),
+        "aggregator": aggregator_name(run),
         "devices": device_mix(manifest),
         "heterogeneity": manifest.get("heterogeneity", ""),
         "steps": summary["steps"],

@@ -41,8 +41,17 @@ RECORD_DTYPE = np.dtype(
     + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("loss", "<f8"), ("local_loss", "<f8"),
        ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
        ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
-       ("gc_ns", "<i8"), ("gc_collections", "<i4")]
+       ("gc_ns", "<i8"), ("gc_collections", "<i4"),
+       # the aggregator's view of the exchange (harness/aggregators): staleness of the
+       # update, the parts of the exchange it measured, whether the workers did not take
+       # it together (then idle is the measured wait), whether this gradient was dropped
+       ("staleness", "<i8"), ("push_ns", "<i8"), ("wait_ns", "<i8"), ("pull_ns", "<i8"),
+       ("asynchronous", "?"), ("dropped", "?")]
 )
+EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous", "dropped")
+# What rows written before aggregators existed hold in these fields: all-reduce steps.
+EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
+                     "asynchronous": False, "dropped": False}
 RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
 
 STEPS_FILE = "steps.parquet"

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters import FRAMEWORKS
-from adapters.native import STRATEGIES, strategy_problem
+from harness.aggregators import AGGREGATORS, SPEC_KEYS, STALENESS_LR, AggregatorSpec
+from harness.aggregators import kind as aggregator_kind
+from harness.aggregators import problem as aggregator_problem
 from harness.errors import UsageError
 from harness.loader import KINDS, LoaderSpec
 from harness.optim import DECAYS, OPTIMIZERS, OptimizerSpec
@@ -129,7 +131,7 @@ class RunSpec:
     instrument: bool = True
     calibrate: bool = False
     calibrate_steps: int = 10
-    strategy: str = "torch"
+    aggregator: AggregatorSpec = field(default_factory=AggregatorSpec)
     size: str = DEFAULT_SIZE
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     eval_every: int = 0  # 0: no held-out evaluation
@@ -178,7 +180,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "instrument": True,
     "calibrate": False,
     "calibrate_steps": 10,
-    "strategy": "torch",
+    "aggregator": None,  # "torch" unless `strategy` names one
+    "strategy": None,  # the older key: an aggregator name
     "size": DEFAULT_SIZE,
     "optimizer": "sgd",
     "eval_every": None,
@@ -292,9 +295,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     if partition.adaptive and values["instrument"] is False:
         raise UsageError(at("instrument"), f"policy {partition.policy!r} measures compute "
                          "times: instrument must be true")
-    strategy = _choice(values["strategy"], STRATEGIES, at("strategy"))
-    if problem := strategy_problem(strategy, [w.framework for w in workers]):
-        raise UsageError(at("strategy"), problem)
+    aggregator = _aggregator(values, [w.framework for w in workers], at)
+    if partition.adaptive and not aggregator_kind(aggregator.name).lockstep:
+        raise UsageError(at("partition.policy"), f"{partition.policy!r} repartitions every "
+                         f"worker at the same steps: it needs a lockstep aggregator, not "
+                         f"{aggregator.name!r}")
     workload = _choice(values["workload"], WORKLOADS, at("workload"))
     spec = get_workload(workload)
     dataset = (spec.default_dataset if values["dataset"] is None
@@ -337,7 +342,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         instrument=_bool(values["instrument"], at("instrument")),
         calibrate=_bool(values["calibrate"], at("calibrate")),
         calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1),
-        strategy=strategy,
+        aggregator=aggregator,
         size=size,
         optimizer=optimizer,
         eval_every=eval_every,
@@ -358,8 +363,12 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
                              if at else None})
 
     target = data.get("target")
+    data = dict(data)
+    strategy = data.pop("strategy", None)  # run.json written before aggregators
+    aggregator = data.get("aggregator") or {"name": strategy or "torch"}
     return RunSpec(**{
         **data,
+        "aggregator": AggregatorSpec(**aggregator),
         "partition": PartitionSpec(**tuples(data["partition"])),
         "workers": tuple(worker(w) for w in data["workers"]),
         "optimizer": OptimizerSpec(**data.get("optimizer", {})),
@@ -500,6 +509,43 @@ def _optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpec:
         weight_decay=_float(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0),
         warmup_steps=warmup, decay=_choice(raw.get("decay", "none"), DECAYS, f"{where}.decay"),
         min_lr=min_lr)
+
+
+def _aggregator(values: dict[str, Any], frameworks: list[str], at: Any) -> AggregatorSpec:
+    """`aggregator = "ps-sync"` or `{ name = "ssp", staleness = 2, servers = 2, ... }`; the
+    older `strategy = name` means `aggregator = name`."""
+    raw, where = values["aggregator"], at("aggregator")
+    if values["strategy"] is not None:
+        if raw is not None:
+            raise UsageError(at("strategy"), "give aggregator or strategy (its older name), "
+                             "not both")
+        raw, where = values["strategy"], at("strategy")
+    if raw is None:
+        raw = "torch"
+    if isinstance(raw, str):
+        raw, where_name = {"name": raw}, where
+    else:
+        raw, where_name = _table(raw, where), f"{where}.name"
+    _check_keys(raw, {"name", *SPEC_KEYS}, where)
+    name = _choice(raw.get("name", "torch"), AGGREGATORS, where_name)
+    allowed = aggregator_kind(name).keys
+    for key in raw:
+        if key != "name" and key not in allowed:
+            takes = f"takes only {', '.join(allowed)}" if allowed else "takes no options"
+            raise UsageError(f"{where}.{key}", f"not an option of {name!r} ({name!r} {takes})")
+    spec = AggregatorSpec(
+        name=name,
+        staleness=_int(raw.get("staleness", 0), f"{where}.staleness", minimum=0),
+        backup=_int(raw.get("backup", 0), f"{where}.backup", minimum=0),
+        local_steps=_int(raw.get("local_steps", 1), f"{where}.local_steps", minimum=1),
+        servers=_int(raw.get("servers", 1), f"{where}.servers", minimum=1),
+        staleness_lr=_choice(raw.get("staleness_lr", "none"), STALENESS_LR,
+                             f"{where}.staleness_lr"),
+    )
+    if (problem := aggregator_problem(spec, frameworks)) is not None:
+        key, why = problem
+        raise UsageError(where_name if key == "name" else f"{where}.{key}", why)
+    return spec
 
 
 def _loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:

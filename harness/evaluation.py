@@ -7,6 +7,11 @@ correct and counted predictions meet in one all-gather and rank 0 appends the ro
 parts/eval.jsonl (eval.parquet at the end). The all-gather also lines the workers up again,
 so an evaluation never shows as idle time in the next step's records.
 
+Under an asynchronous aggregator (workers not in lockstep) no collective can line them
+up: worker 0 alone evaluates the whole held-out split on the parameters it has just
+pulled, whenever the global steps the servers applied pass a multiple of `eval_every`,
+while the others train on (a perturbation of the run that the README names).
+
 Time is kept twice: `wall_s` since the first step began, and `train_s`, the same minus the
 time spent evaluating. Time to target is read on `train_s` by default: evaluation costs the
 same under every scheme and is not what a remedy changes (MLPerf counts it; `wall_s` is
@@ -41,6 +46,7 @@ class Evaluator:
         self.samples = len(heldout)
         self._start_ns = 0
         self._spent_ns = 0
+        self._last = -1  # global steps at the last evaluation
 
     def start_clock(self) -> None:
         """Wall time counts from here (the first step), evaluations before it excluded."""
@@ -48,9 +54,15 @@ class Evaluator:
         self._spent_ns = 0
 
     def due(self, steps_done: int) -> bool:
-        return steps_done % self.every == 0 or steps_done == self.steps
+        """At every multiple of `every` global steps and at the last; under an asynchronous
+        scheme progress can jump past a multiple, which still counts once."""
+        if steps_done <= self._last:
+            return False
+        return (steps_done // self.every > self._last // self.every
+                or (steps_done >= self.steps > self._last))
 
     def __call__(self, steps_done: int) -> dict[str, Any]:
+        self._last = steps_done
         begin = time.perf_counter_ns()
         totals = [0.0, 0.0, 0.0]  # loss sum, correct, counted
         for lo in range(self.lo, self.hi, EVAL_BATCH):

@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from adapters import missing_framework, native
+from adapters import missing_framework
 from harness import collector, environment, manifest
+from harness.aggregators import services as aggregator_services
 from harness.config import RunSpec, SuiteSpec
 from harness.errors import DeviceUnavailable
 from harness.worker import RUN_FILE
@@ -125,9 +126,9 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     port = free_port()
     logs = run_dir / "logs"
     logs.mkdir()
-    # a native strategy's own processes (MXNet's ps-lite scheduler and server), stopped
-    # below, and what its workers must be told (TensorFlow's worker addresses)
-    services = native.start_services(run.strategy, run.world_size, free_port, logs)
+    # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
+    # server), stopped below, and what its workers must be told (their addresses)
+    services = aggregator_services.start(run, free_port, logs, run_dir)
     procs = []
     status, reason = "completed", ""
     try:
@@ -138,7 +139,7 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                     env=worker_environment(run, rank, port) | services.env, stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
-        status, reason = _watch(procs, run, run_dir, progress)
+        status, reason = _watch(procs, run, run_dir, progress, services)
     except KeyboardInterrupt:
         _stop(procs)
         close_run(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
@@ -149,8 +150,10 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
 
 
 def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
-           progress: Any) -> tuple[str, str]:
-    """Wait for the workers; on the first failure stop the rest. Returns (status, reason)."""
+           progress: Any, services: aggregator_services.Services | None = None
+           ) -> tuple[str, str]:
+    """Wait for the workers; on the first failure (of a worker, or of a process the
+    aggregator needs) stop the rest. Returns (status, reason)."""
     last_progress, last_change = -1, time.monotonic()
     # No progress for longer than a collective may wait (plus start-up) means a hang.
     stall_limit = 2 * run.timeout_s + 60
@@ -166,6 +169,10 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
                 run_dir, rank)
         if all(c == 0 for c in codes):
             return "completed", ""
+        if services is not None and (dead := services.failed()) is not None:
+            _stop(procs)
+            name, code = dead
+            return "failed", f"{name} exited with status {code} while the workers ran"
         done = collector.steps_done(run_dir, run.world_size)
         if progress is not None and done != last_progress:
             progress(done)

@@ -71,18 +71,21 @@ class Optimizer:
         self._v = zeros() if spec.name == "adamw" else None
         self._work = zeros() if spec.name != "sgd" else None
 
-    def update(self, step: int, grads: Any) -> float:
-        """`grads`: the reduced gradient sums (the buffer without its loss slot), turned
-        in place into the direction; returns the scale the adapter applies it with."""
+    def update(self, step: int, grads: Any, samples: int | None = None) -> float:
+        """`grads`: gradient sums over `samples` samples (default: the global batch; fewer
+        for a local step or a backup worker's partial sum) -- for the all-reduce the
+        reduced sums, the buffer without its loss slot -- turned in place into the
+        direction; returns the scale the adapter applies it with."""
         lr = learning_rate(self.spec, self.lr, step, self.steps)
         spec, params = self.spec, self._params
+        count = samples or self.global_batch
         if spec.name == "sgd":
             if params is None:
-                return lr / self.global_batch
-            grads.div_(self.global_batch).add_(params, alpha=spec.weight_decay)
+                return lr / count
+            grads.div_(count).add_(params, alpha=spec.weight_decay)
             params.add_(grads, alpha=-lr)
             return lr
-        grads.div_(self.global_batch)
+        grads.div_(count)
         if spec.name == "momentum":
             if params is not None:
                 grads.add_(params, alpha=spec.weight_decay)
@@ -111,3 +114,9 @@ class Optimizer:
         if params is not None:
             params.add_(grads, alpha=-lr)
         return lr
+
+    def set_parameters(self, values: Any) -> None:
+        """The parameters changed outside this optimizer (an average of workers' parameters):
+        the shadow copy weight decay reads follows them."""
+        if self._params is not None:
+            self._params.copy_(values)

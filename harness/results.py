@@ -41,6 +41,9 @@ def load_run(run_dir: Path) -> RunData:
             raise UsageError(str(steps_file), f"unreadable: {exc}") from None
     else:
         steps = collector.records_frame(collector.read_parts(run_dir))
+    for column, default in collector.EXCHANGE_DEFAULTS.items():
+        if column not in steps.columns:  # recorded before aggregators: all-reduce steps
+            steps[column] = default
     try:
         evals = collector.eval_frame(run_dir)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds

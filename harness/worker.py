@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import collector, manifest
+from harness import aggregators, collector, manifest
+from harness.aggregators import Exchange, Holds
 from harness.collector import RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
 from harness.errors import UsageError
@@ -166,6 +167,8 @@ class Trainer:
     fetch: Any = None  # (step, lo, hi) -> batch: the loader's, or batch() in line
     buffer: Any = None
     grads: Any = None
+    aggregator: Any = None  # harness.aggregators: how this worker's gradients meet the others'
+    initial: Any = None  # the initial parameters, flat torch float32 in spec order
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -229,64 +232,80 @@ class Trainer:
         marks.append(stretch(t, now()))
         return loss
 
-    def step(self, step: int, lo: int, hi: int, allreduce: Any
-             ) -> tuple[list[int], float, float, int]:
-        """One synchronous SGD step; returns the 9 phase-boundary timestamps, the global and
-        local losses, and the main thread's CPU time during compute (wall minus this is
-        time the worker was off the CPU: preempted, blocked, or stretched by slowdown)."""
+    def step(self, step: int, lo: int, hi: int) -> tuple[list[int], float, float, int, Exchange]:
+        """One step; returns the 9 phase-boundary timestamps, the loss of the update and the
+        local loss, the main thread's CPU time during compute (wall minus this is time the
+        worker was off the CPU: preempted, blocked, or stretched by slowdown), and what the
+        aggregator's exchange did."""
         cpu_begin = time.thread_time_ns()
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)
         compute_cpu = time.thread_time_ns() - cpu_begin
         local_loss = self.read_loss() / (hi - lo)
-        allreduce(self.buffer)
+        exchange = self.aggregator.exchange(step, hi - lo)
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        loss = self.read_loss() / self.run.global_batch
-        # unpack: the optimizer turns the reduced sums into the update (in place), then the
-        # adapter takes the buffer into its framework
-        scale = self.optimizer.update(step, self.grads)
-        self.adapter.unpack()
+        loss = self.read_loss() / exchange.samples
+        scale = self.take(step, exchange)
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        self.adapter.apply(scale)
+        if scale is not None:
+            self.adapter.apply(scale)
         self.adapter.zero_grad()
         if self.sync_device:
             self.adapter.synchronize()
         marks.append(time.perf_counter_ns())
-        return marks, loss, local_loss, compute_cpu
+        return marks, loss, local_loss, compute_cpu, exchange
 
-    def step_bare(self, step: int, lo: int, hi: int, allreduce: Any) -> None:
+    def take(self, step: int, exchange: Exchange) -> float | None:
+        """The unpack phase: what the exchange left in the buffer goes into the framework.
+        Gradient sums become the update here (the optimizer, in place); parameters are
+        loaded as they are (nothing to apply: None)."""
+        if exchange.holds is Holds.PARAMETERS:
+            self.adapter.load_buffer()
+            return None
+        if exchange.holds is Holds.SUMS:
+            scale = self.optimizer.update(step, self.grads, exchange.samples)
+        else:
+            scale = exchange.scale
+        self.adapter.unpack()
+        return scale
+
+    def step_bare(self, step: int, lo: int, hi: int) -> Exchange:
         """The same step with no timing, counters or phase synchronisation: the baseline
         that instrumentation overhead is measured against (instrument = false)."""
         adapter = self.adapter
         loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
         adapter.backward(loss)
         adapter.pack(loss)
-        allreduce(self.buffer)
-        scale = self.optimizer.update(step, self.grads)
-        adapter.unpack()
-        adapter.apply(scale)
+        exchange = self.aggregator.exchange(step, hi - lo)
+        scale = self.take(step, exchange)
+        if scale is not None:
+            adapter.apply(scale)
         adapter.zero_grad()
+        return exchange
 
-    def timed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
-                   ) -> tuple[Any, ...]:
-        """step() plus its record: timestamps, phase durations, losses, counters."""
-        marks, loss, local_loss, compute_cpu = self.step(step, lo, hi, allreduce)
+    def timed_step(self, step: int, lo: int, hi: int, counters: Counters
+                   ) -> tuple[tuple[Any, ...], Exchange]:
+        """step() plus its record: timestamps, phase durations, losses, counters, and the
+        aggregator's part."""
+        marks, loss, local_loss, compute_cpu, ex = self.step(step, lo, hi)
         phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
         stretched, self.stretch.total_ns = self.stretch.total_ns, 0
         return (self.rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
-                *phases, stretched, compute_cpu, loss, local_loss, *counters.take())
+                *phases, stretched, compute_cpu, loss, local_loss, *counters.take(),
+                ex.staleness, ex.push_ns, ex.wait_ns, ex.pull_ns, ex.asynchronous, ex.dropped), ex
 
-    def untimed_step(self, step: int, lo: int, hi: int, allreduce: Any, counters: Counters
-                     ) -> tuple[Any, ...]:
+    def untimed_step(self, step: int, lo: int, hi: int, counters: Counters
+                     ) -> tuple[tuple[Any, ...], Exchange]:
         """step_bare() with only its begin and end recorded (instrument = false)."""
         begin = time.perf_counter_ns()
-        self.step_bare(step, lo, hi, allreduce)
+        ex = self.step_bare(step, lo, hi)
         end = time.perf_counter_ns()
-        return (self.rank, step, hi - lo, lo, begin, 0, 0, end, *UNTIMED_TAIL)
+        return (self.rank, step, hi - lo, lo, begin, 0, 0, end, *UNTIMED_TAIL,
+                ex.staleness, 0, 0, 0, ex.asynchronous, ex.dropped), ex
 
     def solo_throughput(self, size: int, steps: int) -> float:
         """Samples/s of this worker computing `size` samples alone (no update applied)."""
@@ -357,12 +376,18 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device:
     from workloads import get_workload
     from workloads.data import load_dataset
 
+    lockstep = aggregators.kind(run.aggregator.name).lockstep
+    if not lockstep and rank != 0:
+        return None  # worker 0 evaluates alone (harness/evaluation.py)
     workload = get_workload(run.workload)
     heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
     if workload.prepare_heldout is not None:  # BERT: the held-out windows masked once
         inputs, targets = workload.prepare_heldout(heldout.inputs, heldout.targets,
                                                    heldout.num_classes)
         heldout = dataclasses.replace(heldout, inputs=inputs, targets=targets)
+    if not lockstep:
+        return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, 0, 1,
+                         adapter, heldout, lambda values: [values], run_dir)
     return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, rank,
                      run.world_size, adapter, heldout,
                      lambda values: comm.all_gather_vectors(values, device), run_dir)
@@ -409,26 +434,31 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
     trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
                                   spec.num_elements, flat, trainer.buffer.device)
+    trainer.initial = flat
     adapter.zero_grad()
     return trainer, data
 
 
 def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
     """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
-    from adapters import native
-
-    worker = run.workers[rank]
-    native.prepare(run.strategy, rank, run.world_size, worker.threads)
+    aggregators.prepare(run, rank)
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     prefetcher = None
     if run.loader is not None:
         from harness.loader import Prefetcher
 
-        prefetcher = Prefetcher(trainer.batch, run.loader, run.steps, run.timeout_s)
+        # a worker of an asynchronous scheme may take more steps than the run's count
+        most = run.steps * (1 if aggregators.kind(run.aggregator.name).lockstep
+                            else run.world_size)
+        prefetcher = Prefetcher(trainer.batch, run.loader, most, run.timeout_s)
         trainer.fetch = prefetcher.get
+    trainer.aggregator = aggregators.create(aggregators.Context(
+        run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
+        run_dir))
     try:
         _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
     finally:
+        trainer.aggregator.close()
         if prefetcher is not None:
             prefetcher.close()
 
@@ -438,7 +468,6 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     import numpy as np
     import torch
 
-    from adapters import native
     from harness import comm
 
     worker = run.workers[rank]
@@ -462,21 +491,25 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     evaluator = make_evaluator(run, rank, adapter, run_dir, device)
     if evaluator:
         evaluator(0)
+    comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
-    allreduce = native.allreduce(run.strategy, adapter, run.world_size) or comm.allreduce_sum
     try:
         step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
         repartitioner, window = make_repartitioner(run), Window()
         if evaluator:
             evaluator.start_clock()
-        for step in range(run.steps):
+        following: int | None = 0
+        while following is not None:
+            step = following
             if worker.slowdown_at:
                 trainer.stretch.extra = worker.slowdown_for(step) - 1.0
-            record = step_fn(step, lo, hi, allreduce, counters)
+            record, exchange = step_fn(step, lo, hi, counters)
             writer.append(record)
-            if evaluator and evaluator.due(step + 1):
-                evaluator(step + 1)
+            following = exchange.next_step
+            progress = step + 1 if exchange.progress is None else exchange.progress
+            if evaluator and evaluator.due(progress):
+                evaluator(progress)
             if repartitioner is None:
                 continue
             window.add(hi - lo, record[READY_FIELD] - record[BEGIN_FIELD])
@@ -509,7 +542,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
         partition_history=trainer.partition_history, standalone=standalone, rows=rows,
         clock={"same_host": same_host, "offsets_start_ns": offsets_start,
                "offsets_end_ns": offsets_end, "applied": not same_host},
-        backend=backend,
+        backend=backend, aggregator=trainer.aggregator.describe(),
     )
 
 
@@ -543,7 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     from harness import comm as comm_module
 
     adapter_cls = load_adapter(worker.framework)
-    backend = comm_module.choose_backend(all(w.is_cuda for w in run.workers))
+    backend = comm_module.choose_backend(
+        all(w.is_cuda for w in run.workers)
+        and aggregators.kind(run.aggregator.name).device_buffer)
     comm_module.init(rank, world_size, backend, run.timeout_s)
     run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank)
     (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
+from harness.aggregators import AGGREGATORS
 from tests.conftest import REPO, hetbench_command
 
 STEPS = 12
@@ -147,7 +148,7 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
         np.testing.assert_allclose(native_params[name], expected, rtol=0, atol=1e-6,
                                    err_msg=name)
     run = load_run(results[1].run_dir)
-    assert run.manifest["run"]["strategy"] == strategy
+    assert run.manifest["run"]["aggregator"]["name"] == strategy
     assert (run.steps["allreduce_ns"] > 0).all()
     for log in logs:  # the strategy's own processes ran, and the launcher waited for them
         assert (results[1].run_dir / "logs" / log).is_file()
@@ -164,11 +165,11 @@ def test_native_strategy_needs_its_framework_on_every_worker() -> None:
     assert "needs every worker on mxnet (worker 1 is pytorch)" in info.value.message
     with pytest.raises(UsageError) as info:
         parse_suite({"runs": [{"name": "r", "strategy": "horovod"}]})
-    assert "allowed: mxnet-kvstore, tensorflow-collective, torch" in info.value.message
+    assert f"allowed: {', '.join(sorted(AGGREGATORS))}" in info.value.message
     run = parse_suite({"runs": [{"name": "r", "framework": "mxnet",
                                  "strategy": "mxnet-kvstore"}]}).runs[0]
-    assert run.strategy == "mxnet-kvstore"
-    assert parse_suite({"runs": [{"name": "r"}]}).runs[0].strategy == "torch"
+    assert run.aggregator.name == "mxnet-kvstore"  # the older key names an aggregator
+    assert parse_suite({"runs": [{"name": "r"}]}).runs[0].aggregator.name == "torch"
 
 
 def test_missing_framework_fails_before_any_worker(tmp_path: Path, write_suite) -> None:
@@ -212,8 +213,10 @@ def test_devices_lists_every_framework(tmp_path: Path) -> None:
         else:
             assert info["status"] == "ok", info
             assert info["version"] and info["devices"] and info["strategies"]
-    assert infos["pytorch"]["hetbench_strategies"] == ["torch"]
-    assert infos["mxnet"]["hetbench_strategies"] == ["torch", "mxnet-kvstore"]
+    mixed = [n for n, k in AGGREGATORS.items() if k.framework is None]
+    assert "torch" in mixed and "ps-async" in mixed
+    assert infos["pytorch"]["hetbench_aggregators"] == mixed
+    assert infos["mxnet"]["hetbench_aggregators"] == [*mixed, "mxnet-kvstore"]
     if installed("mxnet"):
         assert "kvstore dist_sync" in infos["mxnet"]["strategies"]
 

@@ -52,7 +52,7 @@ def test_report_compares_aggregation_strategies(tmp_path: Path, capsys) -> None:
             write_run(folder, frame, name=strategy, repeat=repeat, strategy=strategy)
     assert main(["report", str(folder), "--no-figures"]) == 0
     text = (folder / "report" / "report.md").read_text()
-    section = text.split("## Communication by aggregation strategy")[1].split("##")[0]
+    section = text.split("## Communication by aggregator")[1].split("##")[0]
     rows = {line.split("|")[2].strip(): line for line in section.splitlines()
             if line.startswith("| pytorch")}
     assert set(rows) == {"torch", "mxnet-kvstore"}

@@ -1,5 +1,6 @@
 """`hetbench devices`: per framework, installed or not (and the extra that installs it), its
-version, the devices it sees and the native aggregation strategies it offers.
+version, the devices it sees, the native aggregation strategies it offers and hetbench's
+aggregators for it.
 
 Each framework is probed in a throw-away Python process with a timeout: importing a
 framework here would break the rule that the CLI imports none, and a broken one (a crash
@@ -70,8 +71,8 @@ class FrameworkInfo:
     version: str = ""
     devices: list[str] = field(default_factory=list)
     strategies: list[str] = field(default_factory=list)
-    # strategy names a suite may give runs on this framework (adapters.native)
-    hetbench_strategies: list[str] = field(default_factory=list)
+    # aggregator names a suite may give runs on this framework (harness.aggregators)
+    hetbench_aggregators: list[str] = field(default_factory=list)
     reason: str = ""
 
 
@@ -127,12 +128,12 @@ def probe(framework: str, timeout: float) -> FrameworkInfo:
 
 def _unprobed(framework: str) -> FrameworkInfo:
     """What is known without starting the framework: installed or not, hetbench's
-    strategies for it."""
+    aggregators for it."""
     from adapters import install_hint, missing_framework
-    from adapters.native import STRATEGIES
+    from harness.aggregators import AGGREGATORS
 
-    info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_strategies=[
-        s for s, needed in STRATEGIES.items() if needed in (None, framework)])
+    info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_aggregators=[
+        name for name, k in AGGREGATORS.items() if k.framework in (None, framework)])
     if absent := missing_framework(framework):
         info.status, info.reason = "not installed", absent
     return info
@@ -160,13 +161,13 @@ def _print_table(infos: list[FrameworkInfo]) -> None:
             print(f"{info.framework} {info.version}")
             print(f"  devices:    {', '.join(info.devices) or 'none'}")
             print(f"  native:     {', '.join(info.strategies) or 'none'}")
-            print(f"  hetbench:   strategy = {' | '.join(info.hetbench_strategies)}")
+            print(f"  hetbench:   aggregator = {' | '.join(info.hetbench_aggregators)}")
         elif info.status == "not installed":
             print(f"{info.framework}: not installed ({info.install})")
         else:
             print(f"{info.framework}: broken: {info.reason}")
-    print("native: what each framework offers; hetbench: what a suite's `strategy` may name "
-          "(torch = torch.distributed, any mix of frameworks).")
+    print("native: what each framework offers; hetbench: what a suite's `aggregator` may "
+          "name (all but the framework's own work with any mix of frameworks).")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,74 @@
+"""Processes an aggregator needs beside the workers (parameter servers, MXNet's ps-lite
+scheduler and server), started by the launcher before the workers and stopped by it after
+them, whatever happened in between: every process hetbench starts, hetbench stops.
+
+This module imports no framework: the launcher uses it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STOP_GRACE_S = 5.0
+
+
+@dataclass
+class Services:
+    """The processes, and what the workers must be told (environment variables)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, command: list[str], env: dict[str, str], logs: Path) -> None:
+        """One process in its own session (so a signal to its group reaches only it), its
+        output in logs/<name>.log."""
+        with open(logs / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def failed(self) -> tuple[str, int] | None:
+        """(name, exit status) of a process that ended badly while the run went on."""
+        for name, p in self.procs.items():
+            code = p.poll()
+            if code not in (None, 0):
+                return name, code
+        return None
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """The services end once every worker has left; stop any that did not: SIGTERM
+        after the grace period, SIGKILL after another."""
+        for p in self.procs.values():
+            _wait_or_signal(p, grace_s, signal.SIGTERM)
+        for p in self.procs.values():
+            _wait_or_signal(p, grace_s, signal.SIGKILL)
+            p.wait()
+
+
+def _wait_or_signal(p: subprocess.Popen[bytes], grace_s: float, sig: int) -> None:
+    try:
+        p.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def start(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path) -> Services:
+    """The services of the run's aggregator (none for most)."""
+    from harness.aggregators import kind
+
+    target = kind(run.aggregator.name).services
+    if target is None:
+        return Services()
+    module, attr = target.split(":")
+    starter = getattr(importlib.import_module(module), attr)
+    return starter(run, free_port, logs, run_dir)  # type: ignore[no-any-return]
