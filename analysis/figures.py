@@ -189,7 +189,75 @@ def write_all(runs: Runs, out: Path, evals: Runs = ()) -> list[Path]:
     curve = curves(evals)
     if len(curve):
         paths += _convergence_figure(curve, out, scope)
+    from analysis.schemes import compares_schemes, scheme_table, staleness_counts
+
+    if compares_schemes(runs):
+        paths += _tradeoff_figure(scheme_table(runs, evals), out, scope)
+        counts = staleness_counts(runs)
+        if len(counts) and counts["staleness"].max() > 0:
+            paths += _staleness_figure(counts, out, scope)
     return paths
+
+
+def _tradeoff_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Time to target against the scheme's staleness bound, one point per scheme (mean and
+    95% interval over the repeats that reached the target), beside samples/s: what a
+    scheme buys in hardware efficiency and what it pays in statistical efficiency."""
+    import math
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from scipy import stats
+
+    finite = [b for b in table["bound"] if math.isfinite(b)]
+    infinite_at = (max(finite) if finite else 0.0) + 2.0  # ps-async, drawn at the right
+    names = list(dict.fromkeys(table["run"]))
+    import seaborn as sns
+
+    # one colour per scheme in both panels (past 10 the default palette repeats)
+    colours = dict(zip(names, sns.color_palette("tab20" if len(names) > 10 else None,
+                                                n_colors=len(names)), strict=True))
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for column, ax, label in (("time_to_target_s", axes[0],
+                               "time to target (s of training)"),
+                              ("samples_per_s", axes[1], "samples/s into updates")):
+        for name, part in table.groupby("run", sort=False):
+            values = part[column].dropna().to_numpy(dtype=float)
+            if not len(values):
+                continue
+            bound = float(part["bound"].iloc[0])
+            x = bound if math.isfinite(bound) else infinite_at
+            half = (stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1)
+                    / np.sqrt(len(values))) if len(values) > 1 else 0.0
+            ax.errorbar(x, values.mean(), yerr=half, fmt="o", capsize=3,
+                        color=colours.get(name))
+            ax.annotate(str(name), (x, values.mean()), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+        ticks = sorted(set(finite)) + [infinite_at]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["inf"])
+        ax.set_xlabel("staleness bound (ssp: s; local SGD: H - 1; ps-async: inf)")
+        ax.set_ylabel(label)
+    figure.suptitle(f"Statistical against hardware efficiency per scheme — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "tradeoff")
+
+
+def _staleness_figure(counts: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Share of updates per staleness value, one line per scheme that has stale updates
+    (all repeats pooled)."""
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(6, 3.4))
+    for name, part in counts.groupby("run", sort=False):
+        if part["staleness"].max() == 0:
+            continue
+        pooled = part.groupby("staleness")["updates"].sum()
+        ax.plot(pooled.index, pooled / pooled.sum(), marker="o", markersize=3, label=name)
+    ax.set_xlabel("staleness (server versions)")
+    ax.set_ylabel("share of updates")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Staleness of the updates — {scope}", size=10)
+    return _save(figure, out, "staleness")
 
 
 def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path]:

@@ -75,14 +75,18 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
         "comm_share": np.nan,
     }
     if instrumented(steps):
-        # shares of the workers' busy time (end - begin): compute, idle before all-reduce,
-        # communication after the last arrival; the rest is unpack and apply
-        derived = with_derived(steps)
-        busy = derived["busy_ns"].sum()
-        summary["idle_fraction"] = float(derived["idle_ns"].sum() / busy)
-        summary["compute_share"] = float(derived["compute_ns"].sum() / busy)
-        summary["comm_share"] = float(derived["comm_ns"].sum() / busy)
+        summary.update(busy_shares(steps))
     return summary
+
+
+def busy_shares(steps: pd.DataFrame) -> dict[str, float]:
+    """Shares of the workers' busy time (end - begin): compute, idle (before all-reduce, or
+    the measured wait), communication; the rest is unpack and apply."""
+    derived = with_derived(steps)
+    busy = derived["busy_ns"].sum()
+    return {"idle_fraction": float(derived["idle_ns"].sum() / busy),
+            "compute_share": float(derived["compute_ns"].sum() / busy),
+            "comm_share": float(derived["comm_ns"].sum() / busy)}
 
 
 def _asynchronous_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
@@ -96,11 +100,7 @@ def _asynchronous_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, f
                "mean_step_ms": wall_s * 1e3 * global_batch / samples if samples else np.nan,
                "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
     if len(steps) and instrumented(steps):
-        derived = with_derived(steps)
-        busy = derived["busy_ns"].sum()
-        summary["idle_fraction"] = float(derived["idle_ns"].sum() / busy)
-        summary["compute_share"] = float(derived["compute_ns"].sum() / busy)
-        summary["comm_share"] = float(derived["comm_ns"].sum() / busy)
+        summary.update(busy_shares(steps))
     return summary
 
 

@@ -167,6 +167,55 @@ def aggregator_section(table: pd.DataFrame) -> list[str]:
             markdown_table(wide), ""]
 
 
+def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                    evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+    """Hardware against statistical efficiency per synchronisation scheme, and the
+    staleness of their updates; only when the runs compare schemes."""
+    from analysis.schemes import (
+        SCHEME_METRICS,
+        compares_schemes,
+        scheme_groups,
+        scheme_table,
+        staleness_counts,
+        staleness_summary,
+    )
+
+    if not compares_schemes(runs):
+        return []
+    groups = scheme_groups(scheme_table(runs, evals))
+    if groups.empty:
+        return []
+
+    def cell(row: pd.Series) -> str:
+        if math.isnan(row["ci_low"]):
+            return f"{row['mean']:.3g}"
+        return f"{row['mean']:.3g} ± {row['ci_high'] - row['mean']:.2g}"
+
+    cells = groups.assign(cell=groups.apply(cell, axis=1))
+    view = cells.pivot(index="run", columns="metric", values="cell")
+    first = groups.groupby("run", sort=False)[["aggregator", "bound", "repeats", "reached"]]\
+        .first()
+    view = pd.concat([first, view.reindex(first.index)[[m for m in SCHEME_METRICS
+                                                        if m in view.columns]]], axis=1)
+    view["reached"] = [f"{int(r.reached)}/{int(r.repeats)}" for r in first.itertuples()]
+    order = list(dict.fromkeys(m.get("run", {}).get("name", "") for m, _ in runs))
+    view = view.drop(columns="repeats").reindex([r for r in order if r in view.index])
+    view = view.reset_index()
+    staleness = staleness_summary(staleness_counts(runs))
+    return ["## Synchronisation schemes: hardware against statistical efficiency", "",
+            "Per scheme, mean ± 95% t half-interval over repeats: samples/s into updates and "
+            "idle fraction (hardware), mean staleness of the updates and share of computed "
+            "gradients dropped, steps and training seconds to the held-out target over the "
+            "repeats that reached it (statistical). `bound`: how stale an update may be (ssp: "
+            "s; local SGD: H - 1 local steps; ps-async: inf).", "",
+            markdown_table(view), "",
+            "### Staleness of the updates", "",
+            "Server version when an update was applied minus the version its gradient was "
+            "computed on, over every repeat's updates after warm-up (ps-async and ssp count "
+            "single pushes, so a lockstep round of n workers already shows 0 to n - 1).", "",
+            markdown_table(staleness), ""]
+
+
 def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
     """Held-out metric and time to target per run name, over repeats."""
     from analysis.convergence import convergence_groups, convergence_table
@@ -237,6 +286,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "[95% t interval], one column per setup.", "",
            markdown_table(side_by_side(by_setup, setup_keys)), ""]
     md += aggregator_section(table)
+    schemes = schemes_section(runs, evals)
+    md += schemes
     convergence = convergence_section(evals)
     md += convergence
     repartition = repartition_section(runs, target_loss)
@@ -250,6 +301,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         return frame.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
     terminal = [*headline, "", "Runs:", text(overview), "", "Across repeats:", text(group_view)]
+    if schemes:
+        terminal += ["", schemes[0].lstrip("# "), schemes[4]]
     if convergence:
         terminal += ["", convergence[0].lstrip("# "), convergence[-2]]
     if repartition:

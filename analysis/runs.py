@@ -39,6 +39,8 @@ def device_mix(manifest: dict[str, Any]) -> str:
         label = f"{w.get('device', '?')} x{w.get('threads', 1)}"
         if float(w.get("slowdown", 1.0)) != 1.0:
             label += f" /{float(w['slowdown']):g}"
+        if w.get("jitter"):
+            label += f" ~{float(w['jitter'][1]):g}"  # noisy: slowed that much at times
         labels.append(label)
     return " + ".join(labels)
 

@@ -24,6 +24,7 @@ A string naming no file is looked up among the built-in suites (harness/suites/*
 from __future__ import annotations
 
 import math
+import random
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -57,6 +58,9 @@ class WorkerSpec:
     # Emulated heterogeneity that changes during the run: (step, factor) points, linear in
     # between, held before the first and after the last. Overrides `slowdown`.
     slowdown_at: tuple[tuple[int, float], ...] | None = None
+    # Noisy per-step slowdowns on top: (probability, factor), e.g. OS interference; drawn
+    # from (seed, rank, step), so every repeat and every scheme sees the same steps slowed.
+    jitter: tuple[float, float] | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -64,7 +68,22 @@ class WorkerSpec:
 
     @property
     def emulated(self) -> bool:
-        return self.slowdown != 1.0 or bool(self.slowdown_at)
+        return self.slowdown != 1.0 or bool(self.slowdown_at) or bool(self.jitter)
+
+    @property
+    def varies(self) -> bool:
+        """The slowdown changes from step to step (a schedule or jitter)."""
+        return bool(self.slowdown_at) or bool(self.jitter)
+
+    def factor_at(self, step: int, seed: int, rank: int) -> float:
+        """The slowdown of this worker's step `step`: the schedule's, times the jitter
+        factor on the steps the jitter hits."""
+        factor = self.slowdown_for(step)
+        if self.jitter is not None:
+            probability, extra = self.jitter
+            if random.Random(seed * 1_000_003 + rank * 10_007 + step).random() < probability:
+                factor *= extra
+        return factor
 
     def slowdown_for(self, step: int) -> float:
         points = self.slowdown_at
@@ -191,7 +210,7 @@ RUN_DEFAULTS: dict[str, Any] = {
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs"}
-WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "framework"}
+WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "jitter", "framework"}
 ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing",
                  "max_ratio", "reset"}
 PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
@@ -360,7 +379,8 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     def worker(w: dict[str, Any]) -> WorkerSpec:
         at = w.get("slowdown_at")
         return WorkerSpec(**{**tuples(w), "slowdown_at": tuple(tuple(p) for p in at)
-                             if at else None})
+                             if at else None,
+                             "jitter": tuple(w["jitter"]) if w.get("jitter") else None})
 
     target = data.get("target")
     data = dict(data)
@@ -402,10 +422,27 @@ def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
                 cores=cores,
                 slowdown=_float(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0),
                 slowdown_at=_schedule(item.get("slowdown_at"), f"{w}.slowdown_at"),
+                jitter=_jitter(item.get("jitter"), f"{w}.jitter"),
                 framework=_choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
             )
         )
     return tuple(workers)
+
+
+def _jitter(raw: Any, where: str) -> tuple[float, float] | None:
+    """{ probability = 0.2, factor = 3.0 }: each step is slowed by `factor` with
+    `probability`."""
+    if raw is None:
+        return None
+    raw = _table(raw, where)
+    _check_keys(raw, {"probability", "factor"}, where)
+    for key in ("probability", "factor"):
+        if key not in raw:
+            raise UsageError(f"{where}.{key}", "required")
+    probability = _float(raw["probability"], f"{where}.probability", minimum=0.0)
+    if probability > 1.0:
+        raise UsageError(f"{where}.probability", f"{probability} is not allowed (0 to 1)")
+    return probability, _float(raw["factor"], f"{where}.factor", minimum=1.0)
 
 
 def _schedule(raw: Any, where: str) -> tuple[tuple[int, float], ...] | None:

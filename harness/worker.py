@@ -399,6 +399,8 @@ def worker_label(w: WorkerSpec) -> str:
         label += f" cores {','.join(map(str, w.cores))}"
     if w.slowdown != 1.0:
         label += f" slowdown {w.slowdown:g}"
+    if w.jitter:
+        label += f" jitter {w.jitter[1]:g}x p{w.jitter[0]:g}"
     return label
 
 
@@ -502,8 +504,8 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
         following: int | None = 0
         while following is not None:
             step = following
-            if worker.slowdown_at:
-                trainer.stretch.extra = worker.slowdown_for(step) - 1.0
+            if worker.varies:
+                trainer.stretch.extra = worker.factor_at(step, run.seed, rank) - 1.0
             record, exchange = step_fn(step, lo, hi, counters)
             writer.append(record)
             following = exchange.next_step

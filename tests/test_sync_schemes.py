@@ -25,6 +25,7 @@ from harness.config import load_suite
 from harness.launch import run_suite
 from harness.results import load_run
 from tests.test_exactness import plain_torch_sgd
+from tests.test_faults import alive
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -169,14 +170,6 @@ timeout_s = 20
 aggregator = "ps-async"
 workers = [ { device = "cpu" }, { device = "cpu" } ]
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_dead_server_fails_the_run_and_keeps_the_flushed_steps(tmp_path: Path,

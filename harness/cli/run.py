@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
         workers = ", ".join(_worker_text(w) for w in run_spec.workers)
         print(f"\n== {run_spec.name} (repeat {repeat}): {run_spec.framework} "
               f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps, "
-              f"batch {run_spec.global_batch}, {run_spec.partition.policy}; {workers}",
-              flush=True)
+              f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
+              f"{run_spec.aggregator.name}; {workers}", flush=True)
 
     results = run_suite(
         suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
@@ -75,6 +75,8 @@ def _worker_text(w: Any) -> str:
     text = f"{w.device} x{w.threads}"
     if w.slowdown != 1.0:
         text += f" slowdown {w.slowdown:g}"
+    if w.jitter:
+        text += f" jitter {w.jitter[1]:g}x p{w.jitter[0]:g}"
     return text
 
 
