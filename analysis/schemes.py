@@ -55,7 +55,8 @@ def staleness_counts(runs: Runs) -> pd.DataFrame:
     for manifest, steps in runs:
         if steps.empty or "staleness" not in steps.columns:
             continue
-        counts = _updates(manifest, steps)["staleness"].value_counts().sort_index()
+        measured = _updates(manifest, steps)["staleness"]
+        counts = measured[measured >= 0].value_counts().sort_index()  # -1: not reported
         run = manifest.get("run", {})
         frames.append(pd.DataFrame({
             "run": run.get("name", ""), "repeat": int(manifest.get("repeat", 0)),
@@ -99,8 +100,7 @@ def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
             else 0.0
         extra.append({"run_id": manifest.get("run_id", ""),
                       "bound": staleness_bound(run),
-                      "staleness_mean": float(updates["staleness"].mean())
-                      if "staleness" in updates.columns and len(updates) else np.nan,
+                      "staleness_mean": _mean_staleness(updates),
                       "dropped_share": float(dropped)})
     table = table.merge(pd.DataFrame(extra), on="run_id")
     convergence = convergence_table(evals)
@@ -110,6 +110,14 @@ def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
     table = table.merge(convergence[columns], on="run_id", how="left")
     return table[["run_id", "run", "repeat", "aggregator", "bound", *SCHEME_METRICS,
                   "reached"]]
+
+
+def _mean_staleness(updates: pd.DataFrame) -> float:
+    """Over the updates whose staleness was measured (a native server reports none: -1)."""
+    if "staleness" not in updates.columns:
+        return np.nan
+    measured = updates["staleness"][updates["staleness"] >= 0]
+    return float(measured.mean()) if len(measured) else np.nan
 
 
 def scheme_groups(table: pd.DataFrame) -> pd.DataFrame:

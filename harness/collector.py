@@ -128,10 +128,20 @@ def read_parts(run_dir: Path) -> list[np.ndarray]:
     return [read_part(p) for p in sorted(folder.glob("rank*.bin"))]
 
 
-def steps_done(run_dir: Path, world_size: int) -> int:
-    """Steps flushed by the slowest rank (for the progress bar; reads only file sizes)."""
+def write_survivor(run_dir: Path, rank: int, params: dict[str, Any],
+                   finish: dict[str, Any]) -> None:
+    """What a worker that ended training writes when no collective may follow (a run that
+    goes on without dead workers): its parameters and what rank 0 would put in the
+    manifest."""
+    np.savez(run_dir / PARTS_DIR / f"params-rank{rank}.npz", **params)
+    (run_dir / PARTS_DIR / f"finish-rank{rank}.json").write_text(json.dumps(finish))
+
+
+def steps_done(run_dir: Path, world_size: int, ranks: Iterable[int] | None = None) -> int:
+    """Steps flushed by the slowest rank (of `ranks`, default all; for the progress bar;
+    reads only file sizes)."""
     counts = []
-    for rank in range(world_size):
+    for rank in (range(world_size) if ranks is None else ranks):
         try:
             counts.append(part_path(run_dir, rank).stat().st_size // RECORD_DTYPE.itemsize)
         except FileNotFoundError:

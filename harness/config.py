@@ -156,6 +156,7 @@ class RunSpec:
     eval_every: int = 0  # 0: no held-out evaluation
     target: TargetSpec | None = None
     loader: LoaderSpec | None = None  # None: batches sliced in line, in the load phase
+    on_worker_failure: str = "fail"  # "continue": the others go on without it (ps-async)
 
     @property
     def world_size(self) -> int:
@@ -206,7 +207,9 @@ RUN_DEFAULTS: dict[str, Any] = {
     "eval_every": None,
     "target": None,
     "loader": None,
+    "on_worker_failure": "fail",
 }
+ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs"}
@@ -319,6 +322,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         raise UsageError(at("partition.policy"), f"{partition.policy!r} repartitions every "
                          f"worker at the same steps: it needs a lockstep aggregator, not "
                          f"{aggregator.name!r}")
+    on_failure = _choice(values["on_worker_failure"], ON_WORKER_FAILURE, at("on_worker_failure"))
+    if on_failure == "continue" and aggregator.name != "ps-async":
+        raise UsageError(at("on_worker_failure"), "'continue' needs aggregator 'ps-async' "
+                         f"(the one scheme that waits for no other worker), not "
+                         f"{aggregator.name!r}")
     workload = _choice(values["workload"], WORKLOADS, at("workload"))
     spec = get_workload(workload)
     dataset = (spec.default_dataset if values["dataset"] is None
@@ -332,6 +340,9 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     size = _choice(values["size"], SIZES, at("size"))
     lr = _float(values["lr"], at("lr"), minimum=0.0, strict=True)
     optimizer = _optimizer(values["optimizer"], lr, steps, at("optimizer"))
+    if aggregator_kind(aggregator.name).plain_sgd and optimizer != OptimizerSpec():
+        raise UsageError(at("optimizer"), f"{aggregator.name!r} runs its framework's own "
+                         "SGD on the server: plain 'sgd' only, no weight decay or schedule")
     eval_every = 0
     if values["eval_every"] is not None:
         eval_every = _int(values["eval_every"], at("eval_every"), minimum=1)
@@ -367,6 +378,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         eval_every=eval_every,
         target=target,
         loader=loader,
+        on_worker_failure=on_failure,
     )
 
 

@@ -29,6 +29,7 @@ from harness.worker import RUN_FILE
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
+SERVICE_FAILURE_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,9 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     services = aggregator_services.start(run, free_port, logs, run_dir)
     procs = []
     status, reason = "completed", ""
+    # Services end by themselves once every worker has left them cleanly; after a failure or
+    # a Ctrl-C nobody will, so they are signalled almost at once.
+    grace_s = SERVICE_FAILURE_GRACE_S
     try:
         for rank in range(run.world_size):
             with open(logs / f"rank{rank}.log", "wb") as log:
@@ -139,48 +143,66 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                     env=worker_environment(run, rank, port) | services.env, stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
-        status, reason = _watch(procs, run, run_dir, progress, services)
+        status, reason, dropped = _watch(procs, run, run_dir, progress, services)
+        if status == "completed" and dropped:
+            reason = "; ".join(f"worker {d['rank']} dropped after {d['steps']} steps "
+                               f"(status {d['status']}: {d['reason']})" for d in dropped)
+        if status == "completed" and run.on_worker_failure != "continue":
+            # (a run that may go on without a worker ends without a graceful goodbye)
+            grace_s = aggregator_services.STOP_GRACE_S
     except KeyboardInterrupt:
         _stop(procs)
         close_run(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
         raise
     finally:
-        services.stop()
-    return close_run(run_dir, run, status, reason, repeat)
+        services.stop(grace_s)
+    return close_run(run_dir, run, status, reason, repeat, dropped)
 
 
 def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
            progress: Any, services: aggregator_services.Services | None = None
-           ) -> tuple[str, str]:
+           ) -> tuple[str, str, list[dict[str, Any]]]:
     """Wait for the workers; on the first failure (of a worker, or of a process the
-    aggregator needs) stop the rest. Returns (status, reason)."""
+    aggregator needs) stop the rest, unless the run goes on without a dead worker
+    (on_worker_failure = "continue") while any other lives. Returns (status, reason, the
+    workers dropped)."""
     last_progress, last_change = -1, time.monotonic()
     # No progress for longer than a collective may wait (plus start-up) means a hang.
     stall_limit = 2 * run.timeout_s + 60
+    dropped: list[dict[str, Any]] = []
     while True:
         codes = [p.poll() for p in procs]
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        gone = {d["rank"] for d in dropped}
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0) and r not in gone]
+        living = [r for r, c in enumerate(codes) if c is None]
+        if failed and run.on_worker_failure == "continue" and living:
+            for rank, code in failed:
+                dropped.append({"rank": rank, "status": code,
+                                "reason": _worker_reason(run_dir, rank),
+                                "steps": collector.steps_done(run_dir, 1, [rank])})
+            continue
         if failed:
             # A worker killed by a signal (negative status) is the cause; the others it
             # leaves behind fail with collective errors, sometimes within the same poll.
             rank, code = min(failed, key=lambda rank_code: (rank_code[1] > 0, rank_code[0]))
             _stop(procs)
             return "failed", f"worker {rank} exited with status {code}: " + _worker_reason(
-                run_dir, rank)
-        if all(c == 0 for c in codes):
-            return "completed", ""
+                run_dir, rank), dropped
+        if all(c == 0 or r in gone for r, c in enumerate(codes)):
+            return "completed", "", dropped
         if services is not None and (dead := services.failed()) is not None:
             _stop(procs)
             name, code = dead
-            return "failed", f"{name} exited with status {code} while the workers ran"
-        done = collector.steps_done(run_dir, run.world_size)
+            return "failed", f"{name} exited with status {code} while the workers ran", dropped
+        done = collector.steps_done(run_dir, run.world_size, living)
         if progress is not None and done != last_progress:
             progress(done)
         if done != last_progress:
             last_progress, last_change = done, time.monotonic()
         elif time.monotonic() - last_change > stall_limit:
             _stop(procs)
-            return "failed", f"no step completed for {stall_limit:.0f} s; workers stopped"
+            return ("failed", f"no step completed for {stall_limit:.0f} s; workers stopped",
+                    dropped)
         time.sleep(POLL_S)
 
 
@@ -214,19 +236,41 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0) -> RunResult:
+def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0,
+              dropped: list[dict[str, Any]] | None = None) -> RunResult:
     """Make sure the run directory says how it ended and holds every flushed record."""
     current = manifest.read(run_dir)
     if status == "completed" and current.get("status") == "completed":
         return RunResult(run, repeat, run_dir, "completed", "")
-    if status == "completed":  # workers exited 0 but rank 0 did not finish the directory
+    extra: dict[str, Any] = {}
+    if status == "completed" and run.on_worker_failure == "continue":
+        extra = _survivors_finish(run_dir, run.world_size, dropped or [])
+        if not extra:
+            status, reason = "failed", "no worker left its parameters"
+    elif status == "completed":  # workers exited 0 but rank 0 did not finish the directory
         status, reason = "failed", "workers exited without finishing the run directory"
     infos = _worker_infos(run_dir, run.world_size)
     rows = collector.finalize(run_dir, collector.read_parts(run_dir),
                               [i.get("label", f"worker {r}") for r, i in enumerate(infos)])
     manifest.update(run_dir, status=status, reason=reason, end=manifest.now_iso(),
-                    workers=infos, rows=rows, **collector.read_partition_log(run_dir))
+                    workers=infos, rows=rows,
+                    **{**collector.read_partition_log(run_dir), **extra})
     return RunResult(run, repeat, run_dir, status, reason)
+
+
+def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, Any]]
+                      ) -> dict[str, Any]:
+    """What rank 0 writes at the end of a run, taken from the lowest rank that finished
+    (a run that went on without dead workers has no collective at its end): its parameters
+    (the servers' at its last pull) and manifest entries, plus the workers dropped."""
+    parts = run_dir / collector.PARTS_DIR
+    for rank in range(world_size):
+        params, finish = parts / f"params-rank{rank}.npz", parts / f"finish-rank{rank}.json"
+        if params.is_file() and finish.is_file():
+            params.replace(run_dir / "params.npz")
+            return {**json.loads(finish.read_text()), "dropped_workers": dropped,
+                    "params_from_rank": rank}
+    return {}
 
 
 def _worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:

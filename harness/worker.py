@@ -529,6 +529,13 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
                                                       standalone)
     finally:
         writer.close()
+    if run.on_worker_failure == "continue":
+        # A peer may be gone: no collective after training. Each worker leaves what rank 0
+        # would have written, and the launcher finishes the run directory from the parts.
+        collector.write_survivor(run_dir, rank, adapter.parameters(),
+                                 {"aggregator": trainer.aggregator.describe(),
+                                  "partition_history": trainer.partition_history})
+        return
     offsets_end = comm.clock_offsets(device)
 
     gathered = comm.gather_objects((info, writer.records()))
@@ -571,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hetbench worker: error: WORLD_SIZE={world_size} but run {run.name!r} has "
               f"{run.world_size} workers", file=sys.stderr)
         return 2
+    if args.run_dir is None and (problem := _torchrun_problem(run)):
+        print(f"hetbench worker: error: {problem}", file=sys.stderr)
+        return 2
     worker = run.workers[rank]
     prepare_process(worker)
 
@@ -601,6 +611,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         _quiet_shutdown(comm_module)
+
+
+def _torchrun_problem(run: RunSpec) -> str | None:
+    """What torchrun mode cannot do for this run: it has no launcher to start an
+    aggregator's processes or to finish a run that went on without a dead worker."""
+    if aggregators.kind(run.aggregator.name).services is not None:
+        return (f"aggregator {run.aggregator.name!r} needs processes `hetbench run` starts "
+                "(servers); under torchrun use 'torch', 'allreduce-host' or 'local-sgd'")
+    if run.on_worker_failure == "continue":
+        return ("on_worker_failure = 'continue' needs `hetbench run` to finish the run "
+                "directory; under torchrun use 'fail'")
+    return None
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:

@@ -70,6 +70,8 @@ def test_aggregator_key_takes_a_name_or_a_table_and_strategy_still_names_one() -
     ({"aggregator": "torch", "strategy": "torch"}, "runs[0].strategy", "not both"),
     ({"aggregator": "ps-async", "partition": {"policy": "proportional"}},
      "runs[0].partition.policy", "needs a lockstep aggregator, not 'ps-async'"),
+    ({"framework": "mxnet", "aggregator": "mxnet-async", "optimizer": "momentum"},
+     "runs[0].optimizer", "plain 'sgd' only"),
 ])
 def test_bad_aggregator_is_one_line_naming_the_field(raw: dict[str, Any], where: str,
                                                      message: str) -> None:
@@ -81,10 +83,10 @@ def test_bad_aggregator_is_one_line_naming_the_field(raw: dict[str, Any], where:
 
 def test_registry_names_every_scheme_of_the_issue_and_loads_lazily() -> None:
     for name in ("torch", "allreduce-host", "ps-sync", "ps-async", "ssp", "backup",
-                 "local-sgd", "mxnet-kvstore", "tensorflow-collective"):
+                 "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective"):
         assert name in AGGREGATORS
     assert {n for n, k in AGGREGATORS.items() if not k.lockstep} == {"ps-async", "ssp",
-                                                                     "backup"}
+                                                                     "backup", "mxnet-async"}
     assert {n for n, k in AGGREGATORS.items() if k.servers} == {"ps-sync", "ps-async", "ssp",
                                                                 "backup"}
     with pytest.raises(ValueError, match="unknown aggregator 'x'"):
@@ -207,3 +209,16 @@ def test_ssp_with_bound_zero_is_a_barrier_and_ends_at_the_sample_budget() -> Non
     assert reply.done and reply.progress == 4
     late_values, late = push(s, 8, 4, 0, [1.0, 1.0, 1.0], 6).wait()
     assert late.dropped and late.done  # after the budget nothing more is applied
+
+
+def test_torchrun_mode_refuses_what_needs_the_launcher() -> None:
+    """torchrun starts only workers: no parameter server, and nobody to finish a run that
+    went on without a dead worker."""
+    from harness.worker import _torchrun_problem
+
+    assert _torchrun_problem(run_with("local-sgd")) is None
+    assert _torchrun_problem(run_with("allreduce-host")) is None
+    assert "needs processes `hetbench run` starts" in (_torchrun_problem(run_with("ps-sync"))
+                                                       or "")
+    going_on = run_with("ps-async", on_worker_failure="continue")
+    assert "needs processes" in (_torchrun_problem(going_on) or "")

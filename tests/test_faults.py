@@ -32,8 +32,11 @@ workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
 
 
-def start_long_run(tmp_path: Path, write_suite) -> tuple[subprocess.Popen[str], Path, list[int]]:
-    suite = write_suite(LONG_RUN)
+def start_long_run(tmp_path: Path, write_suite, text: str = LONG_RUN
+                   ) -> tuple[subprocess.Popen[str], Path, list[int]]:
+    """`hetbench run` of a suite `faults` with a run `long` of two workers, once it has
+    flushed 40 steps."""
+    suite = write_suite(text)
     proc = subprocess.Popen(hetbench_command("run", str(suite), "--out", str(tmp_path / "out"),
                                              "--no-progress"),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -216,7 +216,7 @@ def test_devices_lists_every_framework(tmp_path: Path) -> None:
     mixed = [n for n, k in AGGREGATORS.items() if k.framework is None]
     assert "torch" in mixed and "ps-async" in mixed
     assert infos["pytorch"]["hetbench_aggregators"] == mixed
-    assert infos["mxnet"]["hetbench_aggregators"] == [*mixed, "mxnet-kvstore"]
+    assert infos["mxnet"]["hetbench_aggregators"] == [*mixed, "mxnet-kvstore", "mxnet-async"]
     if installed("mxnet"):
         assert "kvstore dist_sync" in infos["mxnet"]["strategies"]
 

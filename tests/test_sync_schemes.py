@@ -11,8 +11,10 @@ schemes on a slowed worker record staleness, drops and the servers' placement.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ from harness.config import load_suite
 from harness.launch import run_suite
 from harness.results import load_run
 from tests.test_exactness import plain_torch_sgd
-from tests.test_faults import alive
+from tests.test_faults import alive, finish, start_long_run
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -201,3 +203,125 @@ def test_a_dead_server_fails_the_run_and_keeps_the_flushed_steps(tmp_path: Path,
     assert time.monotonic() - start < 90
     steps = load_run(result.run_dir).steps
     assert len(steps) >= 20  # every flushed step stays readable
+
+
+def test_ctrl_c_leaves_no_server_behind(tmp_path: Path, write_suite) -> None:
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite, FAULT.replace(
+        'name = "fault"', 'name = "faults"'))
+    server = json.loads((run_dir / "parts" / "ps0.json").read_text())["pid"]
+    assert alive(server)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    code, err = finish(proc)
+    assert code == 130, err
+    assert time.monotonic() - started < 15  # the server is not waited for, it is stopped
+    assert not any(alive(p) for p in [*pids, server])
+    assert load_run(run_dir).status == "interrupted"
+
+
+GOES_ON = """
+[suite]
+name = "goes-on"
+
+[[runs]]
+name = "survivors"
+steps = 600
+global_batch = 96
+timeout_s = 20
+aggregator = "ps-async"
+on_worker_failure = "continue"
+workers = [ { device = "cpu" }, { device = "cpu" }, { device = "cpu" } ]
+"""
+
+
+def test_ps_async_goes_on_without_a_dead_worker_when_the_suite_says_so(
+        tmp_path: Path, write_suite) -> None:
+    suite = load_suite(str(write_suite(GOES_ON)))
+    out = tmp_path / "out"
+    killed: list[int] = []
+
+    def kill_worker_2() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            runs = list((out / "goes-on").glob("survivors-*"))
+            info = runs[0] / "parts" / "rank2.json" if runs else None
+            if info and info.is_file() and collector.steps_done(runs[0], 3) >= 30:
+                killed.append(json.loads(info.read_text())["pid"])
+                os.kill(killed[0], 9)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_worker_2)
+    killer.start()
+    [result] = run_suite(suite, out)
+    killer.join()
+    assert killed, "worker 2 was never killed"
+    assert result.status == "completed", result.reason
+    assert result.reason.startswith("worker 2 dropped after")
+    run = load_run(result.run_dir)
+    [dropped] = run.manifest["dropped_workers"]
+    assert dropped["rank"] == 2 and dropped["status"] == -9
+    steps = run.steps
+    used = steps[~steps["dropped"]]
+    # the others made up the budget of 600 global batches; the killed worker's last pushes
+    # were applied but their records, not yet flushed (16 at most), died with it
+    assert 600 * 96 - 16 * 32 <= used["batch_size"].sum() < 600 * 96 + 3 * 32
+    counts = steps.groupby("rank").size()
+    assert counts[2] < counts[0] and counts[2] < counts[1]
+    assert (result.run_dir / "params.npz").is_file()
+    assert run.manifest["aggregator"]["servers"] == 1
+    server = json.loads((result.run_dir / "parts" / "ps0.json").read_text())["pid"]
+    assert not alive(server)
+
+
+def test_going_on_without_a_worker_needs_ps_async() -> None:
+    from harness.config import parse_suite
+    from harness.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        parse_suite({"runs": [{"name": "r", "on_worker_failure": "continue",
+                               "aggregator": "ssp"}]})
+    assert info.value.where == "runs[0].on_worker_failure"
+    assert "'continue' needs aggregator 'ps-async'" in info.value.message
+    with pytest.raises(UsageError, match="allowed: continue, fail"):
+        parse_suite({"runs": [{"name": "r", "on_worker_failure": "ignore"}]})
+
+
+MXNET_ASYNC = """
+[suite]
+name = "mxnet-async"
+
+[defaults]
+framework = "mxnet"
+workload = "mlp"
+dataset = "digits"
+global_batch = 64
+lr = 0.1
+seed = 5
+steps = 10
+aggregator = "mxnet-async"
+
+[[runs]]
+name = "one"
+
+[[runs]]
+name = "two"
+workers = [ { device = "cpu" }, { device = "cpu", slowdown = 3.0 } ]
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="MXNet not installed")
+def test_mxnet_dist_async_is_a_native_cross_check_of_ps_async(tmp_path: Path,
+                                                               write_suite) -> None:
+    """MXNet's own async server (hetbench starts and stops its scheduler and server; the
+    optimizer is set before any push): one worker is sequential SGD, two run unhindered."""
+    one, two = run_suite(load_suite(str(write_suite(MXNET_ASYNC))), tmp_path / "out")
+    assert [one.status, two.status] == ["completed"] * 2, [one.reason, two.reason]
+    params = dict(np.load(one.run_dir / "params.npz"))
+    for name, value in plain_torch_sgd(seed=5, steps=10, lr=0.1, batch=64).items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=ATOL, err_msg=name)
+    steps = load_run(two.run_dir).steps
+    assert len(steps) == 20 and steps["asynchronous"].all()
+    assert (steps["staleness"] == -1).all()  # MXNet does not report it
+    for log in ("kvstore-scheduler.log", "kvstore-server.log"):
+        assert (two.run_dir / "logs" / log).is_file()

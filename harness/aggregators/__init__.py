@@ -90,6 +90,7 @@ class Kind:
     lockstep: bool = True  # every worker exchanges every step together
     # the buffer may live on the GPU (nccl) when every worker is one; else host memory
     device_buffer: bool = False
+    plain_sgd: bool = False  # runs the framework's own SGD: no other optimizer, no schedule
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     summary: str = ""
@@ -128,6 +129,9 @@ AGGREGATORS: dict[str, Kind] = {
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
                           services=f"{_NATIVE}:start_kvstore",
                           summary="MXNet's ps-lite kvstore, dist_sync"),
+    "mxnet-async": Kind(f"{_NATIVE}:KVStoreAsync", framework="mxnet", lockstep=False,
+                        services=f"{_NATIVE}:start_kvstore", plain_sgd=True,
+                        summary="MXNet's ps-lite kvstore, dist_async, SGD on its server"),
     "tensorflow-collective": Kind(f"{_NATIVE}:TensorFlowCollective", framework="tensorflow",
                                   services=f"{_NATIVE}:start_tensorflow_ports",
                                   prepare=f"{_NATIVE}:prepare_tensorflow",

@@ -8,6 +8,8 @@ offsets, barriers, the records) still goes through torch.distributed.
   them at the end; each worker pushes its gradient buffer and pulls the sum of all
   workers' pushes (no server-side optimizer: the server stores each round's sum). ps-lite
   has no timeout: a dead peer is caught by the launcher's stall watchdog, not here.
+- "mxnet-async": MXNet's kvstore in `dist_async` mode, the same scheduler and server, with
+  MXNet's SGD running on the server (KVStoreAsync): a native cross-check of ps-async.
 - "tensorflow-collective": TensorFlow's collective all-reduce (MultiWorkerMirroredStrategy,
   RING implementation: gRPC between the workers' own TF servers on 127.0.0.1). The
   launcher gives every worker the same list of ports; each worker creates the strategy as
@@ -31,6 +33,7 @@ from harness.aggregators.services import Services
 
 TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
 KVSTORE_MODE = "dist_sync"
+ASYNC_KVSTORE_MODE = "dist_async"
 
 # Importing mxnet with DMLC_ROLE=scheduler/server runs that role's loop, then exits.
 _PS_ROLE = ("import numpy\nif 'bool' not in vars(numpy):\n    numpy.bool = bool\n"
@@ -107,6 +110,47 @@ class KVStoreAllreduce:
 
     def describe(self) -> dict[str, Any]:
         return {}
+
+    def close(self) -> None:
+        pass
+
+
+class KVStoreAsync:
+    """MXNet's own asynchronous parameter server (`dist_async`): the server runs MXNet's SGD
+    with rescale_grad = 1 / global batch, so each push moves the weights by its share of a
+    global step, as hetbench's ps-async does; the worker pushes its gradient sums and pulls
+    the weights into the buffer. The optimizer is set (by worker 0) before any worker
+    pushes: an MXNet async server that gets a push first dies. Each worker takes `steps`
+    steps (MXNet keeps no shared sample budget), and the staleness of an update is not
+    reported by MXNet: recorded as -1."""
+
+    def __init__(self, context: Context) -> None:
+        import mxnet as mx
+        import torch.distributed as dist
+
+        run = context.run
+        self.kv = mx.kv.create(ASYNC_KVSTORE_MODE)
+        if self.kv.num_workers != run.world_size:
+            raise RuntimeError(f"kvstore {ASYNC_KVSTORE_MODE} has {self.kv.num_workers} "
+                               f"workers, expected {run.world_size}")
+        adapter = context.adapter
+        self.grads = adapter.flat_grads[: adapter.spec.num_elements]  # the loss slot stays
+        self.kv.init(0, adapter.flat_params.copy())  # worker 0's value; a barrier inside
+        if context.rank == 0:
+            self.kv.set_optimizer(mx.optimizer.SGD(learning_rate=run.lr, momentum=0.0,
+                                                   wd=0.0, rescale_grad=1.0 / run.global_batch))
+        dist.barrier()  # nobody pushes before the server has its optimizer
+        self.steps = run.steps
+
+    def exchange(self, step: int, samples: int) -> Exchange:
+        self.kv.push(0, self.grads)
+        self.kv.pull(0, out=self.grads)
+        self.grads.wait_to_read()  # torch reads the buffer next
+        return Exchange(Holds.PARAMETERS, samples, next_step(step, self.steps),
+                        staleness=-1, asynchronous=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"servers": 1, "mode": ASYNC_KVSTORE_MODE}
 
     def close(self) -> None:
         pass

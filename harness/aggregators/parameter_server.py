@@ -309,6 +309,9 @@ class ParameterServerClient:
         spec = run.aggregator
         self.name, self.rank, self.steps = spec.name, context.rank, run.steps
         self.buffer, self.timeout_s = context.buffer, run.timeout_s
+        # a dead peer never joins a graceful shutdown: leave alone once the run goes on
+        # without dead workers (every reply of ours has come)
+        self.graceful = run.on_worker_failure != "continue"
         self.lockstep = spec.name == "ps-sync"
         params = context.adapter.spec.params
         sizes = [p.size for p in params]
@@ -364,6 +367,9 @@ class ParameterServerClient:
         return {"servers": len(self.servers), "placement": self.placement}
 
     def close(self) -> None:
+        if not self.graceful:
+            rpc.shutdown(graceful=False)
+            return
         try:
             rpc.shutdown(graceful=True, timeout=self.timeout_s)
         except Exception:  # noqa: BLE001 - a peer already gone: leave without it
