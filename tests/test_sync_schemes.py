@@ -174,26 +174,34 @@ workers = [ { device = "cpu" }, { device = "cpu" } ]
 """
 
 
+def kill_when(suite_dir: Path, pattern: str, part: str, world: int, steps: int
+              ) -> tuple[threading.Thread, list[int]]:
+    """A started thread that SIGKILLs the process whose pid parts/`part` records, once the
+    run matching `pattern` has flushed `steps` steps on every rank; the pid lands in the
+    list."""
+    killed: list[int] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            runs = list(suite_dir.glob(pattern))
+            info = runs[0] / "parts" / part if runs else None
+            if info and info.is_file() and collector.steps_done(runs[0], world) >= steps:
+                killed.append(json.loads(info.read_text())["pid"])
+                os.kill(killed[0], 9)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread, killed
+
+
 def test_a_dead_server_fails_the_run_and_keeps_the_flushed_steps(tmp_path: Path,
                                                                  write_suite) -> None:
     suite = load_suite(str(write_suite(FAULT)))
     out = tmp_path / "out"
-    killed: list[int] = []
-
-    def kill_server_after_some_steps() -> None:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            runs = list((out / "fault").glob("long-*"))
-            info = runs[0] / "parts" / "ps0.json" if runs else None
-            if info and info.is_file() and collector.steps_done(runs[0], 2) >= 20:
-                pid = json.loads(info.read_text())["pid"]
-                os.kill(pid, 9)
-                killed.append(pid)
-                return
-            time.sleep(0.1)
-
-    killer = threading.Thread(target=kill_server_after_some_steps)
-    killer.start()
+    killer, killed = kill_when(out / "fault", "long-*", "ps0.json", world=2, steps=20)
     start = time.monotonic()
     [result] = run_suite(suite, out)
     killer.join()
@@ -238,21 +246,7 @@ def test_ps_async_goes_on_without_a_dead_worker_when_the_suite_says_so(
         tmp_path: Path, write_suite) -> None:
     suite = load_suite(str(write_suite(GOES_ON)))
     out = tmp_path / "out"
-    killed: list[int] = []
-
-    def kill_worker_2() -> None:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            runs = list((out / "goes-on").glob("survivors-*"))
-            info = runs[0] / "parts" / "rank2.json" if runs else None
-            if info and info.is_file() and collector.steps_done(runs[0], 3) >= 30:
-                killed.append(json.loads(info.read_text())["pid"])
-                os.kill(killed[0], 9)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_worker_2)
-    killer.start()
+    killer, killed = kill_when(out / "goes-on", "survivors-*", "rank2.json", world=3, steps=30)
     [result] = run_suite(suite, out)
     killer.join()
     assert killed, "worker 2 was never killed"
