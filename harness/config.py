@@ -27,6 +27,7 @@ import math
 import random
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -317,7 +318,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     if partition.adaptive and values["instrument"] is False:
         raise UsageError(at("instrument"), f"policy {partition.policy!r} measures compute "
                          "times: instrument must be true")
-    aggregator = _aggregator(values, [w.framework for w in workers], at)
+    aggregator = _aggregator(values, workers, at)
     if partition.adaptive and not aggregator_kind(aggregator.name).lockstep:
         raise UsageError(at("partition.policy"), f"{partition.policy!r} repartitions every "
                          f"worker at the same steps: it needs a lockstep aggregator, not "
@@ -560,7 +561,7 @@ def _optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpec:
         min_lr=min_lr)
 
 
-def _aggregator(values: dict[str, Any], frameworks: list[str], at: Any) -> AggregatorSpec:
+def _aggregator(values: dict[str, Any], workers: Sequence[WorkerSpec], at: Any) -> AggregatorSpec:
     """`aggregator = "ps-sync"` or `{ name = "ssp", staleness = 2, servers = 2, ... }`; the
     older `strategy = name` means `aggregator = name`."""
     raw, where = values["aggregator"], at("aggregator")
@@ -591,7 +592,7 @@ def _aggregator(values: dict[str, Any], frameworks: list[str], at: Any) -> Aggre
         staleness_lr=_choice(raw.get("staleness_lr", "none"), STALENESS_LR,
                              f"{where}.staleness_lr"),
     )
-    if (problem := aggregator_problem(spec, frameworks)) is not None:
+    if (problem := aggregator_problem(spec, workers)) is not None:
         key, why = problem
         raise UsageError(where_name if key == "name" else f"{where}.{key}", why)
     return spec

@@ -432,7 +432,9 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
         from workloads.pipeline import encode_png
 
         trainer.encoded = encode_png(data.inputs)  # once, before any timing
-    trainer.set_buffer(adapter.comm_buffer(backend == "nccl"))
+    # on the device for nccl, and on a GPU worker whose aggregator sums there itself
+    trainer.set_buffer(adapter.comm_buffer(
+        backend == "nccl" or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu)))
     flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
     trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
                                   spec.num_elements, flat, trainer.buffer.device)

@@ -70,6 +70,11 @@ def test_aggregator_key_takes_a_name_or_a_table_and_strategy_still_names_one() -
     ({"aggregator": "torch", "strategy": "torch"}, "runs[0].strategy", "not both"),
     ({"aggregator": "ps-async", "partition": {"policy": "proportional"}},
      "runs[0].partition.policy", "needs a lockstep aggregator, not 'ps-async'"),
+    ({"aggregator": "allreduce-device"}, "runs[0].aggregator",
+     "needs at least one worker on a cuda device (use 'allreduce-host'"),
+    ({"aggregator": "allreduce-device", "workers": [{"device": "cuda:0"}, {},
+                                                     {"device": "cuda:0"}]},
+     "runs[0].aggregator", "each on its own GPU (devices: cuda:0, cuda:0)"),
     ({"framework": "mxnet", "aggregator": "mxnet-async", "optimizer": "momentum"},
      "runs[0].optimizer", "plain 'sgd' only"),
 ])
@@ -82,8 +87,8 @@ def test_bad_aggregator_is_one_line_naming_the_field(raw: dict[str, Any], where:
 
 
 def test_registry_names_every_scheme_of_the_issue_and_loads_lazily() -> None:
-    for name in ("torch", "allreduce-host", "ps-sync", "ps-async", "ssp", "backup",
-                 "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective"):
+    for name in ("torch", "allreduce-host", "allreduce-device", "ps-sync", "ps-async", "ssp",
+                 "backup", "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective"):
         assert name in AGGREGATORS
     assert {n for n, k in AGGREGATORS.items() if not k.lockstep} == {"ps-async", "ssp",
                                                                      "backup", "mxnet-async"}

@@ -459,6 +459,15 @@ def test_builtin_suites_all_parse() -> None:
         assert len({r.name for r in spec.runs}) == len(spec.runs)
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "benchmarks")
+                                         .glob("*.toml")), ids=lambda p: p.name)
+def test_benchmark_suites_parse(path: Path) -> None:
+    """They run by hand (some only on a GPU machine): a typo must not wait for that."""
+    spec = load_suite(str(path))
+    assert spec.runs
+    assert len({r.name for r in spec.runs}) == len(spec.runs)
+
+
 def test_quick_suite_is_cpu_only() -> None:
     spec = load_suite("quick")
     assert all(w.device == "cpu" for r in spec.runs for w in r.workers)

@@ -29,6 +29,7 @@ This module imports no framework: config validation and the launcher use it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -90,6 +91,8 @@ class Kind:
     lockstep: bool = True  # every worker exchanges every step together
     # the buffer may live on the GPU (nccl) when every worker is one; else host memory
     device_buffer: bool = False
+    # needs a GPU worker; every GPU worker keeps its buffer on its device (allreduce-device)
+    needs_gpu: bool = False
     plain_sgd: bool = False  # runs the framework's own SGD: no other optimizer, no schedule
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
@@ -102,6 +105,7 @@ class Kind:
 
 
 _ALLREDUCE = "harness.aggregators.allreduce"
+_DEVICE = "harness.aggregators.device"
 _NATIVE = "harness.aggregators.native"
 _PS = "harness.aggregators.parameter_server"
 _PS_KEYS = ("servers",)
@@ -112,6 +116,9 @@ AGGREGATORS: dict[str, Kind] = {
                   "nccl when every worker is a GPU"),
     "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", summary="Choi's strategy 1: "
                            "gradients to the host, summed there over gloo"),
+    "allreduce-device": Kind(f"{_DEVICE}:DeviceAllreduce", needs_gpu=True,
+                             summary="Choi's strategy 2: CPU workers' gradients to a GPU, "
+                             "NCCL among the GPUs, the sums back to the CPUs"),
     "local-sgd": Kind(f"{_ALLREDUCE}:LocalSGD", keys=("local_steps",), device_buffer=True,
                       summary="H local steps, then parameters averaged, weighted by samples"),
     "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_PS_KEYS, services=_PS_START,
@@ -150,15 +157,25 @@ def kind(name: str) -> Kind:
                          f"{', '.join(sorted(AGGREGATORS))})") from None
 
 
-def problem(spec: AggregatorSpec, frameworks: list[str]) -> tuple[str, str] | None:
-    """(field, why) when these workers cannot use this aggregator, or None."""
-    k, n = kind(spec.name), len(frameworks)
+def problem(spec: AggregatorSpec, workers: Sequence[Any]) -> tuple[str, str] | None:
+    """(field, why) when these workers (WorkerSpec: framework, device) cannot use this
+    aggregator, or None."""
+    k, n = kind(spec.name), len(workers)
+    frameworks = [w.framework for w in workers]
     if k.framework is not None:
         for i, framework in enumerate(frameworks):
             if framework != k.framework:
                 return ("name", f"{spec.name!r} needs every worker on {k.framework} (worker "
                         f"{i} is {framework}); use 'torch' or another aggregator for mixed "
                         "jobs")
+    if k.needs_gpu:
+        gpus = [w.device for w in workers if w.is_cuda]
+        if not gpus:
+            return ("name", f"{spec.name!r} sums on GPUs: it needs at least one worker on a "
+                    "cuda device (use 'allreduce-host' when every worker is a CPU)")
+        if len(set(gpus)) < len(gpus):
+            return ("name", f"{spec.name!r} runs NCCL among the GPU workers, which needs "
+                    f"each on its own GPU (devices: {', '.join(gpus)})")
     if spec.backup >= n and spec.name == "backup":
         return ("backup", f"{spec.backup} is not allowed (0 to {n - 1}: backup workers "
                 "must be fewer than the workers)")
