@@ -88,9 +88,14 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for path in paths:
-        figure.savefig(path, bbox_inches="tight", dpi=120)
-    plt.close(figure)
+    try:
+        for path in paths:
+            try:
+                figure.savefig(path, bbox_inches="tight", dpi=120)
+            except OSError as exc:  # Pillow's name no file: say which (a full disk)
+                raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    finally:
+        plt.close(figure)
     return paths
 
 

@@ -8,10 +8,12 @@ records become `steps.parquet` (one row per worker and step) and `trace.json`.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -121,11 +123,20 @@ def read_part(path: Path) -> np.ndarray:
     return np.frombuffer(data[:usable], dtype=RECORD_DTYPE).copy()
 
 
-def read_parts(run_dir: Path) -> list[np.ndarray]:
+def part_files(run_dir: Path) -> list[Path]:
+    """The flushed record files of a run, one per rank that started recording."""
     folder = run_dir / PARTS_DIR
-    if not folder.is_dir():
-        return []
-    return [read_part(p) for p in sorted(folder.glob("rank*.bin"))]
+    return sorted(folder.glob("rank*.bin")) if folder.is_dir() else []
+
+
+def part_rank(path: Path) -> int | None:
+    """The rank whose records `path` holds (rank<R>.bin), or None for another name."""
+    digits = path.stem.removeprefix("rank")
+    return int(digits) if path.suffix == ".bin" and digits.isdigit() else None
+
+
+def read_parts(run_dir: Path) -> list[np.ndarray]:
+    return [read_part(p) for p in part_files(run_dir)]
 
 
 def write_survivor(run_dir: Path, rank: int, params: dict[str, Any],
@@ -163,9 +174,39 @@ def records_frame(arrays: Iterable[np.ndarray], clock_offsets_ns: list[int] | No
     return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
+RESERVE_FILE = ".reserve.tmp"
+RESERVE_BYTES = 256 * 1024  # more than a manifest and the small files closing writes
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Ballast written when the run starts: if the disk fills up while the run goes on, its
+    removal is what leaves room to close the run (its manifest saying `failed`, and why)."""
+    with open(run_dir / RESERVE_FILE, "wb") as f:
+        f.write(bytes(RESERVE_BYTES))
+
+
+def remove_temporary(run_dir: Path) -> None:
+    """The reserve, and the half-written files of a write that failed (`.NAME.tmp`,
+    replaced onto NAME only once complete)."""
+    for tmp in run_dir.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError raised while writing `path` names it (pyarrow's do not)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from exc
+
+
 def write_steps(run_dir: Path, frame: Any) -> None:
     tmp = run_dir / f".{STEPS_FILE}.tmp"
-    frame.to_parquet(tmp, index=False)
+    with _naming(run_dir / STEPS_FILE):
+        frame.to_parquet(tmp, index=False)
     tmp.replace(run_dir / STEPS_FILE)
 
 
@@ -222,13 +263,12 @@ def eval_frame(run_dir: Path):  # type: ignore[no-untyped-def]
     is dropped); an empty frame when the run evaluated nothing."""
     import pandas as pd
 
-    path = run_dir / EVAL_FILE
-    if path.is_file():
+    path = eval_source(run_dir)
+    if path.name == EVAL_FILE:
         return pd.read_parquet(path)
     rows = []
-    part = run_dir / PARTS_DIR / EVAL_PART
-    if part.is_file():
-        for line in part.read_text().splitlines():
+    if path.is_file():
+        for line in path.read_text().splitlines():
             try:
                 rows.append(json.loads(line))
             except ValueError:
@@ -236,12 +276,20 @@ def eval_frame(run_dir: Path):  # type: ignore[no-untyped-def]
     return pd.DataFrame(rows)
 
 
+def eval_source(run_dir: Path) -> Path:
+    """Where the held-out evaluations are read from: eval.parquet once the run is finished,
+    before that the part rank 0 appends to."""
+    path = run_dir / EVAL_FILE
+    return path if path.is_file() else run_dir / PARTS_DIR / EVAL_PART
+
+
 def write_eval(run_dir: Path) -> int:
     """eval.parquet from the flushed evaluations (none: no file); returns the row count."""
     frame = eval_frame(run_dir)
     if len(frame) and not (run_dir / EVAL_FILE).is_file():
         tmp = run_dir / f".{EVAL_FILE}.tmp"
-        frame.to_parquet(tmp, index=False)
+        with _naming(run_dir / EVAL_FILE):
+            frame.to_parquet(tmp, index=False)
         tmp.replace(run_dir / EVAL_FILE)
     return len(frame)
 

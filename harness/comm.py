@@ -2,10 +2,15 @@
 
 gloo reduces host buffers and works for any device mix; nccl is used only when every worker
 is a GPU. Every collective has the run's timeout, so a dead peer ends the run, not a hang.
+
+Loopback only (issue 18): a rendezvous on a loopback address gets a store that listens on
+it alone (harness/rendezvous.py); gloo's pair sockets bind the interface GLOO_SOCKET_IFNAME
+names (the launcher sets lo).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -13,6 +18,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from harness.rendezvous import agent_store, is_loopback, tcp_store
 
 
 @dataclass(frozen=True)
@@ -23,11 +30,20 @@ class Rendezvous:
 
 
 def init(rank: int, world_size: int, backend: str, timeout_s: float) -> Rendezvous:
-    """Join the env:// rendezvous (MASTER_ADDR, MASTER_PORT; set by hetbench or torchrun)."""
-    dist.init_process_group(
-        backend=backend, init_method="env://", rank=rank, world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    """Join the env:// rendezvous (MASTER_ADDR, MASTER_PORT; set by hetbench or torchrun).
+    On a loopback MASTER_ADDR with rank 0 serving the store (hetbench's launcher), the
+    store listens on that address only; otherwise (torchrun's agent serves the store, or
+    the workers span hosts) torch's env:// rendezvous is used as it is."""
+    timeout = timedelta(seconds=timeout_s)
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if is_loopback(host) and port and not agent_store():
+        dist.init_process_group(
+            backend=backend, store=tcp_store(host, int(port), rank, world_size, timeout),
+            rank=rank, world_size=world_size, timeout=timeout,
+        )
+    else:
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank,
+                                world_size=world_size, timeout=timeout)
     return Rendezvous(rank, world_size, backend)
 
 
@@ -69,11 +85,36 @@ def clock_offsets(device: torch.device, rounds: int = 7) -> list[int]:
     return [int(statistics.median(s[r] - s[0] for s in samples)) for r in range(world)]
 
 
-def gather_objects(obj: object) -> list[object] | None:
-    """Rank 0 gets every rank's object (records at the end of a run); others get None."""
-    out: list[object] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out
+def gather_bytes(payload: bytes, device: torch.device) -> list[bytes] | None:
+    """Rank 0 gets every rank's bytes in rank order; the others get None. Bytes travel as
+    uint8 tensors (lengths first, then the payloads padded to the longest), so nothing a
+    peer sends is ever unpickled: torch's *_object collectives run pickle.loads on it."""
+    world = dist.get_world_size()
+    lengths = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(lengths, torch.tensor([len(payload)], dtype=torch.int64, device=device))
+    sizes = [int(n.item()) for n in lengths]
+    padded = torch.zeros(max(sizes), dtype=torch.uint8)
+    padded[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8) \
+        if payload else padded[:0]
+    padded = padded.to(device)
+    if dist.get_rank() != 0:
+        dist.gather(padded, dst=0)
+        return None
+    out = [torch.empty_like(padded) for _ in range(world)]
+    dist.gather(padded, out, dst=0)
+    return [t[:n].cpu().numpy().tobytes() for t, n in zip(out, sizes, strict=True)]
+
+
+def broadcast_bytes(payload: bytes, device: torch.device) -> bytes:
+    """Rank 0's bytes on every rank (what the others pass is ignored), without pickle."""
+    length = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    dist.broadcast(length, src=0)
+    data = torch.zeros(int(length.item()), dtype=torch.uint8)
+    if dist.get_rank() == 0 and payload:
+        data[:] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    data = data.to(device)
+    dist.broadcast(data, src=0)
+    return data.cpu().numpy().tobytes()
 
 
 def shutdown() -> None:

@@ -227,6 +227,27 @@ TARGET_KEYS = {"metric", "value"}
 LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment"}
 MAX_LOADER_WORKERS = 32
 MAX_PREFETCH = 256
+MAX_SUITE_BYTES = 1 << 24  # suites are kilobytes; this stops a read of /dev/zero or a disk image
+# Upper bounds: generous, but a typo (an extra zero or ten) is refused before anything runs
+# instead of a run that never ends, a fork bomb or an overflow deep inside a worker.
+MAX_NAME_LENGTH = 100  # run folders are NAME-rREPEAT-TIMESTAMP: well under 255 bytes
+MAX_REPEATS = 1000
+MAX_STEPS = 10_000_000  # every count of steps: steps, warm-ups, intervals, staleness
+MAX_TIMEOUT_S = 86_400.0  # a day
+MAX_GLOBAL_BATCH = 1_000_000  # the data set's own size is checked too
+MAX_WORKERS = 1024
+MAX_THREADS = 1024
+MAX_CORE = 8191  # Linux numbers at most 8192 CPUs (NR_CPUS)
+MAX_SERVERS = 64
+MAX_SLOWDOWN = 1e6  # slowdown, slowdown_at and jitter factors (large ones emulate a stall)
+MAX_LR = 100.0
+MAX_SEED = 2**32 - 1  # what every framework's and numpy's seeding accepts
+MAX_WEIGHT = 1e6  # partition weights are relative: a ratio beyond this is a typo
+MAX_TOLERANCE = 100.0  # dead_band and reset, relative thresholds (100 = 10,000 %)
+MAX_SLICE_RATIO = 1000.0
+MAX_EPS = 1.0
+MAX_WEIGHT_DECAY = 1.0
+MAX_TARGET_LOSS = 1e6
 
 
 def builtin_suites() -> list[str]:
@@ -237,11 +258,14 @@ def builtin_suites() -> list[str]:
 def load_suite(name_or_path: str) -> SuiteSpec:
     """Read a suite from a TOML file or a built-in name; raise UsageError on anything wrong."""
     path = Path(name_or_path)
-    if path.is_file():
+    # Anything but a directory is read: a pipe such as <(generate-suite) is a suite too.
+    if _exists(path) and not path.is_dir():
         text, source = _read_text(path), str(path)
     elif name_or_path in builtin_suites():
         text = (resources.files("harness") / "suites" / f"{name_or_path}.toml").read_text()
         source = f"builtin:{name_or_path}"
+    elif path.is_dir():
+        raise UsageError(str(path), "is a directory, not a suite file (name a .toml file)")
     elif path.suffix == ".toml" or "/" in name_or_path:
         raise UsageError(str(path), "no such file")
     else:
@@ -249,26 +273,54 @@ def load_suite(name_or_path: str) -> SuiteSpec:
             "suite", f"{name_or_path!r} is neither a file nor a built-in suite "
             f"({', '.join(builtin_suites())})"
         )
+    return parse_suite(_parse_toml(text, source), source)
+
+
+def _exists(path: Path) -> bool:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(source, f"invalid TOML: {exc}") from None
-    return parse_suite(data, source)
+        return path.exists()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise UsageError(str(path), f"cannot read: {exc.strerror}") from None
 
 
 def _read_text(path: Path) -> str:
+    """The file as text: a huge, binary, non-UTF-8 or empty file is one line saying so, not
+    a decoder's message or a TOML error at line 1."""
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(str(path), f"cannot read: {exc}") from None
+        with path.open("rb") as file:
+            data = file.read(MAX_SUITE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(str(path), f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_SUITE_BYTES:
+        raise UsageError(str(path), f"is over {MAX_SUITE_BYTES >> 20} MiB: not a suite file")
+    if not data.strip():
+        raise UsageError(str(path), "is empty (a suite needs at least one [[runs]] table)")
+    if b"\0" in data:
+        raise UsageError(str(path), "cannot read: a binary file, not TOML text")
+    try:
+        return data.decode("utf-8-sig")  # TOML is UTF-8; some editors prepend a BOM
+    except UnicodeDecodeError as exc:
+        raise UsageError(str(path), f"cannot read: not UTF-8 text (byte "
+                         f"0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(source, f"invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(source, "invalid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # an integer longer than Python converts (4300 digits)
+        raise UsageError(source, f"invalid TOML: {str(exc).split(';')[0]}") from None
 
 
 def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
     _check_keys(data, TOP_KEYS, "")
     suite = _table(data.get("suite", {}), "suite")
     _check_keys(suite, SUITE_KEYS, "suite")
-    name = _name(suite.get("name", Path(source).stem or "suite"), "suite.name")
-    repeats = _int(suite.get("repeats", 1), "suite.repeats", minimum=1)
+    name = _suite_name(suite, source)
+    repeats = _int(suite.get("repeats", 1), "suite.repeats", minimum=1, maximum=MAX_REPEATS)
     description = _str(suite.get("description", ""), "suite.description")
     defaults = _table(data.get("defaults", {}), "defaults")
     _check_keys(defaults, RUN_KEYS - {"name"}, "defaults")
@@ -287,6 +339,17 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
     return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description)
 
 
+def _suite_name(suite: dict[str, Any], source: str) -> str:
+    """[suite] name, or else the file's name, which may not be a valid one."""
+    if "name" in suite:
+        return _name(suite["name"], "suite.name")
+    try:
+        return _name(Path(source).stem or "suite", "suite.name")
+    except UsageError as exc:
+        raise UsageError(exc.where, f"{exc.message}; taken from the file name, as [suite] "
+                         "sets no name") from None
+
+
 def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None
               ) -> RunSpec:
     """One [[runs]] table over the suite's [defaults]; errors name the table a value came
@@ -301,9 +364,10 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         return f"defaults.{key}" if key in defaults and key not in raw else f"{where}.{key}"
 
     framework = _choice(values["framework"], FRAMEWORKS, at("framework"))
-    global_batch = _int(values["global_batch"], at("global_batch"), minimum=1)
-    steps = _int(values["steps"], at("steps"), minimum=1)
-    warmup = _int(values["warmup_steps"], at("warmup_steps"), minimum=0)
+    global_batch = _int(values["global_batch"], at("global_batch"), minimum=1,
+                        maximum=MAX_GLOBAL_BATCH)
+    steps = _int(values["steps"], at("steps"), minimum=1, maximum=MAX_STEPS)
+    warmup = _int(values["warmup_steps"], at("warmup_steps"), minimum=0, maximum=MAX_STEPS)
     if warmup >= steps:
         raise UsageError(at("warmup_steps"), f"{warmup} must be below steps ({steps})")
     workers = _workers(values.get("workers"), framework, at("workers"))
@@ -339,14 +403,14 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
             f"(allowed: {', '.join(spec.datasets)})",
         )
     size = _choice(values["size"], SIZES, at("size"))
-    lr = _float(values["lr"], at("lr"), minimum=0.0, strict=True)
+    lr = _float(values["lr"], at("lr"), minimum=0.0, maximum=MAX_LR, strict=True)
     optimizer = _optimizer(values["optimizer"], lr, steps, at("optimizer"))
     if aggregator_kind(aggregator.name).plain_sgd and optimizer != OptimizerSpec():
         raise UsageError(at("optimizer"), f"{aggregator.name!r} runs its framework's own "
                          "SGD on the server: plain 'sgd' only, no weight decay or schedule")
     eval_every = 0
     if values["eval_every"] is not None:
-        eval_every = _int(values["eval_every"], at("eval_every"), minimum=1)
+        eval_every = _int(values["eval_every"], at("eval_every"), minimum=1, maximum=MAX_STEPS)
     target = _target(values["target"], spec.metric, at("target"))
     if target is not None and not eval_every:
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
@@ -366,13 +430,15 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         warmup_steps=warmup,
         global_batch=global_batch,
         lr=lr,
-        seed=_int(values["seed"], at("seed"), minimum=0),
+        seed=_int(values["seed"], at("seed"), minimum=0, maximum=MAX_SEED),
         partition=partition,
         workers=workers,
-        timeout_s=_float(values["timeout_s"], at("timeout_s"), minimum=1.0),
+        timeout_s=_float(values["timeout_s"], at("timeout_s"), minimum=1.0,
+                         maximum=MAX_TIMEOUT_S),
         instrument=_bool(values["instrument"], at("instrument")),
         calibrate=_bool(values["calibrate"], at("calibrate")),
-        calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1),
+        calibrate_steps=_int(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
+                             maximum=MAX_STEPS),
         aggregator=aggregator,
         size=size,
         optimizer=optimizer,
@@ -413,8 +479,8 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
 def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
     if raw is None:
         raw = [{}]
-    if not isinstance(raw, list) or not raw:
-        raise UsageError(where, "must be a non-empty list of worker tables")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_WORKERS:
+        raise UsageError(where, f"must be a list of 1 to {MAX_WORKERS} worker tables")
     workers = []
     for i, item in enumerate(raw):
         w = f"{where}[{i}]"
@@ -423,23 +489,47 @@ def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
         device = _str(item.get("device", "cpu"), f"{w}.device")
         if not DEVICE_PATTERN.fullmatch(device):
             raise UsageError(f"{w}.device", f"{device!r} is not a device (cpu, cuda:N)")
-        cores = item.get("cores")
-        if cores is not None:
-            if not isinstance(cores, list) or not cores:
-                raise UsageError(f"{w}.cores", "must be a non-empty list of core numbers")
-            cores = tuple(_int(c, f"{w}.cores", minimum=0) for c in cores)
         workers.append(
             WorkerSpec(
                 device=device,
-                threads=_int(item.get("threads", 1), f"{w}.threads", minimum=1),
-                cores=cores,
-                slowdown=_float(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0),
+                threads=_int(item.get("threads", 1), f"{w}.threads", minimum=1,
+                             maximum=MAX_THREADS),
+                cores=_cores(item.get("cores"), f"{w}.cores"),
+                slowdown=_float(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0,
+                                maximum=MAX_SLOWDOWN),
                 slowdown_at=_schedule(item.get("slowdown_at"), f"{w}.slowdown_at"),
                 jitter=_jitter(item.get("jitter"), f"{w}.jitter"),
                 framework=_choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
             )
         )
     return tuple(workers)
+
+
+def _cores(raw: Any, where: str) -> tuple[int, ...] | None:
+    """Distinct CPU numbers. Whether this host has them is asked before a run starts
+    (harness.launch.check_devices): the suite still parses on a smaller machine."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(where, "must be a non-empty list of core numbers")
+    cores = tuple(_int(c, where, minimum=0, maximum=MAX_CORE) for c in raw)
+    seen: set[int] = set()
+    for core in cores:
+        if core in seen:
+            raise UsageError(where, f"core {core} is listed twice (each core at most once)")
+        seen.add(core)
+    return cores
+
+
+def cpu_list(cores: set[int] | Sequence[int]) -> str:
+    """CPU numbers in the Linux cpu-list form (0-3,8,10-11): one short line on any host."""
+    spans: list[list[int]] = []  # [first, last]
+    for core in sorted(set(cores)):
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _jitter(raw: Any, where: str) -> tuple[float, float] | None:
@@ -452,10 +542,8 @@ def _jitter(raw: Any, where: str) -> tuple[float, float] | None:
     for key in ("probability", "factor"):
         if key not in raw:
             raise UsageError(f"{where}.{key}", "required")
-    probability = _float(raw["probability"], f"{where}.probability", minimum=0.0)
-    if probability > 1.0:
-        raise UsageError(f"{where}.probability", f"{probability} is not allowed (0 to 1)")
-    return probability, _float(raw["factor"], f"{where}.factor", minimum=1.0)
+    return (_float(raw["probability"], f"{where}.probability", minimum=0.0, maximum=1.0),
+            _float(raw["factor"], f"{where}.factor", minimum=1.0, maximum=MAX_SLOWDOWN))
 
 
 def _schedule(raw: Any, where: str) -> tuple[tuple[int, float], ...] | None:
@@ -465,8 +553,8 @@ def _schedule(raw: Any, where: str) -> tuple[tuple[int, float], ...] | None:
     if not isinstance(raw, list) or not raw or not all(
             isinstance(p, list) and len(p) == 2 for p in raw):
         raise UsageError(where, "must be a list of [step, factor] pairs")
-    points = tuple((_int(p[0], where, minimum=0), _float(p[1], where, minimum=1.0))
-                   for p in raw)
+    points = tuple((_int(p[0], where, minimum=0, maximum=MAX_STEPS),
+                    _float(p[1], where, minimum=1.0, maximum=MAX_SLOWDOWN)) for p in raw)
     if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
         raise UsageError(where, "steps must increase from one pair to the next")
     return points
@@ -480,7 +568,8 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
     if policy == "sizes":
         if "sizes" not in raw:
             raise UsageError(f"{where}.sizes", "required for policy 'sizes'")
-        sizes = _int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=1)
+        sizes = _int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=1,
+                          maximum=global_batch)
         if sum(sizes) != global_batch:
             raise UsageError(
                 f"{where}.sizes", f"sum {sum(sizes)} must equal global_batch {global_batch}"
@@ -494,35 +583,40 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
         if not isinstance(raw_weights, list) or len(raw_weights) != n_workers:
             raise UsageError(f"{where}.weights", f"must be a list of {n_workers} numbers")
         weights = tuple(
-            _float(v, f"{where}.weights", minimum=0.0, strict=True) for v in raw_weights
+            _float(v, f"{where}.weights", minimum=0.0, maximum=MAX_WEIGHT, strict=True)
+            for v in raw_weights
         )
     elif "weights" in raw:
         raise UsageError(f"{where}.weights", f"only allowed with policy 'weights', not {policy!r}")
-    profile_steps = _int(raw.get("profile_steps", 5), f"{where}.profile_steps", minimum=1)
+    profile_steps = _int(raw.get("profile_steps", 5), f"{where}.profile_steps", minimum=1,
+                         maximum=MAX_STEPS)
     if policy not in ADAPTIVE:
         for key in sorted(ADAPTIVE_KEYS & set(raw)):
             raise UsageError(f"{where}.{key}",
                              f"only allowed with an adaptive policy ({', '.join(ADAPTIVE)})")
         return PartitionSpec(policy=policy, sizes=sizes, weights=weights,
                              profile_steps=profile_steps)
-    min_slice = _int(raw.get("min_slice", 1), f"{where}.min_slice", minimum=1)
+    min_slice = _int(raw.get("min_slice", 1), f"{where}.min_slice", minimum=1,
+                     maximum=global_batch)
     if min_slice * n_workers > global_batch:
         raise UsageError(f"{where}.min_slice", f"{min_slice} x {n_workers} workers exceeds "
                          f"global_batch {global_batch}")
-    smoothing = _float(raw.get("smoothing", 0.5), f"{where}.smoothing", minimum=0.0, strict=True)
-    if smoothing > 1:
-        raise UsageError(f"{where}.smoothing", f"{smoothing} is not allowed (0 < smoothing <= 1)")
     return PartitionSpec(
         policy=policy, profile_steps=profile_steps,
         initial=_choice(raw.get("initial", "equal"), ("equal", "profiled"), f"{where}.initial"),
-        every=_int(raw.get("every", 10), f"{where}.every", minimum=1),
-        dead_band=_float(raw.get("dead_band", 0.05), f"{where}.dead_band", minimum=0.0),
+        every=_int(raw.get("every", 10), f"{where}.every", minimum=1, maximum=MAX_STEPS),
+        dead_band=_float(raw.get("dead_band", 0.05), f"{where}.dead_band", minimum=0.0,
+                         maximum=MAX_TOLERANCE),
+        # a fraction of the global batch
         max_move=_float(raw.get("max_move", 0.25), f"{where}.max_move", minimum=0.0,
-                        strict=True),
-        min_slice=min_slice, smoothing=smoothing,
+                        maximum=1.0, strict=True),
+        min_slice=min_slice,
+        smoothing=_float(raw.get("smoothing", 0.5), f"{where}.smoothing", minimum=0.0,
+                         maximum=1.0, strict=True),
         max_ratio=_float(raw.get("max_ratio", 2.0), f"{where}.max_ratio", minimum=1.0,
-                         strict=True),
-        reset=_float(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0, strict=True),
+                         maximum=MAX_SLICE_RATIO, strict=True),
+        reset=_float(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0,
+                     maximum=MAX_TOLERANCE, strict=True),
     )
 
 
@@ -540,23 +634,24 @@ def _optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpec:
     default = OptimizerSpec()
 
     def fraction(key: str) -> float:  # 0 <= value < 1
-        value = _float(raw.get(key, getattr(default, key)), f"{where}.{key}", minimum=0.0)
-        if value >= 1.0:
-            raise UsageError(f"{where}.{key}", f"{value} is not allowed (0 <= {key} < 1)")
-        return value
+        return _float(raw.get(key, getattr(default, key)), f"{where}.{key}", minimum=0.0,
+                      maximum=1.0, below_maximum=True)
 
-    warmup = _int(raw.get("warmup_steps", 0), f"{where}.warmup_steps", minimum=0)
+    warmup = _int(raw.get("warmup_steps", 0), f"{where}.warmup_steps", minimum=0,
+                  maximum=MAX_STEPS)
     if warmup > steps:
         raise UsageError(f"{where}.warmup_steps", f"{warmup} exceeds steps ({steps})")
-    min_lr = _float(raw.get("min_lr", 0.0), f"{where}.min_lr", minimum=0.0)
+    min_lr = _float(raw.get("min_lr", 0.0), f"{where}.min_lr", minimum=0.0, maximum=MAX_LR)
     if min_lr > lr:
         raise UsageError(f"{where}.min_lr", f"{min_lr} is above lr ({lr})")
     return OptimizerSpec(
         name=name, momentum=fraction("momentum"),
         nesterov=_bool(raw.get("nesterov", False), f"{where}.nesterov"),
         beta1=fraction("beta1"), beta2=fraction("beta2"),
-        eps=_float(raw.get("eps", default.eps), f"{where}.eps", minimum=0.0, strict=True),
-        weight_decay=_float(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0),
+        eps=_float(raw.get("eps", default.eps), f"{where}.eps", minimum=0.0, maximum=MAX_EPS,
+                   strict=True),
+        weight_decay=_float(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0,
+                            maximum=MAX_WEIGHT_DECAY),
         warmup_steps=warmup, decay=_choice(raw.get("decay", "none"), DECAYS, f"{where}.decay"),
         min_lr=min_lr)
 
@@ -585,10 +680,13 @@ def _aggregator(values: dict[str, Any], workers: Sequence[WorkerSpec], at: Any) 
             raise UsageError(f"{where}.{key}", f"not an option of {name!r} ({name!r} {takes})")
     spec = AggregatorSpec(
         name=name,
-        staleness=_int(raw.get("staleness", 0), f"{where}.staleness", minimum=0),
-        backup=_int(raw.get("backup", 0), f"{where}.backup", minimum=0),
-        local_steps=_int(raw.get("local_steps", 1), f"{where}.local_steps", minimum=1),
-        servers=_int(raw.get("servers", 1), f"{where}.servers", minimum=1),
+        staleness=_int(raw.get("staleness", 0), f"{where}.staleness", minimum=0,
+                       maximum=MAX_STEPS),
+        backup=_int(raw.get("backup", 0), f"{where}.backup", minimum=0, maximum=MAX_WORKERS),
+        local_steps=_int(raw.get("local_steps", 1), f"{where}.local_steps", minimum=1,
+                         maximum=MAX_STEPS),
+        servers=_int(raw.get("servers", 1), f"{where}.servers", minimum=1,
+                     maximum=MAX_SERVERS),
         staleness_lr=_choice(raw.get("staleness_lr", "none"), STALENESS_LR,
                              f"{where}.staleness_lr"),
     )
@@ -605,13 +703,9 @@ def _loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
         return None
     raw = _table(raw, where)
     _check_keys(raw, LOADER_KEYS, where)
-    workers = _int(raw.get("workers", 2), f"{where}.workers", minimum=1)
-    if workers > MAX_LOADER_WORKERS:
-        raise UsageError(f"{where}.workers", f"{workers} is not allowed (1 to "
-                         f"{MAX_LOADER_WORKERS})")
-    prefetch = _int(raw.get("prefetch", 4), f"{where}.prefetch", minimum=1)
-    if prefetch > MAX_PREFETCH:
-        raise UsageError(f"{where}.prefetch", f"{prefetch} is not allowed (1 to {MAX_PREFETCH})")
+    workers = _int(raw.get("workers", 2), f"{where}.workers", minimum=1,
+                   maximum=MAX_LOADER_WORKERS)
+    prefetch = _int(raw.get("prefetch", 4), f"{where}.prefetch", minimum=1, maximum=MAX_PREFETCH)
     decode = _bool(raw.get("decode", False), f"{where}.decode")
     augment = _bool(raw.get("augment", False), f"{where}.augment")
     for key, on in (("decode", decode), ("augment", augment)):
@@ -632,7 +726,7 @@ def _target(raw: Any, metric: str, where: str) -> TargetSpec | None:
     name = _choice(raw.get("metric", metric), (metric, "loss"), f"{where}.metric")
     if "value" not in raw:
         raise UsageError(f"{where}.value", "required (the held-out value to reach)")
-    value = _float(raw["value"], f"{where}.value", minimum=0.0)
+    value = _float(raw["value"], f"{where}.value", minimum=0.0, maximum=MAX_TARGET_LOSS)
     if name != "loss" and value > 1.0:
         raise UsageError(f"{where}.value", f"{value} is not allowed ({name} is 0 to 1)")
     return TargetSpec(name, value)
@@ -649,15 +743,26 @@ def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
             raise UsageError(field_name, f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
+# Python type -> what a TOML author calls it
+TOML_TYPES = {"str": "a string", "int": "an integer", "float": "a float", "bool": "a boolean",
+              "list": "an array", "dict": "a table", "datetime": "a date-time",
+              "date": "a date", "time": "a time"}
+
+
+def _toml_type(value: Any) -> str:
+    name = type(value).__name__
+    return TOML_TYPES.get(name, name)
+
+
 def _table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise UsageError(where, f"must be a table, not {type(value).__name__}")
+        raise UsageError(where, f"must be a table, not {_toml_type(value)}")
     return value
 
 
 def _str(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise UsageError(where, f"must be a string, not {type(value).__name__}")
+        raise UsageError(where, f"must be a string, not {_toml_type(value)}")
     return value
 
 
@@ -665,6 +770,9 @@ def _name(value: Any, where: str) -> str:
     value = _str(value, where)
     if not NAME_PATTERN.fullmatch(value):
         raise UsageError(where, f"{value!r} is not a name (letters, digits, '.', '_', '-')")
+    if len(value) > MAX_NAME_LENGTH:
+        raise UsageError(where, f"{len(value)} characters is too long (at most "
+                         f"{MAX_NAME_LENGTH}: run folders are named after it)")
     return value
 
 
@@ -677,30 +785,54 @@ def _choice(value: Any, allowed: Any, where: str) -> str:
 
 def _bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise UsageError(where, f"must be true or false, not {type(value).__name__}")
+        raise UsageError(where, f"must be true or false, not {_toml_type(value)}")
     return value
 
 
-def _int(value: Any, where: str, minimum: int) -> int:
+def _int(value: Any, where: str, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(where, f"must be an integer, not {type(value).__name__}")
+        raise UsageError(where, f"must be an integer, not {_toml_type(value)}")
     if value < minimum:
-        raise UsageError(where, f"{value} is below the minimum {minimum}")
+        raise UsageError(where, f"{_short(value)} is below the minimum {minimum}")
+    if value > maximum:
+        raise UsageError(where, f"{_short(value)} is not allowed ({minimum} to {maximum})")
     return value
 
 
-def _float(value: Any, where: str, minimum: float, strict: bool = False) -> float:
+def _float(value: Any, where: str, minimum: float, maximum: float, strict: bool = False,
+           below_maximum: bool = False) -> float:
+    """A finite number from `minimum` (excluded when strict) to `maximum` (excluded when
+    below_maximum); an integer is taken as a float."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UsageError(where, f"must be a number, not {type(value).__name__}")
+        raise UsageError(where, f"must be a number, not {_toml_type(value)}")
     if not math.isfinite(value):
         raise UsageError(where, f"{value} is not allowed (must be a finite number)")
     if value < minimum or (strict and value == minimum):
         bound = f"above {minimum}" if strict else f"at least {minimum}"
         raise UsageError(where, f"{value} is not allowed (must be {bound})")
+    if value > maximum or (below_maximum and value == maximum):
+        raise UsageError(where, f"{_short(value)} is not allowed "
+                         f"({_range(minimum, maximum, strict, below_maximum)})")
     return float(value)
 
 
-def _int_list(value: Any, where: str, length: int, minimum: int) -> tuple[int, ...]:
+def _range(minimum: float, maximum: float, strict: bool, below_maximum: bool) -> str:
+    """'0 to 1', or with an end excluded 'above 0, at most 1' / 'at least 0, below 1'."""
+    if not strict and not below_maximum:
+        return f"{minimum:g} to {maximum:g}"
+    low = f"above {minimum:g}" if strict else f"at least {minimum:g}"
+    high = f"below {maximum:g}" if below_maximum else f"at most {maximum:g}"
+    return f"{low}, {high}"
+
+
+def _short(value: float) -> str:
+    """A number as written, cut short when it has hundreds of digits (TOML integers may)."""
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:12]}...({len(text)} digits)"
+
+
+def _int_list(value: Any, where: str, length: int, minimum: int, maximum: int
+              ) -> tuple[int, ...]:
     if not isinstance(value, list) or len(value) != length:
         raise UsageError(where, f"must be a list of {length} integers, one per worker")
-    return tuple(_int(v, where, minimum) for v in value)
+    return tuple(_int(v, where, minimum, maximum) for v in value)

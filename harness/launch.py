@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,15 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from adapters import missing_framework
-from harness import collector, environment, manifest
+from harness import collector, environment, manifest, procfs, signals
 from harness.aggregators import services as aggregator_services
-from harness.config import RunSpec, SuiteSpec
-from harness.errors import DeviceUnavailable
+from harness.config import RunSpec, SuiteSpec, cpu_list, run_from_dict
+from harness.errors import DeviceUnavailable, UsageError
 from harness.worker import RUN_FILE
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
 SERVICE_FAILURE_GRACE_S = 0.5
+STALL_MARGIN_S = 5.0  # beyond timeout_s, before a run without progress is stopped
+STALL_GRACE_S = 1.0  # for workers stuck in a wait, between SIGTERM and SIGKILL
+SETTLE_S = 3.0  # after a failure, for the healthy peers of a hung worker to time out too
+QUIET_S = 5.0  # no step for longer than this before a failure: the failures were waits
+FULL_DISK_BYTES = 64 * 1024  # less free than this after a failure: it was the disk
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,15 @@ def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
     while run_dir.exists():
         run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
     (run_dir / collector.PARTS_DIR).mkdir(parents=True)
+    collector.reserve_space(run_dir)
     suite = suite_info or {"name": suite_name}
     (run_dir / RUN_FILE).write_text(json.dumps({"suite": suite_name, "run": run.to_dict()}))
-    manifest.write(run_dir, manifest.new(suite, run.to_dict(), repeat, run_dir.name,
-                                         environment.describe(), run.heterogeneity))
+    meta = manifest.new(suite, run.to_dict(), repeat, run_dir.name, environment.describe(),
+                        run.heterogeneity)
+    # which process closes the run (recover tells a dead one from a live one by it)
+    meta["launcher"] = {"host": socket.gethostname(), "pid": os.getpid(),
+                        "started": procfs.start_ticks(os.getpid())}
+    manifest.write(run_dir, meta)
     return run_dir
 
 
@@ -70,14 +81,20 @@ def gpu_count(framework: str) -> int:
 
 
 def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
-    """Raise DeviceUnavailable naming the first worker whose device or framework this host
-    lacks (a framework is looked up, not imported). `gpu_counts` caches the probes per
-    framework across the runs of a suite."""
+    """Raise DeviceUnavailable naming the first worker whose device, cores or framework
+    this host lacks (a framework is looked up, not imported). `gpu_counts` caches the
+    probes per framework across the runs of a suite."""
+
     cores_here = os.sched_getaffinity(0)
     for i, w in enumerate(run.workers):
         absent = missing_framework(w.framework)
         if absent:
             raise DeviceUnavailable(f"{where}.workers[{i}].framework", absent)
+        missing = set(w.cores or ()) - cores_here
+        if missing:  # checked before the GPUs: probing them starts the framework
+            raise DeviceUnavailable(f"{where}.workers[{i}].cores",
+                                    f"{cpu_list(missing)} not available (this host allows "
+                                    f"{cpu_list(cores_here)})")
         if w.is_cuda:
             if w.framework not in gpu_counts:
                 gpu_counts[w.framework] = gpu_count(w.framework)
@@ -86,11 +103,6 @@ def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
                 raise DeviceUnavailable(f"{where}.workers[{i}].device",
                                         f"{w.device} not available ({w.framework} sees "
                                         f"{count} GPU(s) on this host)")
-        missing = sorted(set(w.cores or ()) - cores_here)
-        if missing:
-            raise DeviceUnavailable(f"{where}.workers[{i}].cores",
-                                    f"cores {missing} not available (allowed: "
-                                    f"{sorted(cores_here)})")
 
 
 def free_port() -> int:
@@ -100,12 +112,14 @@ def free_port() -> int:
 
 
 def worker_environment(run: RunSpec, rank: int, port: int) -> dict[str, str]:
+    # Loopback only (issue 18): the rendezvous store listens on MASTER_ADDR alone
+    # (harness.comm), gloo's pair sockets and TensorPipe's (RPC) listeners on lo's address.
     env = dict(os.environ)
     env.update({
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
         "LOCAL_RANK": str(rank), "WORLD_SIZE": str(run.world_size),
-        "GLOO_SOCKET_IFNAME": "lo", "HETBENCH_LAUNCHER_PID": str(os.getpid()),
-        "PYTHONUNBUFFERED": "1",
+        "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo",
+        "HETBENCH_LAUNCHER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1",
     })
     return env
 
@@ -113,6 +127,7 @@ def worker_environment(run: RunSpec, rank: int, port: int) -> dict[str, str]:
 def skip_run(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, reason: str) -> RunResult:
     run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite))
     manifest.update(run_dir, status="skipped", reason=reason, end=manifest.now_iso())
+    collector.remove_temporary(run_dir)
     return RunResult(run, repeat, run_dir, "skipped", reason)
 
 
@@ -123,19 +138,26 @@ def suite_info(suite: SuiteSpec) -> dict[str, Any]:
 
 def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                  progress: Any = None) -> RunResult:
+    """One run on this host. However it ends (completed, a failure, Ctrl-C or SIGTERM, a
+    fault of the launcher itself), the run directory is closed: every process stopped,
+    the flushed records written, the manifest saying how it ended. An interrupt or a
+    launcher error is raised again once the run is closed."""
     run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite))
-    port = free_port()
-    logs = run_dir / "logs"
-    logs.mkdir()
-    # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
-    # server), stopped below, and what its workers must be told (their addresses)
-    services = aggregator_services.start(run, free_port, logs, run_dir)
-    procs = []
-    status, reason = "completed", ""
+    procs: list[subprocess.Popen[bytes]] = []
+    services = aggregator_services.Services()
+    status, reason = "failed", ""
+    dropped: list[dict[str, Any]] = []
     # Services end by themselves once every worker has left them cleanly; after a failure or
-    # a Ctrl-C nobody will, so they are signalled almost at once.
+    # an interrupt nobody will, so they are signalled almost at once.
     grace_s = SERVICE_FAILURE_GRACE_S
+    raised: BaseException | None = None
     try:
+        port = free_port()
+        logs = run_dir / "logs"
+        logs.mkdir()
+        # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
+        # server) and what its workers must be told (their addresses)
+        services = aggregator_services.start(run, free_port, logs, run_dir)
         for rank in range(run.world_size):
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs.append(subprocess.Popen(
@@ -150,13 +172,23 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         if status == "completed" and run.on_worker_failure != "continue":
             # (a run that may go on without a worker ends without a graceful goodbye)
             grace_s = aggregator_services.STOP_GRACE_S
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        raised, status, reason = exc, "interrupted", signals.describe(exc)
+    except Exception as exc:  # noqa: BLE001 - the run is closed, then the error goes on
+        raised, status = exc, "failed"
+        reason = f"the launcher failed: {type(exc).__name__}: {exc}"
+    with signals.held() as held:
+        if isinstance(raised, KeyboardInterrupt):
+            print(f"\nhetbench: {reason}: stopping the workers, closing {run_dir}",
+                  file=sys.stderr, flush=True)
         _stop(procs)
-        close_run(run_dir, run, "interrupted", "interrupted by the user (Ctrl-C)", repeat)
-        raise
-    finally:
         services.stop(grace_s)
-    return close_run(run_dir, run, status, reason, repeat, dropped)
+        result = close_run(run_dir, run, status, reason, repeat, dropped)
+    if raised is not None:
+        raise raised
+    if held:  # a Ctrl-C or SIGTERM during the closing: the suite stops now
+        raise signals.as_interrupt(held[0])
+    return result
 
 
 def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
@@ -167,8 +199,6 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
     (on_worker_failure = "continue") while any other lives. Returns (status, reason, the
     workers dropped)."""
     last_progress, last_change = -1, time.monotonic()
-    # No progress for longer than a collective may wait (plus start-up) means a hang.
-    stall_limit = 2 * run.timeout_s + 60
     dropped: list[dict[str, Any]] = []
     while True:
         codes = [p.poll() for p in procs]
@@ -178,16 +208,13 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
         if failed and run.on_worker_failure == "continue" and living:
             for rank, code in failed:
                 dropped.append({"rank": rank, "status": code,
-                                "reason": _worker_reason(run_dir, rank),
+                                "reason": _worker_reason(run_dir, rank, code),
                                 "steps": collector.steps_done(run_dir, 1, [rank])})
             continue
         if failed:
-            # A worker killed by a signal (negative status) is the cause; the others it
-            # leaves behind fail with collective errors, sometimes within the same poll.
-            rank, code = min(failed, key=lambda rank_code: (rank_code[1] > 0, rank_code[0]))
+            reason = _failure_reason(procs, run_dir, time.monotonic() - last_change)
             _stop(procs)
-            return "failed", f"worker {rank} exited with status {code}: " + _worker_reason(
-                run_dir, rank), dropped
+            return "failed", reason, dropped
         if all(c == 0 or r in gone for r, c in enumerate(codes)):
             return "completed", "", dropped
         if services is not None and (dead := services.failed()) is not None:
@@ -199,28 +226,97 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
             progress(done)
         if done != last_progress:
             last_progress, last_change = done, time.monotonic()
-        elif time.monotonic() - last_change > stall_limit:
-            _stop(procs)
-            return ("failed", f"no step completed for {stall_limit:.0f} s; workers stopped",
-                    dropped)
+        elif time.monotonic() - last_change > stall_limit(run, started=done > 0):
+            stuck = time.monotonic() - last_change
+            reason = "; ".join(_stopped_workers(procs)) or "workers stopped"
+            # waits with no timeout (ps-lite) hold the workers in C code, where a SIGTERM
+            # is not handled until they return: they could not flush more anyway
+            _stop(procs, grace_s=STALL_GRACE_S)
+            return "failed", f"no step completed for {stuck:.0f} s: {reason}", dropped
         time.sleep(POLL_S)
 
 
-def _worker_reason(run_dir: Path, rank: int) -> str:
+def stall_limit(run: RunSpec, started: bool) -> float:
+    """How long the launcher lets a run go without a flushed step before it stops it: a
+    worker that waits longer than timeout_s for a peer fails by itself, except where the
+    wait has no timeout of its own (MXNet's ps-lite kvstore), which this bounds. Before the
+    first step, start-up (imports, data, calibration, a first evaluation) gets more."""
+    return run.timeout_s + STALL_MARGIN_S if started else 2 * run.timeout_s + 60
+
+
+def _failure_reason(procs: list[subprocess.Popen[bytes]], run_dir: Path,
+                    quiet_s: float) -> str:
+    """Why the run failed, naming the worker that caused it, not the healthy peers that
+    failed waiting for it: a worker killed by a signal; else a stopped worker (SIGSTOP);
+    else, when nothing had moved for a while (the failures are timeouts), the workers
+    still alive once the others had time to exit, which did not answer; else the first
+    worker to fail."""
+    deadline = time.monotonic() + SETTLE_S  # healthy peers time out nearly together
+    while time.monotonic() < deadline and not any(p.poll() is not None and p.returncode < 0
+                                                  for p in procs):
+        if sum(p.poll() is None for p in procs) <= 1 or _stopped_workers(procs):
+            break
+        time.sleep(POLL_S)
+    codes = [p.poll() for p in procs]
+    killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
+    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+    first = failed[0]
+    waited = f"worker {first}: {_worker_reason(run_dir, first, codes[first])}"
+    if killed:
+        reason = "; ".join(_worker_reason(run_dir, r, codes[r], named=True) for r in killed)
+    elif stopped := _stopped_workers(procs):
+        reason = f"{'; '.join(stopped)} ({waited})"
+    elif quiet_s > QUIET_S and (alive := [r for r, c in enumerate(codes) if c is None]):
+        reason = (f"{', '.join(f'worker {r}' for r in alive)} stopped answering (no step "
+                  f"for {quiet_s:.0f} s) ({waited})")
+    else:
+        reason = _worker_reason(run_dir, first, codes[first], named=True)
+    if _disk_full(run_dir):
+        reason += f" (no space left on the device holding {run_dir})"
+    return reason
+
+
+def _stopped_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
+    return [f"worker {r} was stopped (SIGSTOP or a debugger)"
+            for r, p in enumerate(procs) if p.poll() is None and procfs.stopped(p.pid)]
+
+
+def _disk_full(run_dir: Path) -> bool:
+    try:
+        return shutil.disk_usage(run_dir).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+def _worker_reason(run_dir: Path, rank: int, code: int | None = None,
+                   named: bool = False) -> str:
+    """What ended a worker: the signal that killed it, else the error it recorded, else its
+    log's last line. `named`: as a sentence about worker `rank`."""
+    if code is not None and code < 0:
+        return f"worker {rank} killed by {_signal_name(-code)}"
+    prefix = f"worker {rank} exited with status {code}: " if named else ""
     if error := collector.read_error(run_dir, rank):
-        return error
+        return prefix + error
     log = run_dir / "logs" / f"rank{rank}.log"
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] \
         if log.is_file() else []
-    return lines[-1].strip() if lines else "no message"
+    return prefix + (lines[-1].strip() if lines else "no message")
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = TERMINATE_GRACE_S) -> None:
     """SIGTERM (workers flush and exit), then SIGKILL whatever is left after a grace period."""
     for p in procs:
         if p.poll() is None:
             _signal_group(p, signal.SIGTERM)
-    deadline = time.monotonic() + TERMINATE_GRACE_S
+            _signal_group(p, signal.SIGCONT)  # a stopped worker flushes too, not only dies
+    deadline = time.monotonic() + grace_s
     for p in procs:
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -241,6 +337,7 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
     """Make sure the run directory says how it ended and holds every flushed record."""
     current = manifest.read(run_dir)
     if status == "completed" and current.get("status") == "completed":
+        collector.remove_temporary(run_dir)
         return RunResult(run, repeat, run_dir, "completed", "")
     extra: dict[str, Any] = {}
     if status == "completed" and run.on_worker_failure == "continue":
@@ -250,12 +347,51 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
     elif status == "completed":  # workers exited 0 but rank 0 did not finish the directory
         status, reason = "failed", "workers exited without finishing the run directory"
     infos = _worker_infos(run_dir, run.world_size)
-    rows = collector.finalize(run_dir, collector.read_parts(run_dir),
-                              [i.get("label", f"worker {r}") for r, i in enumerate(infos)])
-    manifest.update(run_dir, status=status, reason=reason, end=manifest.now_iso(),
-                    workers=infos, rows=rows,
-                    **{**collector.read_partition_log(run_dir), **extra})
+    parts = collector.read_parts(run_dir)
+    try:
+        rows = collector.finalize(run_dir, parts,
+                                  [i.get("label", f"worker {r}") for r, i in enumerate(infos)])
+    except OSError as exc:  # a full disk: the records stay in their parts, readable
+        collector.remove_temporary(run_dir)
+        rows = sum(len(p) for p in parts)
+        status, reason = "failed", "; ".join(filter(None, [
+            reason, f"could not write {exc.filename or run_dir} ({exc.strerror or exc}); "
+            f"the {rows} flushed step records stay in {collector.PARTS_DIR}/"]))
+    closing = {"status": status, "reason": reason, "end": manifest.now_iso(), "workers": infos,
+               "rows": rows, **collector.read_partition_log(run_dir), **extra}
+    try:
+        manifest.update(run_dir, **closing)
+    except OSError:  # a full disk: the reserve's room, then once more
+        collector.remove_temporary(run_dir)
+        manifest.update(run_dir, **closing)
+    collector.remove_temporary(run_dir)
     return RunResult(run, repeat, run_dir, status, reason)
+
+
+def recover(run_dir: Path) -> RunResult:
+    """Close a run whose launcher died without closing it (a SIGKILL, a power cut): failed,
+    its records written from the flushed parts, nothing lost. Its workers and services died
+    with the launcher (they are told to, at start). Refused, with the reason, while the
+    launcher lives or where this host cannot tell (UsageError)."""
+    from harness.results import launcher_alive  # pandas: only when recovering
+
+    meta = manifest.read(run_dir)
+    if meta.get("status") != "running":
+        raise UsageError(str(run_dir), f"not running: it is already closed "
+                         f"({meta.get('status')})")
+    launcher = meta.get("launcher") or {}
+    alive = launcher_alive(meta)
+    if alive is None:
+        raise UsageError(str(run_dir), "cannot tell whether its launcher lives (it was "
+                         f"started on host {launcher.get('host', 'unknown')!r}, this is "
+                         f"{socket.gethostname()!r}): recover it there")
+    if alive:
+        raise UsageError(str(run_dir), f"still running: its launcher (pid {launcher['pid']}) "
+                         "lives")
+    return close_run(run_dir, run_from_dict(meta["run"]), "failed",
+                     f"its launcher (pid {launcher.get('pid')}) ended without closing the "
+                     "run; closed by hetbench recover from the flushed records",
+                     int(meta.get("repeat", 0)))
 
 
 def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, Any]]
@@ -282,12 +418,13 @@ def _worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:
 
 
 def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
-              on_start: Any = None, on_end: Any = None, progress_factory: Any = None
-              ) -> list[RunResult]:
+              on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
+              gpu_counts: dict[str, int] | None = None) -> list[RunResult]:
     """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
-    so slow drifts of a shared machine spread over runs instead of biasing one."""
+    so slow drifts of a shared machine spread over runs instead of biasing one.
+    `gpu_counts`: the GPUs each framework sees, where already probed (it is slow)."""
     unavailable: dict[str, str] = {}
-    gpu_counts: dict[str, int] = {}
+    gpu_counts = {} if gpu_counts is None else gpu_counts
     for i, run in enumerate(suite.runs):
         try:
             check_devices(run, f"runs[{i}]", gpu_counts)

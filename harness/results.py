@@ -1,15 +1,20 @@
-"""Reading run directories back: manifest (schema-checked) and step records."""
+"""Reading run directories back: manifest (schema-checked) and step records (checked too:
+a damaged file is refused by name, never reported as numbers)."""
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
-from harness import collector, manifest
+from harness import collector, manifest, procfs
 from harness.errors import UsageError
 
 
@@ -28,27 +33,247 @@ class RunData:
     def warmup_steps(self) -> int:
         return int(self.manifest["run"].get("warmup_steps", 0))
 
+    @property
+    def suite(self) -> str:
+        return str(self.manifest["suite"]["name"])
+
 
 def load_run(run_dir: Path) -> RunData:
     """A run directory's manifest and steps; a run that never finalised is read from its
     flushed parts, so a crashed run still shows every step it recorded."""
-    meta = manifest.read(run_dir)
+    return _load(run_dir, manifest.read(run_dir))
+
+
+def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
+    steps, file_of_rank = read_steps(run_dir)
+    for column, default in collector.EXCHANGE_DEFAULTS.items():
+        if column not in steps.columns:  # recorded before aggregators: all-reduce steps
+            steps[column] = default
+    problem = step_problem(steps, instrumented=meta["run"].get("instrument", True))
+    if problem:
+        raise UsageError(str(file_of_rank(problem.rank)), problem.message)
+    return RunData(run_dir, meta, steps, read_evals(run_dir))
+
+
+# -- step records ---------------------------------------------------------------------------
+
+TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")
+# Every other *_ns field is a duration (a phase, a measured part of the exchange, CPU or GC
+# time): never negative.
+DURATIONS = tuple(f for f in collector.RECORD_FIELDS if f.endswith("_ns") and f not in TIMESTAMPS)
+# Fields added after the first runs were recorded: older step tables lack them (the exchange
+# fields get their defaults above; the straggler attribution does without compute_cpu_ns).
+LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns")
+# Record dtype kind -> kinds a column read back may have: integers where integers are
+# written (NaN or text in a timestamp is damage), any number for floats, flags as 0/1 too.
+ALLOWED_KINDS = {"i": "iu", "f": "fiu", "b": "biu"}
+KIND_NAMES = {"i": "integers", "f": "numbers", "b": "true/false"}
+
+
+class StepProblem(NamedTuple):
+    rank: int | None  # the rank of the first bad row; None for the table as a whole
+    message: str
+
+
+def read_steps(run_dir: Path) -> tuple[pd.DataFrame, Callable[[int | None], Path]]:
+    """The run's step records, and which file holds the rows of a rank (to name it in an
+    error): steps.parquet, or each rank's part for a run that never finalised."""
     steps_file = run_dir / collector.STEPS_FILE
     if steps_file.is_file():
         try:
             steps = pd.read_parquet(steps_file)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
-            raise UsageError(str(steps_file), f"unreadable: {exc}") from None
-    else:
-        steps = collector.records_frame(collector.read_parts(run_dir))
-    for column, default in collector.EXCHANGE_DEFAULTS.items():
-        if column not in steps.columns:  # recorded before aggregators: all-reduce steps
-            steps[column] = default
+            raise UsageError(str(steps_file), f"unreadable: {_one_line(exc)}") from None
+        return steps, lambda rank: steps_file
+    arrays = [_checked_part(path, collector.read_part(path))
+              for path in collector.part_files(run_dir)]
+
+    def part_of(rank: int | None) -> Path:
+        if rank is None:  # (a table read from parts has every column, of the right kind)
+            return run_dir / collector.PARTS_DIR
+        return collector.part_path(run_dir, rank)
+
+    return collector.records_frame(arrays), part_of
+
+
+def _checked_part(path: Path, rows: np.ndarray) -> np.ndarray:
+    """A part holds only its own rank's rows; anything else is not what a worker wrote
+    (damaged, shifted by lost bytes, or a record layout of another hetbench version)."""
+    rank = collector.part_rank(path)
+    if rank is None:
+        raise UsageError(str(path), "not a part file hetbench writes (rank<N>.bin)")
+    wrong = rows["rank"] != rank
+    if wrong.any():
+        first = int(wrong.argmax())
+        raise UsageError(str(path), f"row {first} holds rank {rows['rank'][first]}, not "
+                         f"{rank}: damaged, or records of another hetbench version")
+    return rows
+
+
+def step_problem(steps: pd.DataFrame, instrumented: bool = True) -> StepProblem | None:
+    """What makes a step table unusable, or None: a missing column, a column of the wrong
+    kind, or a row whose time goes backwards (a timestamp before the one it follows, a
+    negative duration), which analysis would turn into negative idle.
+
+    Rows of a run recorded with instrument = false hold only begin and end (ready and
+    reduced are 0), so only those two are ordered there. Vectorised: a few passes over
+    each column, well under the cost of reading the table."""
+    missing = [f for f in collector.RECORD_FIELDS
+               if f not in steps.columns and f not in LATER_FIELDS]
+    if missing:
+        return StepProblem(None, f"lacks column(s) {_listed(missing)}: not a step table "
+                                 "this hetbench reads")
+    for field in collector.RECORD_FIELDS:
+        if field not in steps.columns:
+            continue
+        kind = collector.RECORD_DTYPE[field].kind
+        if steps[field].dtype.kind not in ALLOWED_KINDS[kind]:
+            return StepProblem(None, f"column {field} holds {steps[field].dtype} values "
+                                     f"({KIND_NAMES[kind]} are expected)")
+    return _first_backwards_row(steps, instrumented)
+
+
+def _first_backwards_row(steps: pd.DataFrame, instrumented: bool) -> StepProblem | None:
+    order = TIMESTAMPS if instrumented else (TIMESTAMPS[0], TIMESTAMPS[-1])
+    found: list[tuple[int, str]] = []  # (row, what is wrong there)
+    for before, after in zip(order, order[1:], strict=False):
+        early, late = steps[before].to_numpy(), steps[after].to_numpy()
+        backwards = late < early
+        if backwards.any():
+            row = int(backwards.argmax())
+            found.append((row, f"{after} {late[row]} is before {before} {early[row]} "
+                               "(time goes backwards)"))
+    for field in DURATIONS:
+        if field not in steps.columns or not len(steps):
+            continue
+        values = steps[field].to_numpy()
+        if values.min() < 0:
+            row = int((values < 0).argmax())
+            found.append((row, f"{field} is negative ({values[row]})"))
+    if not found:
+        return None
+    row, what = min(found)
+    rank, step = int(steps["rank"].iat[row]), int(steps["step"].iat[row])
+    return StepProblem(rank, f"rank {rank}, step {step}: {what}")
+
+
+# -- held-out evaluations -------------------------------------------------------------------
+
+EVAL_COLUMNS = ("step", "samples", "wall_s", "train_s", "loss")
+
+
+def read_evals(run_dir: Path) -> pd.DataFrame:
+    """The run's held-out evaluations (empty when it made none), with the columns the
+    convergence analysis reads, as numbers."""
+    source = collector.eval_source(run_dir)
     try:
         evals = collector.eval_frame(run_dir)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
-        raise UsageError(str(run_dir / collector.EVAL_FILE), f"unreadable: {exc}") from None
-    return RunData(run_dir, meta, steps, evals)
+        raise UsageError(str(source), f"unreadable: {_one_line(exc)}") from None
+    if evals.empty:
+        return evals
+    missing = [c for c in EVAL_COLUMNS if c not in evals.columns]
+    if missing:
+        raise UsageError(str(source), f"lacks column(s) {_listed(missing)}: not held-out "
+                                      "evaluations this hetbench reads")
+    for column in EVAL_COLUMNS:
+        if evals[column].dtype.kind not in "iuf":
+            raise UsageError(str(source), f"column {column} holds {evals[column].dtype} "
+                                          "values (numbers are expected)")
+    return evals
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -- several runs ---------------------------------------------------------------------------
+
+
+def load_finished_runs(run_dirs: Iterable[Path]) -> list[RunData]:
+    """The runs that are not still going, each loaded; a run whose manifest says `running`
+    is left out with a note saying why (its records are still being written, or its
+    launcher died before it could close it), never analysed as if it had ended."""
+    runs = []
+    for run_dir in run_dirs:
+        meta = manifest.read(run_dir)
+        if meta["status"] == "running":
+            note(running_note(run_dir, meta))
+        else:
+            runs.append(_load(run_dir, meta))
+    return runs
+
+
+def running_note(run_dir: Path, meta: dict[str, Any]) -> str:
+    alive = launcher_alive(meta)
+    if alive:
+        return f"{run_dir} is still running (launcher pid {meta['launcher']['pid']} " \
+               "alive): left out"
+    if alive is False:
+        return f"{run_dir} says running but its launcher is gone: left out (hetbench " \
+               f"recover {run_dir} closes it as failed from its parts)"
+    host = (meta.get("launcher") or {}).get("host")
+    where = f"recorded on host {host}" if host else "no launcher recorded"
+    return f"{run_dir} says running; cannot tell whether its launcher lives ({where}): " \
+           "left out"
+
+
+def by_suite(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+    """Runs grouped by suite, in the order suites first appear: runs of different suites
+    are never pooled (a run name may mean different things in two suites)."""
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.suite, []).append(run)
+    return groups
+
+
+def finished_runs_by_suite(paths: list[Path], outcome: str) -> dict[str, list[RunData]]:
+    """The finished runs at `paths` by suite (see load_finished_runs and by_suite), with a
+    note saying so when there are several suites (`outcome`: what is done with them). No
+    finished run at all is an error."""
+    suites = by_suite(load_finished_runs(find_runs(paths)))
+    if not suites:
+        raise UsageError(" ".join(map(str, paths)), "no finished run here (every run found "
+                         "says it is still running)")
+    mixed_suites_note(paths, suites, outcome)
+    return suites
+
+
+def mixed_suites_note(paths: Sequence[object], suites: Iterable[str], outcome: str) -> None:
+    """One note when the paths together hold runs of more than one suite."""
+    names = list(dict.fromkeys(suites))
+    if len(names) > 1:
+        holders = " and ".join(map(str, paths)) + (" holds" if len(paths) == 1 else " hold")
+        note(f"{holders} runs of {len(names)} suites ({', '.join(names)}): {outcome}")
+
+
+def note(text: str) -> None:
+    """A remark on what is (not) shown, beside the output: one stderr line, not an error."""
+    print(f"hetbench: note: {text}", file=sys.stderr)
+
+
+# -- is a run's launcher alive? -------------------------------------------------------------
+
+
+def launcher_alive(meta: dict[str, Any]) -> bool | None:
+    """Whether the launcher that wrote this manifest still runs: None when that cannot be
+    told from here (no launcher recorded, another host, or no start time recorded). An
+    exited launcher its parent has not reaped yet (a zombie) is not alive."""
+    launcher = meta.get("launcher")
+    if not isinstance(launcher, dict) or launcher.get("host") != socket.gethostname():
+        return None
+    started = launcher.get("started")
+    if not isinstance(started, int):
+        return None
+    return procfs.alive(int(launcher["pid"]), started)
+
+
+# -- paths ----------------------------------------------------------------------------------
 
 
 def writable_folder(path: Path, where: str) -> Path:

@@ -459,10 +459,12 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     trainer.aggregator = aggregators.create(aggregators.Context(
         run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
         run_dir))
+    failed = True
     try:
         _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
+        failed = False
     finally:
-        trainer.aggregator.close()
+        trainer.aggregator.close(failed)
         if prefetcher is not None:
             prefetcher.close()
 
@@ -540,12 +542,15 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
         return
     offsets_end = comm.clock_offsets(device)
 
-    gathered = comm.gather_objects((info, writer.records()))
-    if rank != 0 or gathered is None:
+    # what each worker was and recorded, to rank 0: JSON and the records' fixed dtype
+    gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
+    gathered_records = comm.gather_bytes(writer.records().tobytes(), device)
+    if gathered_infos is None or gathered_records is None:
         return
-    infos = [g[0] for g in gathered]  # type: ignore[index]
+    infos = [json.loads(g) for g in gathered_infos]
     same_host = len({i["host"] for i in infos}) == 1
-    rows = collector.finalize(run_dir, [g[1] for g in gathered], [i["label"] for i in infos],  # type: ignore[index]
+    records = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
+    rows = collector.finalize(run_dir, records, [i["label"] for i in infos],
                               None if same_host else offsets_start)
     np.savez(run_dir / "params.npz", **adapter.parameters())
     manifest.update(
@@ -555,6 +560,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
                "offsets_end_ns": offsets_end, "applied": not same_host},
         backend=backend, aggregator=trainer.aggregator.describe(),
     )
+    collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -594,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         all(w.is_cuda for w in run.workers)
         and aggregators.kind(run.aggregator.name).device_buffer)
     comm_module.init(rank, world_size, backend, run.timeout_s)
-    run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank)
+    run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank, backend)
     (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
     try:
         train(run, run_dir, rank, backend, adapter_cls)
@@ -684,18 +690,18 @@ def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
     raise UsageError("--run-name", f"no run {args.run_name!r} in suite {suite.name} ({names})")
 
 
-def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, rank: int) -> Path:
+def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, rank: int,
+                      backend: str) -> Path:
     """Rank 0 creates the run directory and manifest; every rank learns its name."""
-    import torch.distributed as dist
+    import torch
 
-    from harness import launch
+    from harness import comm, launch
 
-    name: list[str | None] = [None]
+    name = ""
     if rank == 0:
-        run_dir = launch.prepare_run_dir(args.out, suite_name, run, args.repeat)
-        name = [str(run_dir)]
-    dist.broadcast_object_list(name, src=0)
-    return Path(str(name[0]))
+        name = str(launch.prepare_run_dir(args.out, suite_name, run, args.repeat))
+    device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
+    return Path(comm.broadcast_bytes(name.encode(), device).decode())
 
 
 if __name__ == "__main__":

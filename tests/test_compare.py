@@ -365,7 +365,8 @@ def test_steps_of_another_schema_exit_2(tmp_path: Path, capsys) -> None:
     run_dir = write_run(tmp_path / "base", 0, generate_steps(np.random.default_rng(19)))
     collector.write_steps(run_dir, pd.DataFrame({"rank": [0], "when": [1]}))
     status, _, err = hetbench_compare(capsys, str(run_dir), str(run_dir))
-    assert status == 2 and "steps lack column(s) step" in err
+    assert status == 2 and "lacks column(s) step, batch_size" in err
+    assert err.startswith(f"hetbench: error: {run_dir / 'steps.parquet'}: ")
 
 
 # -- hetbench ci: the parts that start no training (the rounds themselves are measured, see

@@ -62,24 +62,24 @@ BAD = {
         suite(run(partition={"policy": "sizes", "size": [64, 64]})), "runs[0].partition.size",
         ["unknown key", "policy", "profile_steps", "sizes", "weights"]),
     # wrong types
-    "string for steps": (suite(run(steps="30")), "runs[0].steps", ["integer", "not str"]),
+    "string for steps": (suite(run(steps="30")), "runs[0].steps", ["integer", "not a string"]),
     "bool for threads": (
-        suite(worker(threads=True)), "runs[0].workers[0].threads", ["integer", "not bool"]),
-    "bool for steps": (suite(run(steps=True)), "runs[0].steps", ["integer", "not bool"]),
+        suite(worker(threads=True)), "runs[0].workers[0].threads", ["integer", "not a boolean"]),
+    "bool for steps": (suite(run(steps=True)), "runs[0].steps", ["integer", "not a boolean"]),
     "float for global_batch": (
-        suite(run(global_batch=128.0)), "runs[0].global_batch", ["integer", "not float"]),
+        suite(run(global_batch=128.0)), "runs[0].global_batch", ["integer", "not a float"]),
     "float in sizes": (
         suite(run(partition={"policy": "sizes", "sizes": [64.0, 64]})),
-        "runs[0].partition.sizes", ["integer", "not float"]),
-    "string for lr": (suite(run(lr="0.1")), "runs[0].lr", ["number", "not str"]),
+        "runs[0].partition.sizes", ["integer", "not a float"]),
+    "string for lr": (suite(run(lr="0.1")), "runs[0].lr", ["number", "not a string"]),
     "bool for slowdown": (
-        suite(worker(slowdown=False)), "runs[0].workers[0].slowdown", ["number", "not bool"]),
+        suite(worker(slowdown=False)), "runs[0].workers[0].slowdown", ["number", "not a boolean"]),
     "string for instrument": (
-        suite(run(instrument="yes")), "runs[0].instrument", ["true or false", "not str"]),
+        suite(run(instrument="yes")), "runs[0].instrument", ["true or false", "not a string"]),
     "int for device": (suite(worker(device=0)), "runs[0].workers[0].device", ["string"]),
-    "run not a table": (suite(3), "runs[0]", ["must be a table", "not int"]),
+    "run not a table": (suite(3), "runs[0]", ["must be a table", "not an integer"]),
     "worker not a table": (
-        suite(run(workers=["cpu"])), "runs[0].workers[0]", ["must be a table", "not str"]),
+        suite(run(workers=["cpu"])), "runs[0].workers[0]", ["must be a table", "not a string"]),
     "partition not a table": (
         suite(run(partition="equal")), "runs[0].partition", ["must be a table"]),
     "suite not a table": (suite(suite="quick"), "suite", ["must be a table"]),
@@ -116,7 +116,7 @@ BAD = {
         ["only allowed with optimizer 'adamw'"]),
     "momentum of 1": (
         suite(run(optimizer={"name": "momentum", "momentum": 1.0})),
-        "runs[0].optimizer.momentum", ["0 <= momentum < 1"]),
+        "runs[0].optimizer.momentum", ["1.0 is not allowed (at least 0, below 1)"]),
     "warm-up longer than the run": (
         suite(run(steps=10, optimizer={"name": "adamw", "warmup_steps": 11})),
         "runs[0].optimizer.warmup_steps", ["11 exceeds steps (10)"]),
@@ -205,9 +205,9 @@ BAD = {
     "timeout below 1 s": (suite(run(timeout_s=0.5)), "runs[0].timeout_s", ["at least 1.0"]),
     "repeats zero": (suite(suite={"repeats": 0}), "suite.repeats", ["minimum 1"]),
     # workers, names, runs
-    "no workers": (suite(run(workers=[])), "runs[0].workers", ["non-empty list"]),
+    "no workers": (suite(run(workers=[])), "runs[0].workers", ["list of 1 to 1024 worker"]),
     "workers not a list": (
-        suite(run(workers={"device": "cpu"})), "runs[0].workers", ["non-empty list"]),
+        suite(run(workers={"device": "cpu"})), "runs[0].workers", ["list of 1 to 1024 worker"]),
     "run without name": (suite(run(name=None)), "runs[0].name", ["required"]),
     "run name with a space": (
         suite(run(name="my run")), "runs[0].name", ["'my run' is not a name"]),

@@ -3,11 +3,14 @@ within a bounded time, leaves no process behind, and every flushed step stays re
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -77,7 +80,7 @@ def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write
     assert not any(alive(p) for p in pids)
     run = load_run(run_dir)
     assert run.status == "failed"
-    assert "worker 1" in run.manifest["reason"] and "-9" in run.manifest["reason"]
+    assert run.manifest["reason"] == "worker 1 killed by SIGKILL"
     assert (run_dir / "steps.parquet").is_file() and (run_dir / "trace.json").is_file()
     assert run.steps["step"].nunique() >= flushed_before
     assert set(run.steps["rank"]) == {0, 1}
@@ -94,17 +97,210 @@ def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write
     assert stretched[0] == 0 and stretched[1] > 0
 
 
-def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite) -> None:
+@pytest.mark.parametrize("presses", [1, 4])
+def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite, presses: int) -> None:
+    """Pressed again (impatient) while the workers are being stopped, Ctrl-C does not cut
+    the closing short."""
     proc, run_dir, pids = start_long_run(tmp_path, write_suite)
     flushed_before = collector.steps_done(run_dir, 2)
     proc.send_signal(signal.SIGINT)
+    for _ in range(presses - 1):
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
     code, err = finish(proc)
     assert code == 130, err
     assert "Traceback" not in err
     assert not any(alive(p) for p in pids)
     run = load_run(run_dir)
     assert run.status == "interrupted"
+    assert (run_dir / "steps.parquet").is_file()
     assert len(run.steps) >= 2 * flushed_before
     # Every worker flushed its last steps on the way out: none is far behind the other.
     last = run.steps.groupby("rank")["step"].max()
     assert abs(last[0] - last[1]) <= 1
+
+
+# -- signals to the launcher (issue 18: runs never stay `running`) ---------------------------
+
+
+def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite) -> None:
+    """What `timeout`, `kill` and CI cancellation send."""
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    flushed_before = collector.steps_done(run_dir, 2)
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    code, err = finish(proc)
+    assert time.monotonic() - started < 15
+    assert code == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    assert not any(alive(p) for p in pids)
+    run = load_run(run_dir)
+    assert (run.status, run.manifest["reason"]) == ("interrupted", "interrupted by SIGTERM")
+    assert (run_dir / "steps.parquet").is_file()
+    assert run.steps["step"].nunique() >= flushed_before
+
+
+def hetbench_once(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(hetbench_command(*args), cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_killed_launcher_leaves_a_run_that_recover_closes(tmp_path: Path,
+                                                             write_suite) -> None:
+    """SIGKILL cannot be caught: the workers die with the launcher (they are told to at
+    start), the manifest still says running, and `hetbench recover` closes the run as
+    failed from the parts, every flushed row kept."""
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), "a worker outlived its launcher"
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    flushed = sum(len(a) for a in collector.read_parts(run_dir))
+
+    result = hetbench_once("recover", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert f"{run_dir}: closed as failed ({flushed} step records kept)" in result.stdout
+    run = load_run(run_dir)
+    assert run.status == "failed"
+    assert "launcher" in run.manifest["reason"] and "hetbench recover" in run.manifest["reason"]
+    assert len(run.steps) == flushed and (run_dir / "steps.parquet").is_file()
+    again = hetbench_once("recover", str(run_dir))
+    assert (again.returncode, again.stdout.strip()) == (0, "no run says running: nothing to "
+                                                           "recover")
+
+
+def test_recover_leaves_a_live_run_alone(tmp_path: Path, write_suite) -> None:
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    try:
+        result = hetbench_once("recover", str(run_dir))
+        assert result.returncode == 1
+        assert f"{run_dir}: still running: its launcher (pid {proc.pid}) lives" in result.stderr
+        assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        finish(proc)
+    assert load_run(run_dir).status == "interrupted"
+
+
+# -- a stopped worker, under each aggregator (issue 18: every wait has its timeout) ----------
+
+STOPPED = """
+[suite]
+name = "faults"
+
+[[runs]]
+name = "long"
+framework = "{framework}"
+steps = 100000
+global_batch = 64
+timeout_s = {timeout}
+aggregator = {aggregator}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
+"""
+
+
+def _installed(framework: str) -> bool:
+    return importlib.util.find_spec(framework) is not None
+
+
+@pytest.mark.parametrize(("framework", "aggregator", "timeout"), [
+    ("pytorch", '"torch"', 5),
+    ("pytorch", '{ name = "ps-sync" }', 5),
+    ("pytorch", '{ name = "ssp", staleness = 1 }', 5),
+    ("pytorch", '{ name = "local-sgd", local_steps = 2 }', 5),
+    pytest.param("mxnet", '"mxnet-kvstore"', 10, marks=pytest.mark.skipif(
+        not _installed("mxnet"), reason="MXNet not installed")),
+    pytest.param("tensorflow", '"tensorflow-collective"', 10, marks=pytest.mark.skipif(
+        not _installed("tensorflow"), reason="TensorFlow not installed")),
+])
+def test_a_stopped_worker_ends_the_run_within_its_timeout_and_is_named(
+        tmp_path: Path, write_suite, framework: str, aggregator: str, timeout: int) -> None:
+    """SIGSTOP: the peers wait for it, time out, and the reason names the stopped worker,
+    not them; MXNet's ps-lite has no timeout of its own, the launcher's watch bounds it."""
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite, STOPPED.format(
+        framework=framework, aggregator=aggregator, timeout=timeout))
+    flushed_before = collector.steps_done(run_dir, 2)
+    os.kill(pids[1], signal.SIGSTOP)
+    stopped_at = time.time()
+    code, err = finish(proc)
+    assert code == 1, err
+    assert not any(alive(p) for p in pids)
+    run = load_run(run_dir)
+    # the run's end as its manifest records it (after it, `hetbench run` draws figures)
+    took = datetime.fromisoformat(run.manifest["end"]).timestamp() - stopped_at
+    print(f"\n{aggregator}, timeout_s = {timeout}: run ended {took:.1f} s after the SIGSTOP")
+    assert took < timeout + 15, f"{took:.0f} s to end the run"
+    assert run.status == "failed"
+    assert "worker 1 was stopped" in run.manifest["reason"], run.manifest["reason"]
+    assert run.steps["step"].nunique() >= flushed_before
+
+
+# -- a full disk --------------------------------------------------------------------------
+
+FULL_DISK = """
+[suite]
+name = "full"
+
+[[runs]]
+name = "long"
+steps = 100000
+global_batch = 64
+timeout_s = 20
+workers = [ { device = "cpu" }, { device = "cpu" } ]
+"""
+
+# Inside a user and mount namespace of its own (no root needed where the kernel allows
+# them): a 1 MiB tmpfs as --out, the run, then what the test checks, written outside, as
+# the tmpfs goes with the namespace.
+IN_NAMESPACE = """
+set -e
+mount -t tmpfs -o size=1m hetbench-full "$DISK"
+set +e
+timeout 300 {python} -m harness.cli.main run "$SUITE" --out "$DISK/out" --no-progress \
+    > "$FACTS/stdout" 2> "$FACTS/stderr"
+echo $? > "$FACTS/code"
+{python} - "$DISK/out" "$FACTS/facts.json" <<'PY'
+import json, sys
+from pathlib import Path
+from harness import collector
+from harness.results import load_run
+(run_dir,) = Path(sys.argv[1]).glob("full/long-*")
+run = load_run(run_dir)
+flushed = sum(len(a) for a in collector.read_parts(run_dir))
+Path(sys.argv[2]).write_text(json.dumps({
+    "status": run.status, "reason": run.manifest["reason"], "rows": len(run.steps),
+    "flushed": flushed, "temporary": [p.name for p in run_dir.glob(".*.tmp")]}))
+PY
+"""
+
+
+def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Path,
+                                                                   write_suite) -> None:
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c",
+                            f"mount -t tmpfs -o size=64k probe {tmp_path}"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (unshare -rm: {probe.stderr.strip()})")
+    disk, facts = tmp_path / "disk", tmp_path / "facts"
+    disk.mkdir()
+    facts.mkdir()
+    env = {**os.environ, "DISK": str(disk), "FACTS": str(facts),
+           "SUITE": str(write_suite(FULL_DISK))}
+    script = IN_NAMESPACE.replace("{python}", sys.executable)
+    started = time.monotonic()
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, env=env, timeout=330,
+                   check=True)
+    assert time.monotonic() - started < 120
+    code = int((facts / "code").read_text())
+    stderr = (facts / "stderr").read_text()
+    assert code == 1, stderr
+    assert "Traceback" not in stderr
+    got = json.loads((facts / "facts.json").read_text())
+    assert got["status"] == "failed"
+    assert "No space left on device" in got["reason"] or "no space left" in got["reason"]
+    assert str(disk) in got["reason"]  # names where
+    assert got["temporary"] == []  # the half-written files and the reserve are gone
+    assert got["rows"] == got["flushed"] > 0  # every flushed row readable

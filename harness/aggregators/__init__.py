@@ -66,7 +66,10 @@ class Aggregator(Protocol):
         """What the manifest records of it (a parameter server's placement)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, failed: bool = False) -> None:
+        """The run ended; `failed`: by an error, so the peers may be gone or stuck: leave
+        without waiting for them."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class Allreduce:
     def describe(self) -> dict[str, Any]:
         return {}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass
 
 
@@ -69,5 +69,5 @@ class LocalSGD:
     def describe(self) -> dict[str, Any]:
         return {}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass

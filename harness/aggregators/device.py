@@ -105,5 +105,5 @@ class DeviceAllreduce:
         """Which CPU workers each GPU worker carried."""
         return {"routes": {str(gpu): cpus for gpu, cpus in self.routing.items()}}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass

@@ -16,6 +16,10 @@ offsets, barriers, the records) still goes through torch.distributed.
   its task `worker:<rank>` before TensorFlow runs any op (prepare), as TensorFlow requires.
   The torch buffer enters TF zero-copy (DLPack) and the sum is copied back into it, so
   the exchange phase of this aggregator includes one copy of the buffer.
+  Not loopback only: TensorFlow's gRPC server listens on "0.0.0.0:<port>" (every
+  interface, IPv6 included) whatever host the cluster spec names; TensorFlow has no
+  setting for the address it binds (issue 18). Its ports are reachable from other hosts
+  for the length of the run.
 
 This module imports no framework at module level: the launcher uses it too.
 """
@@ -49,11 +53,14 @@ def start_tensorflow_ports(run: Any, free_port: Callable[[], int], logs: Path,
 
 def start_kvstore(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
                   ) -> Services:
-    """ps-lite's scheduler and one server, on 127.0.0.1."""
+    """ps-lite's scheduler and one server, on 127.0.0.1. Every ps-lite node listens
+    (a ZMQ router socket): the scheduler on DMLC_PS_ROOT_URI, the server and the workers on
+    DMLC_NODE_HOST (before it, DMLC_INTERFACE's address; with neither, the first
+    interface's: not loopback)."""
     port = free_port()
     env = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": str(run.world_size),
-           "DMLC_INTERFACE": "lo", "PS_VERBOSE": "0"}
+           "DMLC_NODE_HOST": "127.0.0.1", "DMLC_INTERFACE": "lo", "PS_VERBOSE": "0"}
     services = Services(env={**env, "DMLC_ROLE": "worker"})
     for role in ("scheduler", "server"):
         services.start(f"kvstore-{role}", [sys.executable, "-c", _PS_ROLE],
@@ -111,7 +118,7 @@ class KVStoreAllreduce:
     def describe(self) -> dict[str, Any]:
         return {}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass
 
 
@@ -152,7 +159,7 @@ class KVStoreAsync:
     def describe(self) -> dict[str, Any]:
         return {"servers": 1, "mode": ASYNC_KVSTORE_MODE}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass
 
 
@@ -192,5 +199,5 @@ class TensorFlowCollective:
     def describe(self) -> dict[str, Any]:
         return {}
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         pass

@@ -55,6 +55,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from harness import rendezvous
 from harness.aggregators import Context, Exchange, Holds, next_step
 from harness.aggregators.services import Services
 
@@ -123,10 +124,13 @@ def start_servers(run: Any, free_port: Callable[[], int], logs: Path, run_dir: P
 
 def _rpc_options(timeout_s: float) -> rpc.TensorPipeRpcBackendOptions:
     # TCP (libuv) only: TensorPipe's shared-memory transport polls in a busy loop, and a
-    # spinning thread per process takes the cores the workers compute on
-    return rpc.TensorPipeRpcBackendOptions(init_method=os.environ[INIT_ENV],
-                                           rpc_timeout=timeout_s, num_worker_threads=8,
-                                           _transports=["uv"], _channels=["basic"])
+    # spinning thread per process takes the cores the workers compute on. Loopback only
+    # (issue 18): the rendezvous store (on worker 0) listens on 127.0.0.1 alone
+    # (rendezvous.loopback_url), TensorPipe's listeners on TP_SOCKET_IFNAME's address (lo).
+    init_method = rendezvous.loopback_url(os.environ[INIT_ENV])
+    return rpc.TensorPipeRpcBackendOptions(init_method=init_method, rpc_timeout=timeout_s,
+                                           num_worker_threads=8, _transports=["uv"],
+                                           _channels=["basic"])
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -366,8 +370,8 @@ class ParameterServerClient:
     def describe(self) -> dict[str, Any]:
         return {"servers": len(self.servers), "placement": self.placement}
 
-    def close(self) -> None:
-        if not self.graceful:
+    def close(self, failed: bool = False) -> None:
+        if failed or not self.graceful:
             rpc.shutdown(graceful=False)
             return
         try:

@@ -7,6 +7,7 @@ This module imports no framework: the launcher uses it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 STOP_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass
@@ -32,7 +34,8 @@ class Services:
         with open(logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(
                 command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent)
 
     def failed(self) -> tuple[str, int] | None:
         """(name, exit status) of a process that ended badly while the run went on."""
@@ -50,6 +53,15 @@ class Services:
         for p in self.procs.values():
             _wait_or_signal(p, grace_s, signal.SIGKILL)
             p.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before its program starts: SIGTERM when the launcher dies, even by a
+    SIGKILL nothing can catch (a service does not outlive `hetbench run`; Linux only)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def _wait_or_signal(p: subprocess.Popen[bytes], grace_s: float, sig: int) -> None:

@@ -97,10 +97,16 @@ def _check_pattern(pattern: str, where: str, known: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_paths
+    from analysis.compare import compare_runs
+    from harness.results import find_runs, load_finished_runs, mixed_suites_note
 
     settings = settings_from(args)
-    comparison = compare_paths(args.base, args.current, settings)
+    base = load_finished_runs(find_runs([args.base]))
+    current = load_finished_runs(find_runs([args.current]))
+    # Runs match by suite and run name, so suites are compared apart; still worth a line.
+    mixed_suites_note([f"BASE {args.base}", f"CURRENT {args.current}"],
+                      [r.suite for r in base + current], "compared suite by suite")
+    comparison = compare_runs(base, current, settings)
     report(comparison, args.base, args.current, args.json)
     return int(comparison.exit_status)
 

@@ -14,11 +14,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.figures import write_all
-    from harness.results import find_runs, load_run, writable_folder
+    from harness.results import finished_runs_by_suite, writable_folder
 
-    loaded = [load_run(d) for d in find_runs(args.paths)]
+    suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE")
     writable_folder(args.out, "--out")
-    for path in write_all([(r.manifest, r.steps) for r in loaded], args.out,
-                          [(r.manifest, r.evals) for r in loaded]):
-        print(path)
+    for name, runs in suites.items():
+        out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
+        for path in write_all([(r.manifest, r.steps) for r in runs], out,
+                              [(r.manifest, r.evals) for r in runs]):
+            print(path)
     return 0

@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from harness import __version__
+from harness import __version__, signals
 from harness.errors import UsageError
 
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("harness.cli.ci", "regression gate: a suite for --base REF and this tree, compared"),
     "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),
     "figures": ("harness.cli.figures", "write the paper figures (PNG and PDF) for runs"),
+    "recover": ("harness.cli.recover", "close runs left 'running' by a launcher that died"),
     "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),
 }
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    signals.terminate_as_interrupt()  # `timeout`, `kill`, CI cancellation: as Ctrl-C
     try:
         return int(importlib.import_module(args.module).run(args))
     except UsageError as exc:
@@ -50,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hetbench: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("hetbench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"hetbench: {signals.describe(exc)}", file=sys.stderr)
+        return signals.exit_status(exc)
     except OSError as exc:  # a path the input named that cannot be read or written
         if args.debug:
             raise

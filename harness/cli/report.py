@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,24 +20,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import report
-    from harness.results import find_runs, load_run, writable_folder
+    from harness.results import finished_runs_by_suite, writable_folder
 
-    run_dirs = find_runs(args.paths)
-    loaded = [load_run(d) for d in run_dirs]
-    runs = [(r.manifest, r.steps) for r in loaded]
+    suites = finished_runs_by_suite(args.paths, "reported apart")
     first = args.paths[0]
     out = args.out or (first.parent if (first / "manifest.json").is_file() else first) / "report"
     writable_folder(out, "--out")
+    for name, runs in suites.items():
+        if len(suites) > 1:
+            print(f"\n== suite {name} ==\n")
+        report_suite(runs, out if len(suites) == 1 else writable_folder(out / name, "--out"),
+                     args)
+    return 0
+
+
+def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None:
+    """report.md (and the figures) of one suite's runs in `out`, the summary printed."""
+    from analysis import report
+
+    runs = [(r.manifest, r.steps) for r in loaded]
+    evals = [(r.manifest, r.evals) for r in loaded]
     figures: list[str] = []
     if not args.no_figures:
         from analysis.figures import write_all
 
-        figures = [p.name for p in write_all(runs, out, [(r.manifest, r.evals) for r in loaded])
-                   if p.suffix == ".png"]
-    markdown, terminal = report.build(runs, figures, args.target_loss,
-                                      [(r.manifest, r.evals) for r in loaded])
+        figures = [p.name for p in write_all(runs, out, evals) if p.suffix == ".png"]
+    markdown, terminal = report.build(runs, figures, args.target_loss, evals)
     (out / "report.md").write_text(markdown)
     print(terminal)
     print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))
-    return 0

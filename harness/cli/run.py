@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.results import writable_folder
 
     suite = load_suite(args.suite)
+    gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
     writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
           f"{args.out / suite.name}")
@@ -58,8 +59,14 @@ def run(args: argparse.Namespace) -> int:
         suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
         on_end=print_result,
         progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
+        gpu_counts=gpu_counts,
     )
-    figures = write_figures(suite.name, results, args.out / suite.name / "figures")
+    try:
+        figures = write_figures(suite.name, results, args.out / suite.name / "figures")
+    except OSError as exc:  # a full disk: the runs are recorded, only their figures are not
+        figures = []
+        print(f"hetbench: could not write the figures ({exc.filename or args.out}: "
+              f"{exc.strerror or exc}); `hetbench figures` draws them later", file=sys.stderr)
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
@@ -69,6 +76,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
     print(f"full analysis: hetbench report {args.out / suite.name}")
     return 1 if counts.get("failed") else 0
+
+
+def refuse_missing_devices(suite: Any) -> dict[str, int]:
+    """Raise DeviceUnavailable for the first worker whose device, cores or framework this
+    host lacks, before --out is created or anything printed: a refused suite leaves
+    nothing behind. (run_suite asks again, and with --skip-unavailable records such runs
+    as skipped, so then there is nothing to refuse here.)"""
+    from harness.launch import check_devices
+
+    gpu_counts: dict[str, int] = {}
+    for i, run_spec in enumerate(suite.runs):
+        check_devices(run_spec, f"runs[{i}]", gpu_counts)
+    return gpu_counts  # the GPUs each framework sees: probing again would start it again
 
 
 def _worker_text(w: Any) -> str:

@@ -1,0 +1,41 @@
+"""What Linux's /proc says of a process: its state and its start time (which, with its pid,
+names it uniquely: pids are reused, start times are not). None where /proc has no entry
+for it (gone, or not Linux)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of /proc/PID/stat: the command name before them is in parentheses
+    and may itself hold spaces and parentheses, so the split is after the last ')'."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def state(pid: int) -> str | None:
+    """R running, S sleeping, D disk wait, T stopped by a signal, t stopped by a tracer,
+    Z zombie (exited, not yet reaped)..."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def stopped(pid: int) -> bool:
+    return state(pid) in ("T", "t")
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def alive(pid: int, started: int) -> bool:
+    """Whether the process that had this pid and start time still runs (a zombie does
+    not: it has exited and waits for its parent to read its status)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z" and start_ticks(pid) == started
