@@ -22,9 +22,11 @@ Statistics, per metric (matched by suite, run name and, for per-worker metrics, 
   the bad direction beyond the metric's threshold (a factor 1 + t: ratio > 1 + t for a
   lower-is-better metric, ratio < 1 / (1 + t) for a higher-is-better one, so swapping BASE
   and CURRENT swaps `regressed` and `improved`). `improved` is the mirror image.
-  `unchanged`: significant but within the threshold, or not significant with the ratio
-  within it. `inconclusive`: not significant with the ratio beyond the threshold, fewer
-  than two values on a side, or too few repeats for significance to be reachable at all.
+  `unchanged` is an equivalence claim: the bootstrap interval of the ratio lies inside
+  the threshold band [1 / (1 + t), 1 + t] (a ratio near 1 with a wide interval shows
+  nothing). `inconclusive`: not significant with the ratio beyond the threshold, an
+  interval that reaches beyond the band, fewer than two values on a side, or too few
+  repeats for significance to be reachable at all.
 
 Minimum repeats. With n runs per side the smallest two-sided exact Mann-Whitney p-value is
 2 / C(2n, n) (complete separation). Holm's first step compares it with alpha / m, so no
@@ -339,8 +341,10 @@ class Settings:
 
 
 def metric_verdict(r: float, better: str, threshold: float, significant: bool, reachable: bool,
-            enough: bool) -> tuple[str, str]:
-    """(verdict, why) for one metric; see the module docstring."""
+                   enough: bool, interval: tuple[float, float] = (math.nan, math.nan)
+                   ) -> tuple[str, str]:
+    """(verdict, why) for one metric; see the module docstring. `interval`: the bootstrap
+    interval of the ratio, which must lie inside the threshold band for `unchanged`."""
     if not enough:
         return "inconclusive", "fewer than 2 runs on a side"
     if not reachable:
@@ -348,12 +352,16 @@ def metric_verdict(r: float, better: str, threshold: float, significant: bool, r
     worse = r if better == LOWER else (1 / r if r != 0 else math.inf)
     limit = 1 + threshold
     direction = "regressed" if worse > limit else "improved" if worse < 1 / limit else ""
-    if significant:
-        return (direction, "") if direction else ("unchanged", "significant, within threshold")
+    if significant and direction:
+        return direction, ""
     if direction:
         return "inconclusive", f"{'worse' if direction == 'regressed' else 'better'} " \
                                "beyond threshold, not significant"
-    return "unchanged", ""
+    low, high = interval
+    if not (1 / limit <= low and high <= limit):  # NaN fails too: no interval, no claim
+        return "inconclusive", "the interval reaches beyond the threshold: no change " \
+                               "within it is shown"
+    return "unchanged", "significant, within threshold" if significant else ""
 
 
 def compare_values(base: pd.DataFrame, current: pd.DataFrame,
@@ -394,8 +402,9 @@ def compare_values(base: pd.DataFrame, current: pd.DataFrame,
     table["reachable"] = [min_pvalue(nb, nc) * m < settings.alpha
                           for nb, nc in zip(table["n_base"], table["n_current"], strict=True)]
     outcomes = [metric_verdict(row.ratio, row.better, row.threshold,
-                        row.p_adjusted < settings.alpha, row.reachable,
-                        row.n_base >= 2 and row.n_current >= 2)
+                               row.p_adjusted < settings.alpha, row.reachable,
+                               row.n_base >= 2 and row.n_current >= 2,
+                               (row.ci_low, row.ci_high))
                 for row in table.itertuples(index=False)]
     table["verdict"] = [v for v, _ in outcomes]
     table["note"] = [n for _, n in outcomes]

@@ -33,6 +33,22 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def idle_agreement(steps: pd.DataFrame) -> dict[str, float]:
+    """Idle before all-reduce estimated two ways and compared, lockstep steps only: from
+    instants on one clock (arrival - ready, which needs other hosts' clocks aligned) and
+    from each worker's own durations (its exchange minus the step's shortest exchange, the
+    straggler's, who waited for no one). Across hosts, their difference is what the clock
+    alignment got wrong."""
+    derived = with_derived(complete_steps(steps))
+    if derived.empty or not lockstep(derived):
+        return {"median_abs_diff_ms": np.nan, "p95_abs_diff_ms": np.nan}
+    exchange = derived["reduced_ns"] - derived["ready_ns"]
+    local = exchange - exchange.groupby(derived["step"]).transform("min")
+    diff_ms = (derived["idle_ns"] - local).abs() / 1e6
+    return {"median_abs_diff_ms": float(diff_ms.median()),
+            "p95_abs_diff_ms": float(diff_ms.quantile(0.95))}
+
+
 def lockstep(steps: pd.DataFrame) -> bool:
     """Every row's exchange was taken by all workers together (all-reduce schemes; runs
     recorded before aggregators have no `asynchronous` column and were all-reduce)."""

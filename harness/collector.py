@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from harness import clocks
+
 
 class Phase(StrEnum):
     LOAD = "load"
@@ -60,6 +62,7 @@ STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
 EVAL_FILE = "eval.parquet"
 PARTS_DIR = "parts"
+CLOCK_PART = "clock.json"
 PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
 EVAL_PART = "eval.jsonl"  # rank 0's held-out evaluations so far, one JSON object a line
 
@@ -160,18 +163,35 @@ def steps_done(run_dir: Path, world_size: int, ranks: Iterable[int] | None = Non
     return min(counts) if counts else 0
 
 
-def records_frame(arrays: Iterable[np.ndarray], clock_offsets_ns: list[int] | None = None):  # type: ignore[no-untyped-def]
-    """One tidy DataFrame, one row per (rank, step), timestamps on rank 0's clock."""
+def records_frame(arrays: Iterable[np.ndarray], clock: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+    """One tidy DataFrame, one row per (rank, step). `clock`: the offsets measured when the
+    workers do not share a clock ({"start": ..., "end": ...}, harness.clocks), applied so
+    that every timestamp is on rank 0's clock."""
     import pandas as pd
 
     arrays = [a for a in arrays if len(a)]
     merged = np.concatenate(arrays) if arrays else np.empty(0, dtype=RECORD_DTYPE)
     frame = pd.DataFrame(merged)
-    if clock_offsets_ns and len(frame) and any(clock_offsets_ns):
-        offsets = np.asarray(clock_offsets_ns, dtype=np.int64)[frame["rank"].to_numpy()]
-        for column in ("begin_ns", "ready_ns", "reduced_ns", "end_ns"):
-            frame[column] = frame[column] - offsets
+    if clock:
+        clocks.align(frame, clock["start"], clock.get("end"))
     return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def write_clock(run_dir: Path, start: dict[str, Any], domains: list[str]) -> None:
+    """Rank 0's start offsets and every worker's clock domain, for whoever closes a run that
+    fails before rank 0 can (the launcher, or hetbench recover)."""
+    (run_dir / PARTS_DIR / CLOCK_PART).write_text(json.dumps({"start": start,
+                                                              "domains": domains}))
+
+
+def read_clock(run_dir: Path) -> dict[str, Any] | None:
+    """What to align a failed run's records by: None when its workers shared one clock, or
+    when rank 0 never measured (the records then stay on each worker's clock)."""
+    try:
+        saved = json.loads((run_dir / PARTS_DIR / CLOCK_PART).read_text())
+    except (OSError, ValueError):
+        return None
+    return None if len(set(saved["domains"])) == 1 else {"start": saved["start"]}
 
 
 RESERVE_FILE = ".reserve.tmp"
@@ -232,9 +252,9 @@ def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
 
 
 def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
-             clock_offsets_ns: list[int] | None = None) -> int:
+             clock: dict[str, Any] | None = None) -> int:
     """Write steps.parquet and trace.json from the records; returns the number of rows."""
-    frame = records_frame(arrays, clock_offsets_ns)
+    frame = records_frame(arrays, clock)
     write_steps(run_dir, frame)
     write_trace(run_dir, frame, worker_labels)
     write_eval(run_dir)

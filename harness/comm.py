@@ -11,8 +11,6 @@ names (the launcher sets lo).
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -71,18 +69,6 @@ def all_gather_vectors(values: list[float], device: torch.device) -> list[list[f
                 for _ in range(world)]
     dist.all_gather(gathered, mine)
     return [t.tolist() for t in gathered]
-
-
-def clock_offsets(device: torch.device, rounds: int = 7) -> list[int]:
-    """Each rank's perf_counter_ns minus rank 0's, estimated as the median over rounds of
-    timestamps taken right after a barrier. On one host the clock is shared and this only
-    measures barrier exit skew; across hosts it is the offset used to align records."""
-    samples: list[list[float]] = []
-    for _ in range(rounds):
-        dist.barrier()
-        samples.append(all_gather_floats(float(time.perf_counter_ns()), device))
-    world = len(samples[0])
-    return [int(statistics.median(s[r] - s[0] for s in samples)) for r in range(world)]
 
 
 def gather_bytes(payload: bytes, device: torch.device) -> list[bytes] | None:

@@ -158,6 +158,9 @@ class RunSpec:
     target: TargetSpec | None = None
     loader: LoaderSpec | None = None  # None: batches sliced in line, in the load phase
     on_worker_failure: str = "fail"  # "continue": the others go on without it (ps-async)
+    # torchrun mode, across hosts: the network interface every listener binds (gloo,
+    # TensorPipe, NCCL, ps-lite); None: each library's own choice. A local run binds lo.
+    interface: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -209,6 +212,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "target": None,
     "loader": None,
     "on_worker_failure": "fail",
+    "interface": None,
 }
 ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
@@ -446,7 +450,21 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         target=target,
         loader=loader,
         on_worker_failure=on_failure,
+        interface=None if values["interface"] is None else _interface(values["interface"],
+                                                                       at("interface")),
     )
+
+
+INTERFACE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,15}")  # Linux: IFNAMSIZ, 16 with the NUL
+
+
+def _interface(raw: Any, where: str) -> str:
+    """A network interface's name (whether this host has it is asked where it is used)."""
+    name = _str(raw, where)
+    if not INTERFACE_PATTERN.fullmatch(name):
+        raise UsageError(where, f"{name!r} is not an interface name (1 to 15 letters, digits "
+                         "and _.:-, as `ip link` lists them)")
+    return name
 
 
 def run_from_dict(data: dict[str, Any]) -> RunSpec:

@@ -8,7 +8,6 @@ harness.worker with torchrun instead (README).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,17 +15,15 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from adapters import missing_framework
-from harness import collector, environment, manifest, procfs, signals
+from harness import collector, manifest, procfs, signals
 from harness.aggregators import services as aggregator_services
-from harness.config import RunSpec, SuiteSpec, cpu_list, run_from_dict
-from harness.errors import DeviceUnavailable, UsageError
-from harness.worker import RUN_FILE
+from harness.config import RunSpec, SuiteSpec, cpu_list
+from harness.errors import DeviceUnavailable
+from harness.rundir import RunResult, close_run, prepare_run_dir
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
@@ -38,41 +35,11 @@ QUIET_S = 5.0  # no step for longer than this before a failure: the failures wer
 FULL_DISK_BYTES = 64 * 1024  # less free than this after a failure: it was the disk
 
 
-@dataclass(frozen=True)
-class RunResult:
-    run: RunSpec
-    repeat: int
-    run_dir: Path
-    status: str
-    reason: str
-
-
-def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
-                    suite_info: dict[str, Any] | None = None) -> Path:
-    """results/<suite>/<run-id>/ with manifest.json (status running) and run.json."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    base = out / suite_name / f"{run.name}-r{repeat}-{stamp}"
-    run_dir, n = base, 1
-    while run_dir.exists():
-        run_dir, n = base.with_name(f"{base.name}-{n}"), n + 1
-    (run_dir / collector.PARTS_DIR).mkdir(parents=True)
-    collector.reserve_space(run_dir)
-    suite = suite_info or {"name": suite_name}
-    (run_dir / RUN_FILE).write_text(json.dumps({"suite": suite_name, "run": run.to_dict()}))
-    meta = manifest.new(suite, run.to_dict(), repeat, run_dir.name, environment.describe(),
-                        run.heterogeneity)
-    # which process closes the run (recover tells a dead one from a live one by it)
-    meta["launcher"] = {"host": socket.gethostname(), "pid": os.getpid(),
-                        "started": procfs.start_ticks(os.getpid())}
-    manifest.write(run_dir, meta)
-    return run_dir
-
-
 def gpu_count(framework: str) -> int:
     """GPUs that `framework` itself sees here, probed in a throw-away process (the launcher
     imports no framework). It can differ between frameworks on one host: tensorflow-cpu
     and MXNet's CPU wheel see none even where torch sees several."""
-    from harness.cli.devices import DEFAULT_TIMEOUT_S, probe
+    from harness.probe import DEFAULT_TIMEOUT_S, probe
 
     info = probe(framework, DEFAULT_TIMEOUT_S)
     if info.status != "ok":
@@ -330,91 +297,6 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(p.pid, sig)
     except ProcessLookupError:
         pass
-
-
-def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0,
-              dropped: list[dict[str, Any]] | None = None) -> RunResult:
-    """Make sure the run directory says how it ended and holds every flushed record."""
-    current = manifest.read(run_dir)
-    if status == "completed" and current.get("status") == "completed":
-        collector.remove_temporary(run_dir)
-        return RunResult(run, repeat, run_dir, "completed", "")
-    extra: dict[str, Any] = {}
-    if status == "completed" and run.on_worker_failure == "continue":
-        extra = _survivors_finish(run_dir, run.world_size, dropped or [])
-        if not extra:
-            status, reason = "failed", "no worker left its parameters"
-    elif status == "completed":  # workers exited 0 but rank 0 did not finish the directory
-        status, reason = "failed", "workers exited without finishing the run directory"
-    infos = _worker_infos(run_dir, run.world_size)
-    parts = collector.read_parts(run_dir)
-    try:
-        rows = collector.finalize(run_dir, parts,
-                                  [i.get("label", f"worker {r}") for r, i in enumerate(infos)])
-    except OSError as exc:  # a full disk: the records stay in their parts, readable
-        collector.remove_temporary(run_dir)
-        rows = sum(len(p) for p in parts)
-        status, reason = "failed", "; ".join(filter(None, [
-            reason, f"could not write {exc.filename or run_dir} ({exc.strerror or exc}); "
-            f"the {rows} flushed step records stay in {collector.PARTS_DIR}/"]))
-    closing = {"status": status, "reason": reason, "end": manifest.now_iso(), "workers": infos,
-               "rows": rows, **collector.read_partition_log(run_dir), **extra}
-    try:
-        manifest.update(run_dir, **closing)
-    except OSError:  # a full disk: the reserve's room, then once more
-        collector.remove_temporary(run_dir)
-        manifest.update(run_dir, **closing)
-    collector.remove_temporary(run_dir)
-    return RunResult(run, repeat, run_dir, status, reason)
-
-
-def recover(run_dir: Path) -> RunResult:
-    """Close a run whose launcher died without closing it (a SIGKILL, a power cut): failed,
-    its records written from the flushed parts, nothing lost. Its workers and services died
-    with the launcher (they are told to, at start). Refused, with the reason, while the
-    launcher lives or where this host cannot tell (UsageError)."""
-    from harness.results import launcher_alive  # pandas: only when recovering
-
-    meta = manifest.read(run_dir)
-    if meta.get("status") != "running":
-        raise UsageError(str(run_dir), f"not running: it is already closed "
-                         f"({meta.get('status')})")
-    launcher = meta.get("launcher") or {}
-    alive = launcher_alive(meta)
-    if alive is None:
-        raise UsageError(str(run_dir), "cannot tell whether its launcher lives (it was "
-                         f"started on host {launcher.get('host', 'unknown')!r}, this is "
-                         f"{socket.gethostname()!r}): recover it there")
-    if alive:
-        raise UsageError(str(run_dir), f"still running: its launcher (pid {launcher['pid']}) "
-                         "lives")
-    return close_run(run_dir, run_from_dict(meta["run"]), "failed",
-                     f"its launcher (pid {launcher.get('pid')}) ended without closing the "
-                     "run; closed by hetbench recover from the flushed records",
-                     int(meta.get("repeat", 0)))
-
-
-def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, Any]]
-                      ) -> dict[str, Any]:
-    """What rank 0 writes at the end of a run, taken from the lowest rank that finished
-    (a run that went on without dead workers has no collective at its end): its parameters
-    (the servers' at its last pull) and manifest entries, plus the workers dropped."""
-    parts = run_dir / collector.PARTS_DIR
-    for rank in range(world_size):
-        params, finish = parts / f"params-rank{rank}.npz", parts / f"finish-rank{rank}.json"
-        if params.is_file() and finish.is_file():
-            params.replace(run_dir / "params.npz")
-            return {**json.loads(finish.read_text()), "dropped_workers": dropped,
-                    "params_from_rank": rank}
-    return {}
-
-
-def _worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:
-    infos = []
-    for rank in range(world_size):
-        path = run_dir / collector.PARTS_DIR / f"rank{rank}.json"
-        infos.append(json.loads(path.read_text()) if path.is_file() else {"rank": rank})
-    return infos
 
 
 def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import aggregators, collector, manifest
+from harness import aggregators, clocks, collector, manifest, rundir
 from harness.aggregators import Exchange, Holds
 from harness.collector import RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
@@ -45,7 +45,6 @@ from harness.partition import (
     throughput_sizes,
 )
 
-RUN_FILE = "run.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
 BEGIN_FIELD, READY_FIELD = 4, 5  # positions of begin_ns and ready_ns in a record
@@ -480,14 +479,18 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     adapter = trainer.adapter
     device = torch.device(worker.device if backend == "nccl" else "cpu")
 
-    info = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+    info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
+            "pid": os.getpid(),
             "label": worker_label(worker), **run.to_dict()["workers"][rank],
             "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
             "versions": adapter_cls.versions(), "dataset_source": data.source,
             "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
     (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
 
-    offsets_start = comm.clock_offsets(device)
+    clock_start = clocks.measure().to_dict()
+    domains = comm.gather_bytes(info["clock_domain"].encode(), device)
+    if domains is not None:  # rank 0
+        collector.write_clock(run_dir, clock_start, [d.decode() for d in domains])
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
@@ -540,7 +543,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
                                  {"aggregator": trainer.aggregator.describe(),
                                   "partition_history": trainer.partition_history})
         return
-    offsets_end = comm.clock_offsets(device)
+    clock_end = clocks.measure().to_dict()
 
     # what each worker was and recorded, to rank 0: JSON and the records' fixed dtype
     gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
@@ -548,16 +551,16 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     if gathered_infos is None or gathered_records is None:
         return
     infos = [json.loads(g) for g in gathered_infos]
-    same_host = len({i["host"] for i in infos}) == 1
+    same_clock = len({i["clock_domain"] for i in infos}) == 1
     records = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
+    clock = {"start": clock_start, "end": clock_end}
     rows = collector.finalize(run_dir, records, [i["label"] for i in infos],
-                              None if same_host else offsets_start)
+                              None if same_clock else clock)
     np.savez(run_dir / "params.npz", **adapter.parameters())
     manifest.update(
         run_dir, status="completed", end=manifest.now_iso(), workers=infos,
         partition_history=trainer.partition_history, standalone=standalone, rows=rows,
-        clock={"same_host": same_host, "offsets_start_ns": offsets_start,
-               "offsets_end_ns": offsets_end, "applied": not same_host},
+        clock={"same_clock": same_clock, "applied": not same_clock, **clock},
         backend=backend, aggregator=trainer.aggregator.describe(),
     )
     collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
@@ -589,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_dir is None and (problem := _torchrun_problem(run)):
         print(f"hetbench worker: error: {problem}", file=sys.stderr)
         return 2
+    if args.run_dir is None and run.interface is not None:
+        if (missing := bind_interface(run.interface)) is not None:
+            print(f"hetbench worker: error: interface: {missing}", file=sys.stderr)
+            return 2
     worker = run.workers[rank]
     prepare_process(worker)
 
@@ -621,6 +628,22 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_shutdown(comm_module)
 
 
+# what each library that listens reads for the interface to bind
+INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                       "DMLC_INTERFACE")
+
+
+def bind_interface(name: str) -> str | None:
+    """Make every library that listens bind interface `name` (torchrun mode, across hosts:
+    the suite's `interface`); why not, when this host has no such interface."""
+    here = sorted(n for _, n in socket.if_nameindex())
+    if name not in here:
+        return f"{name!r} is not an interface of this host (it has {', '.join(here)})"
+    for variable in INTERFACE_VARIABLES:
+        os.environ[variable] = name
+    return None
+
+
 def _torchrun_problem(run: RunSpec) -> str | None:
     """What torchrun mode cannot do for this run: it has no launcher to start an
     aggregator's processes or to finish a run that went on without a dead worker."""
@@ -650,7 +673,6 @@ def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
     badly itself, with every record flushed on its node, as the launcher would."""
     if rank != 0:
         return
-    from harness import launch
 
     # torchrun signals the surviving workers when one fails: finish the directory first.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -662,7 +684,7 @@ def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
                 status, reason = "failed", f"worker {peer}: {text}"
                 break
     try:
-        launch.close_run(run_dir, run, status, reason)
+        rundir.close_run(run_dir, run, status, reason)
     except Exception:  # noqa: BLE001 - the worker's own error is the one to report
         traceback.print_exc()
 
@@ -676,7 +698,7 @@ def _quiet_shutdown(comm_module: Any) -> None:
 
 def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
     if args.run_dir is not None:
-        data = json.loads((args.run_dir / RUN_FILE).read_text())
+        data = json.loads((args.run_dir / rundir.RUN_FILE).read_text())
         return run_from_dict(data["run"]), data["suite"]
     if not args.suite or not args.run_name:
         raise UsageError("arguments", "give --run-dir, or --suite and --run-name (torchrun mode)")
@@ -695,11 +717,11 @@ def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, r
     """Rank 0 creates the run directory and manifest; every rank learns its name."""
     import torch
 
-    from harness import comm, launch
+    from harness import comm
 
     name = ""
     if rank == 0:
-        name = str(launch.prepare_run_dir(args.out, suite_name, run, args.repeat))
+        name = str(rundir.prepare_run_dir(args.out, suite_name, run, args.repeat))
     device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
     return Path(comm.broadcast_bytes(name.encode(), device).decode())
 

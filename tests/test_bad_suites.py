@@ -287,6 +287,12 @@ CASES = [
     ("bad default, reported where written", "[defaults]\nsteps = -3\n" + run(),
      "defaults.steps", "below the minimum 1"),
     # -- devices and cores
+    ("interface with a space", run('interface = "eth 0"'), "runs[0].interface",
+     "'eth 0' is not an interface name (1 to 15 letters"),
+    ("interface too long", run('interface = "a234567890123456"'), "runs[0].interface",
+     "is not an interface name"),
+    ("interface a number", run("interface = 0"), "runs[0].interface",
+     "must be a string, not an integer"),
     ("device gpu:0", run('workers = [ { device = "gpu:0" } ]'), "runs[0].workers[0].device",
      "'gpu:0' is not a device (cpu, cuda:N)"),
     ("device with a newline", run('workers = [ { device = "cpu\\n" } ]'),

@@ -60,7 +60,6 @@ from harness.aggregators import Context, Exchange, Holds, next_step
 from harness.aggregators.services import Services
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
-RUN_FILE = "run.json"
 PR_SET_PDEATHSIG = 1
 
 
@@ -277,9 +276,10 @@ def push(version: int, clock: int, rank: int, grads: torch.Tensor, samples: int
 def serve(run_dir: Path, index: int) -> int:
     """One server process: join the RPC group, answer until every worker has left."""
     global _run
+    from harness import rundir
     from harness.config import run_from_dict
 
-    _run = run_from_dict(json.loads((run_dir / RUN_FILE).read_text())["run"])
+    _run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
     n = _run.world_size
     die_with_launcher()
     (run_dir / "parts" / f"ps{index}.json").write_text(json.dumps(

@@ -25,8 +25,10 @@ median and CV of compute, the median of each phase). Runs, i.e. separate launche
 replication, not steps: steps of one run are autocorrelated and share that launch's fate.
 Per metric: ratio of medians CURRENT/BASE with a bootstrap 95% interval, two-sided
 Mann-Whitney U test, Holm-corrected over all metrics compared. regressed = significant AND
-worse by more than the threshold; improved = the mirror; inconclusive = beyond the
-threshold but not significant, or too few runs for p < alpha to be reachable at all
+worse by more than the threshold; improved = the mirror; unchanged = the ratio's
+interval lies inside the threshold band (an equivalence test); inconclusive = beyond the
+threshold but not significant, an interval reaching beyond the band, or too few runs for
+p < alpha to be reachable at all
 (with the default alpha: 7 runs per side for 1-3 metrics, 8 for 4-12, 9 for 13-48, 10 for
 49-184; a two-worker run has 23 metrics). Exit status: 0 no regression, 1 regression,
 3 inconclusive, 2 usage or harness error."""

@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness import manifest
     from harness.errors import UsageError
-    from harness.launch import recover
     from harness.results import find_runs
+    from harness.rundir import recover
 
     running = [d for d in find_runs(args.paths) if manifest.read(d).get("status") == "running"]
     if not running:
