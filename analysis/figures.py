@@ -21,7 +21,10 @@ Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 
 
 def _label(manifest: dict[str, Any]) -> str:
-    return f"{manifest.get('run_id', '?')} ({manifest.get('heterogeneity', '?')})"
+    """A panel's title: the run's name and repeat (the run id's timestamp tells a reader
+    nothing), and whether its heterogeneity was real or emulated."""
+    name = manifest.get("run", {}).get("name") or manifest.get("run_id", "?")
+    return f"{name} r{manifest.get('repeat', 0)} ({manifest.get('heterogeneity', '?')})"
 
 
 def _warmup(manifest: dict[str, Any]) -> int:
@@ -85,6 +88,10 @@ def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
 
 def _save(figure: Any, out: Path, name: str) -> list[Path]:
     import matplotlib.pyplot as plt
+
+    # TrueType (42), not Type 3, fonts in the PDF: what journals' submission checks ask for
+    plt.rcParams["pdf.fonttype"] = 42
+    plt.rcParams["ps.fonttype"] = 42
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]

@@ -73,6 +73,10 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
              f"{(manifest.get('partition_history') or [{}])[0].get('sizes', '')}; "
              f"{len(steps['step'].unique()) if len(steps) else 0} steps recorded, "
              f"{warmup} warm-up", ""]
+    if (demand := manifest.get("load") or {}).get("oversubscribed"):
+        lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads on "
+                  f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
+                  "start): every timing includes waiting for a core.", ""]
     lines += clock_lines(manifest, steps)
     table = first_steps_table(steps, warmup)
     if table.empty:
@@ -269,7 +273,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     held-out evaluations as (manifest, evals)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
-    overview = table[["run_id", "status", "partial", "heterogeneity", "samples_per_s",
+    overview = table[["run_id", "status", "partial", "oversubscribed", "heterogeneity",
+                      "samples_per_s",
                       "idle_fraction", "efficiency", "compute_cv_max",
                       "cost_of_variability", "cost_of_imbalance"]]
     groups = group_table(table, by=["run"])

@@ -69,8 +69,11 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "suite": manifest.get("suite", {}).get("name", ""),
         "run": run.get("name", ""),
         "repeat": int(manifest.get("repeat", 0)),
+        "launch": str(manifest.get("launch") or "unrecorded"),
         "status": manifest.get("status", "unknown"),
         "partial": summary["steps"] < expected_steps,
+        # more worker threads than cores (recorded since hetbench records it)
+        "oversubscribed": bool((manifest.get("load") or {}).get("oversubscribed", False)),
         "framework": "+".join(frameworks),
         "workload": run.get("workload", ""),
         "dataset": run.get("dataset", ""),

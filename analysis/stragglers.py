@@ -79,13 +79,16 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     derived = with_derived(steps)
     needed = ["step", "rank", "compute_ns", "stretch_ns", "gc_ns", "ctx_involuntary",
               "ctx_voluntary", "rss_bytes", *(f"{p}_ns" for p in COMPUTE_PHASES),
-              *(["compute_cpu_ns"] if "compute_cpu_ns" in derived else [])]
+              *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns") if c in derived]]
     d = derived[needed].sort_values(["rank", "step"])
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
     cpu = d["compute_cpu_ns"] if has_cpu else pd.Series(np.nan, index=d.index)
+    # off the CPU: the main thread, which drives the step; CPU work: every thread's (an
+    # intra-op pool doing more is on-CPU excess too), where recorded
     d["off_cpu_ns"] = (d["compute_ns"] - d["stretch_ns"] - cpu).clip(lower=0)
-    d["cpu_ns"] = cpu
+    every_thread = "compute_cpu_all_ns" in d and bool((d["compute_cpu_all_ns"] > 0).any())
+    d["cpu_ns"] = d["compute_cpu_all_ns"] if has_cpu and every_thread else cpu
     factors = pd.Series(slowdown or {}, dtype=float)
     factor_of_row = d["rank"].map(factors).fillna(1.0)
     natural = d["compute_ns"] - d["stretch_ns"]

@@ -42,7 +42,10 @@ RECORD_DTYPE = np.dtype(
     [("rank", "<i4"), ("step", "<i8"), ("batch_size", "<i4"), ("slice_start", "<i4"),
      ("begin_ns", "<i8"), ("ready_ns", "<i8"), ("reduced_ns", "<i8"), ("end_ns", "<i8")]
     + [(f"{p.value}_ns", "<i8") for p in PHASES]
-    + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("loss", "<f8"), ("local_loss", "<f8"),
+    # CPU time during compute: of the main thread (wall minus it: off the CPU), and of all
+    # the worker's threads (intra-op pools, the input pipeline: work done on its behalf)
+    + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("compute_cpu_all_ns", "<i8"),
+       ("loss", "<f8"), ("local_loss", "<f8"),
        ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
        ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
        ("gc_ns", "<i8"), ("gc_collections", "<i4"),
@@ -230,25 +233,57 @@ def write_steps(run_dir: Path, frame: Any) -> None:
     tmp.replace(run_dir / STEPS_FILE)
 
 
+TRACE_CHUNK_ROWS = 20_000  # rows turned into trace events at a time
+
+
 def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
-    """Chrome trace event JSON: one process per worker, one complete ('X') slice per phase."""
-    events: list[dict[str, Any]] = []
-    for rank, label in enumerate(worker_labels):
-        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                       "args": {"name": f"worker {rank} ({label})"}})
-    if len(frame):
-        origin = int(frame["begin_ns"].min())
-        columns = ["rank", "step", "begin_ns", *(f"{p.value}_ns" for p in PHASES)]
-        for row in frame[columns].itertuples(index=False):
-            ts = row.begin_ns - origin
-            for phase, duration in zip(PHASES, row[3:], strict=True):
-                events.append({"ph": "X", "name": phase.value, "cat": "step", "pid": row.rank,
-                               "tid": 0, "ts": ts / 1000.0, "dur": duration / 1000.0,
-                               "args": {"step": row.step}})
-                ts += duration
+    """Chrome trace event JSON (Perfetto): one process per worker, one complete ('X') slice
+    per phase, the exchange split as the analysis splits it (`trace_slices`). Written a
+    chunk of rows at a time: the events of a long run are never all in memory at once."""
     tmp = run_dir / f".{TRACE_FILE}.tmp"
-    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    with open(tmp, "w") as out:
+        out.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
+        out.write(",\n".join(json.dumps({"ph": "M", "name": "process_name", "pid": rank,
+                                         "tid": 0, "args": {"name": f"worker {rank} ({label})"}})
+                             for rank, label in enumerate(worker_labels)))
+        if len(frame):
+            origin = int(frame["begin_ns"].min())
+            arrival = frame.groupby("step")["ready_ns"].transform("max")
+            for start in range(0, len(frame), TRACE_CHUNK_ROWS):
+                rows = frame.iloc[start:start + TRACE_CHUNK_ROWS]
+                events = trace_slices(rows, arrival.iloc[start:start + TRACE_CHUNK_ROWS],
+                                      origin)
+                out.write("".join(",\n" + json.dumps(e) for e in events))
+        out.write("\n]}\n")
     tmp.replace(run_dir / TRACE_FILE)
+
+
+def trace_slices(rows: Any, arrival: Any, origin: int) -> Iterator[dict[str, Any]]:
+    """The slices of each row, in order from its begin: the compute phases; the exchange
+    as `idle` (waiting for the last worker's gradients: arrival - ready) and `allreduce`
+    (the rest), or, where the worker took its exchange alone (`asynchronous`), as `push`,
+    `wait` (for others or a staleness bound) and `pull`; then unpack and apply."""
+    exchange = PHASES.index(Phase.ALLREDUCE)
+    columns = ["rank", "step", "begin_ns", "ready_ns", *(f"{p.value}_ns" for p in PHASES),
+               "push_ns", "wait_ns", "asynchronous"]
+    for row, arrive in zip(rows[columns].itertuples(index=False), arrival, strict=True):
+        durations = row[4:4 + len(PHASES)]
+        parts = [(p.value, d) for p, d in zip(PHASES[:exchange], durations[:exchange],
+                                               strict=True)]
+        total = durations[exchange]
+        if row.asynchronous:
+            pull = max(total - row.push_ns - row.wait_ns, 0)
+            parts += [("push", row.push_ns), ("wait", row.wait_ns), ("pull", pull)]
+        else:
+            idle = min(max(arrive - row.ready_ns, 0), total)
+            parts += [("idle", idle), ("allreduce", total - idle)]
+        parts += [(p.value, d) for p, d in zip(PHASES[exchange + 1:],
+                                                durations[exchange + 1:], strict=True)]
+        ts = row.begin_ns - origin
+        for name, duration in parts:
+            yield {"ph": "X", "name": name, "cat": "step", "pid": row.rank, "tid": 0,
+                   "ts": ts / 1000.0, "dur": duration / 1000.0, "args": {"step": row.step}}
+            ts += duration
 
 
 def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],

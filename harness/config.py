@@ -23,13 +23,13 @@ A string naming no file is looked up among the built-in suites (harness/suites/*
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import random
 import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,10 @@ from adapters import FRAMEWORKS
 from harness.aggregators import AGGREGATORS, SPEC_KEYS, STALENESS_LR, AggregatorSpec
 from harness.aggregators import kind as aggregator_kind
 from harness.aggregators import problem as aggregator_problem
+from harness.builtin import builtin_suites, builtin_text
 from harness.errors import UsageError
 from harness.loader import KINDS, LoaderSpec
+from harness.manifest import NAME_PATTERN
 from harness.optim import DECAYS, OPTIMIZERS, OptimizerSpec
 from harness.partition import ADAPTIVE, POLICIES
 from workloads import DATASETS, WORKLOADS, get_workload
@@ -46,7 +48,6 @@ from workloads.models import DEFAULT_SIZE, SIZES
 
 # Used with fullmatch: '$' alone would also accept a trailing newline.
 DEVICE_PATTERN = re.compile(r"cpu|cuda:\d+")
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -254,19 +255,25 @@ MAX_WEIGHT_DECAY = 1.0
 MAX_TARGET_LOSS = 1e6
 
 
-def builtin_suites() -> list[str]:
-    folder = resources.files("harness") / "suites"
-    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+@dataclass(frozen=True)
+class Overrides:
+    """What `hetbench run` changes of a suite for a quick study, applied before the suite is
+    checked (so an override that breaks it, steps below warmup_steps, is refused as any
+    suite value is)."""
+
+    repeats: int | None = None
+    steps: int | None = None
+    runs: str | None = None  # only the runs whose name matches (a glob, else a substring)
 
 
-def load_suite(name_or_path: str) -> SuiteSpec:
+def load_suite(name_or_path: str, overrides: Overrides | None = None) -> SuiteSpec:
     """Read a suite from a TOML file or a built-in name; raise UsageError on anything wrong."""
     path = Path(name_or_path)
     # Anything but a directory is read: a pipe such as <(generate-suite) is a suite too.
     if _exists(path) and not path.is_dir():
         text, source = _read_text(path), str(path)
     elif name_or_path in builtin_suites():
-        text = (resources.files("harness") / "suites" / f"{name_or_path}.toml").read_text()
+        text = builtin_text(name_or_path)
         source = f"builtin:{name_or_path}"
     elif path.is_dir():
         raise UsageError(str(path), "is a directory, not a suite file (name a .toml file)")
@@ -277,7 +284,31 @@ def load_suite(name_or_path: str) -> SuiteSpec:
             "suite", f"{name_or_path!r} is neither a file nor a built-in suite "
             f"({', '.join(builtin_suites())})"
         )
-    return parse_suite(_parse_toml(text, source), source)
+    data = _parse_toml(text, source)
+    if overrides is not None:
+        data = _overridden(data, overrides)
+    return parse_suite(data, source)
+
+
+def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
+    suite, runs = dict(data.get("suite", {})), data.get("runs")
+    if not isinstance(suite, dict) or not isinstance(runs, list) or not all(
+            isinstance(r, dict) for r in runs):
+        return data  # malformed: parse_suite says how
+    if overrides.repeats is not None:
+        suite["repeats"] = overrides.repeats
+    if overrides.runs is not None:
+        pattern = overrides.runs
+        glob = any(c in pattern for c in "*?[")
+        kept = [r for r in runs if (fnmatch.fnmatchcase(str(r.get("name")), pattern) if glob
+                                    else pattern in str(r.get("name")))]
+        if not kept:
+            names = ", ".join(str(r.get("name")) for r in runs)
+            raise UsageError("-k", f"no run matches {pattern!r} (runs: {names})")
+        runs = kept
+    if overrides.steps is not None:
+        runs = [{**r, "steps": overrides.steps} for r in runs]
+    return {**data, "suite": suite, "runs": runs}
 
 
 def _exists(path: Path) -> bool:

@@ -23,7 +23,7 @@ from harness import collector, manifest, procfs, signals
 from harness.aggregators import services as aggregator_services
 from harness.config import RunSpec, SuiteSpec, cpu_list
 from harness.errors import DeviceUnavailable
-from harness.rundir import RunResult, close_run, prepare_run_dir
+from harness.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
@@ -91,8 +91,9 @@ def worker_environment(run: RunSpec, rank: int, port: int) -> dict[str, str]:
     return env
 
 
-def skip_run(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, reason: str) -> RunResult:
-    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite))
+def skip_run(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, reason: str,
+             launch: str | None = None) -> RunResult:
+    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
     manifest.update(run_dir, status="skipped", reason=reason, end=manifest.now_iso())
     collector.remove_temporary(run_dir)
     return RunResult(run, repeat, run_dir, "skipped", reason)
@@ -104,12 +105,12 @@ def suite_info(suite: SuiteSpec) -> dict[str, Any]:
 
 
 def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
-                 progress: Any = None) -> RunResult:
+                 progress: Any = None, launch: str | None = None) -> RunResult:
     """One run on this host. However it ends (completed, a failure, Ctrl-C or SIGTERM, a
     fault of the launcher itself), the run directory is closed: every process stopped,
     the flushed records written, the manifest saying how it ended. An interrupt or a
     launcher error is raised again once the run is closed."""
-    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite))
+    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
     procs: list[subprocess.Popen[bytes]] = []
     services = aggregator_services.Services()
     status, reason = "failed", ""
@@ -303,8 +304,9 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
               on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
               gpu_counts: dict[str, int] | None = None) -> list[RunResult]:
     """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
-    so slow drifts of a shared machine spread over runs instead of biasing one.
-    `gpu_counts`: the GPUs each framework sees, where already probed (it is slow)."""
+    so slow drifts of a shared machine spread over runs instead of biasing one. One launch:
+    its runs share a launch id, and their repeats are numbered on from those already in the
+    suite's folder. `gpu_counts`: the GPUs each framework sees, where already probed."""
     unavailable: dict[str, str] = {}
     gpu_counts = {} if gpu_counts is None else gpu_counts
     for i, run in enumerate(suite.runs):
@@ -315,17 +317,18 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
                 raise
             unavailable[run.name] = str(exc)
     results = []
-    for repeat in range(suite.repeats):
+    launch, first = new_launch(), next_repeat(out / suite.name)
+    for repeat in range(first, first + suite.repeats):
         for run in suite.runs:
             if run.name in unavailable:
-                result = skip_run(out, suite, run, repeat, unavailable[run.name])
+                result = skip_run(out, suite, run, repeat, unavailable[run.name], launch)
             else:
                 if on_start:
                     on_start(run, repeat)
                 progress = progress_factory(run) if progress_factory else None
                 try:
                     result = launch_local(out, suite, run, repeat,
-                                          progress.update if progress else None)
+                                          progress.update if progress else None, launch)
                 finally:
                     if progress:
                         progress.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,10 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launcher.pid": ((int,), True),
     "launcher.started": ((int, type(None)), True),
 }
+# suite and run names: the folders a run directory's path is made of (config checks them
+# on the way in; a hand-edited manifest must not lead `report` out of its --out)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PATH_NAMES = ("suite.name", "run.name")
 NON_NEGATIVE = ("run.steps", "run.warmup_steps", "run.global_batch", "repeat", "launcher.pid")
 LISTS_OF_OBJECTS = ("run.workers", "workers")
 KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object",
@@ -101,6 +106,9 @@ def schema_problem(manifest: dict[str, Any]) -> str:
         if name in LISTS_OF_OBJECTS and not all(isinstance(v, dict) for v in value):
             return f"{name} holds {_shown(next(v for v in value if not isinstance(v, dict)))} " \
                    "(a list of objects is expected)"
+    for name in PATH_NAMES:  # readers make folders of them: no "..", no "/"
+        if not NAME_PATTERN.fullmatch(value := _lookup(manifest, name)):
+            return f"{name} is {_shown(value)} (letters, digits and ._- are expected)"
     if manifest["status"] not in STATUSES:
         return f"status is {_shown(manifest['status'])} (allowed: {', '.join(STATUSES)})"
     return ""

@@ -3,6 +3,7 @@ a damaged file is refused by name, never reported as numbers)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import socket
 import sys
@@ -37,6 +38,12 @@ class RunData:
     def suite(self) -> str:
         return str(self.manifest["suite"]["name"])
 
+    @property
+    def launch(self) -> str:
+        """The `hetbench run` that made it (runs recorded before launches had ids: one
+        launch, "unrecorded")."""
+        return str(self.manifest.get("launch") or "unrecorded")
+
 
 def load_run(run_dir: Path) -> RunData:
     """A run directory's manifest and steps; a run that never finalised is read from its
@@ -62,8 +69,8 @@ TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")
 # time): never negative.
 DURATIONS = tuple(f for f in collector.RECORD_FIELDS if f.endswith("_ns") and f not in TIMESTAMPS)
 # Fields added after the first runs were recorded: older step tables lack them (the exchange
-# fields get their defaults above; the straggler attribution does without compute_cpu_ns).
-LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns")
+# fields get their defaults above; the straggler attribution does without the CPU times).
+LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns", "compute_cpu_all_ns")
 # Record dtype kind -> kinds a column read back may have: integers where integers are
 # written (NaN or text in a timestamp is damage), any number for floats, flags as 0/1 too.
 ALLOWED_KINDS = {"i": "iu", "f": "fiu", "b": "biu"}
@@ -232,16 +239,52 @@ def by_suite(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
     return groups
 
 
-def finished_runs_by_suite(paths: list[Path], outcome: str) -> dict[str, list[RunData]]:
+def finished_runs_by_suite(paths: list[Path], outcome: str,
+                           launches: LaunchChoice | None = None) -> dict[str, list[RunData]]:
     """The finished runs at `paths` by suite (see load_finished_runs and by_suite), with a
-    note saying so when there are several suites (`outcome`: what is done with them). No
-    finished run at all is an error."""
+    note saying so when there are several suites (`outcome`: what is done with them), and
+    of each suite the launches chosen (`choose_launches`). No finished run at all is an
+    error."""
     suites = by_suite(load_finished_runs(find_runs(paths)))
     if not suites:
         raise UsageError(" ".join(map(str, paths)), "no finished run here (every run found "
                          "says it is still running)")
     mixed_suites_note(paths, suites, outcome)
-    return suites
+    return {name: choose_launches(runs, launches or LaunchChoice(), f"suite {name}")
+            for name, runs in suites.items()}
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """Which launches' runs to read together (`--launch`, `--pool-launches`)."""
+
+    pattern: str | None = None  # launch ids matching this glob
+    pool: bool = False  # every launch, pooled as repeats
+
+
+def choose_launches(runs: list[RunData], choice: LaunchChoice, where: str) -> list[RunData]:
+    """Runs of different launches are not repeats of one experiment unless the user says
+    so: the launches matching `choice.pattern`, or all of them with `choice.pool`, else
+    the newest launch alone; a note says which were read whenever there was a choice."""
+    launches = list(dict.fromkeys(r.launch for r in sorted(
+        runs, key=lambda r: str(r.manifest.get("start", "")))))
+    if choice.pattern is not None:
+        picked = [launch for launch in launches if fnmatch.fnmatchcase(launch, choice.pattern)]
+        if not picked:
+            raise UsageError("--launch", f"{choice.pattern!r} matches no launch of {where} "
+                             f"(launches: {', '.join(launches)})")
+        note(f"{where}: reading launch{'es' if len(picked) > 1 else ''} {', '.join(picked)}"
+             + (" (pooled as repeats)" if len(picked) > 1 else ""))
+    elif len(launches) == 1:
+        return runs
+    elif choice.pool:
+        picked = launches
+        note(f"{where}: pooling {len(picked)} launches as repeats ({', '.join(picked)})")
+    else:
+        picked = launches[-1:]
+        note(f"{where} holds {len(launches)} launches ({', '.join(launches)}): reading the "
+             f"newest, {picked[0]} (--launch GLOB picks others, --pool-launches pools them)")
+    return [r for r in runs if r.launch in picked]
 
 
 def mixed_suites_note(paths: Sequence[object], suites: Iterable[str], outcome: str) -> None:

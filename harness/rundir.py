@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,8 +34,25 @@ class RunResult:
     reason: str
 
 
+def new_launch() -> str:
+    """The id of one `hetbench run` (or one torchrun job): its runs share it."""
+    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+
+
+REPEAT_IN_NAME = re.compile(r"-r(\d+)-\d{8}T\d{6}(?:-\d+)?$")
+
+
+def next_repeat(suite_dir: Path) -> int:
+    """The repeat number a new launch into this suite folder starts from: after every
+    repeat already there, so that two launches' runs never share a number."""
+    found = [int(m.group(1)) for d in suite_dir.glob("*-r*-*")
+             if (m := REPEAT_IN_NAME.search(d.name))] if suite_dir.is_dir() else []
+    return max(found) + 1 if found else 0
+
+
 def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
-                    suite_info: dict[str, Any] | None = None) -> Path:
+                    suite_info: dict[str, Any] | None = None,
+                    launch: str | None = None) -> Path:
     """results/<suite>/<run-id>/ with manifest.json (status running) and run.json."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     base = out / suite_name / f"{run.name}-r{repeat}-{stamp}"
@@ -47,11 +65,23 @@ def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
     (run_dir / RUN_FILE).write_text(json.dumps({"suite": suite_name, "run": run.to_dict()}))
     meta = manifest.new(suite, run.to_dict(), repeat, run_dir.name, environment.describe(),
                         run.heterogeneity)
+    meta["launch"] = launch or new_launch()
+    meta["load"] = core_load(run)
     # which process closes the run (recover tells a dead one from a live one by it)
     meta["launcher"] = {"host": socket.gethostname(), "pid": os.getpid(),
                         "started": procfs.start_ticks(os.getpid())}
     manifest.write(run_dir, meta)
     return run_dir
+
+
+def core_load(run: RunSpec) -> dict[str, Any]:
+    """What the run asks of this host's cores, and what else ran on them when it started:
+    worker threads beyond the cores (oversubscribed) wait for a core, and that waiting is
+    in every timing the run records."""
+    cores = len(os.sched_getaffinity(0))
+    threads = sum(w.threads for w in run.workers)
+    return {"worker_threads": threads, "cores": cores, "oversubscribed": threads > cores,
+            "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
 def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0,

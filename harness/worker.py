@@ -50,7 +50,7 @@ PR_SET_PDEATHSIG = 1
 BEGIN_FIELD, READY_FIELD = 4, 5  # positions of begin_ns and ready_ns in a record
 # Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
 # counters.
-UNTIMED_TAIL = (*[0] * 10, float("nan"), float("nan"), *[0] * 7)
+UNTIMED_TAIL = (*[0] * 11, float("nan"), float("nan"), *[0] * 7)
 
 
 class Stopped(BaseException):
@@ -231,15 +231,16 @@ class Trainer:
         marks.append(stretch(t, now()))
         return loss
 
-    def step(self, step: int, lo: int, hi: int) -> tuple[list[int], float, float, int, Exchange]:
+    def step(self, step: int, lo: int, hi: int
+             ) -> tuple[list[int], float, float, tuple[int, int], Exchange]:
         """One step; returns the 9 phase-boundary timestamps, the loss of the update and the
-        local loss, the main thread's CPU time during compute (wall minus this is time the
-        worker was off the CPU: preempted, blocked, or stretched by slowdown), and what the
-        aggregator's exchange did."""
-        cpu_begin = time.thread_time_ns()
+        local loss, the CPU time during compute of the main thread (wall minus this is time
+        the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
+        its threads, and what the aggregator's exchange did."""
+        cpu_begin, all_begin = time.thread_time_ns(), time.process_time_ns()
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)
-        compute_cpu = time.thread_time_ns() - cpu_begin
+        compute_cpu = (time.thread_time_ns() - cpu_begin, time.process_time_ns() - all_begin)
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         if self.sync_device:
@@ -294,7 +295,7 @@ class Trainer:
         phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
         stretched, self.stretch.total_ns = self.stretch.total_ns, 0
         return (self.rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
-                *phases, stretched, compute_cpu, loss, local_loss, *counters.take(),
+                *phases, stretched, *compute_cpu, loss, local_loss, *counters.take(),
                 ex.staleness, ex.push_ns, ex.wait_ns, ex.pull_ns, ex.asynchronous, ex.dropped), ex
 
     def untimed_step(self, step: int, lo: int, hi: int, counters: Counters

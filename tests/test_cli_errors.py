@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,80 @@ def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
     assert line.startswith("hetbench: error: runs[0].workers[0].device: cuda:0 not available "
                            "(tensorflow sees 0 GPU(s)")
     assert not list(out.glob("*/*"))
+
+
+def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path) -> None:
+    listing = hetbench(tmp_path, "suites")
+    assert listing.returncode == 0, listing.stderr
+    lines = {line.split()[0]: line for line in listing.stdout.splitlines() if line.strip()}
+    assert "Heterogeneous CPU pair on digits" in lines["quick"] and "sync" in lines
+    toml = hetbench(tmp_path, "suites", "quick")
+    assert toml.returncode == 0 and 'name = "quick"' in toml.stdout
+    copy = tmp_path / "copy.toml"
+    copy.write_text(toml.stdout)
+    from harness.config import load_suite
+
+    assert load_suite(str(copy)).runs == load_suite("quick").runs  # what it prints runs
+    assert "quick, repartition" in " ".join(hetbench(tmp_path, "run", "--help").stdout.split())
+    line = error_line(hetbench(tmp_path, "suites", "nope"))
+    assert line.startswith("hetbench: error: suites: no built-in suite 'nope' (built-in: ci,")
+
+
+def test_a_quick_study_overrides_repeats_steps_and_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",
+                    "--repeats", "2", "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    runs = sorted((out / "quick").glob("homogeneous-r*"))
+    assert [r.name.split("-")[1] for r in runs] == ["r0", "r1"]
+    assert not list((out / "quick").glob("hetero*"))
+    manifest = json.loads((runs[0] / "manifest.json").read_text())
+    assert manifest["run"]["steps"] == 12 and manifest["rows"] == 2 * 12
+
+
+def test_an_oversubscribed_run_is_warned_recorded_and_flagged(tmp_path: Path,
+                                                               write_suite) -> None:
+    cores = len(os.sched_getaffinity(0))
+    suite = write_suite(f'[suite]\nname = "busy"\n[[runs]]\nname = "r"\nsteps = 6\n'
+                        f'workers = [ {{ device = "cpu", threads = {cores + 1} }} ]\n')
+    out = tmp_path / "out"
+    done = hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert f"warning: {cores + 1} worker threads on {cores} cores" in done.stdout
+    (run_dir,) = (out / "busy").glob("r-r0-*")
+    load = json.loads((run_dir / "manifest.json").read_text())["load"]
+    assert load["oversubscribed"] is True and load["cores"] == cores
+    assert isinstance(load["load_average_1m"], float)
+    report = hetbench(tmp_path, "report", str(out / "busy"), "--no-figures")
+    assert report.returncode == 0, report.stderr
+    text = (out / "busy" / "report" / "report.md").read_text()
+    assert f"**Oversubscribed**: {cores + 1} worker threads on {cores} cores" in text
+
+
+def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for _ in range(2):
+        done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",
+                        "--out", str(out), "--no-progress")
+        assert done.returncode == 0, done.stderr
+    manifests = [json.loads(p.read_text()) for p in
+                 sorted((out / "quick").glob("homogeneous-r*/manifest.json"))]
+    assert [m["repeat"] for m in manifests] == [0, 1]  # the second launch numbers on
+    first, second = (m["launch"] for m in manifests)
+    assert first != second
+
+    def report(*extra: str) -> tuple[str, str]:
+        done = hetbench(tmp_path, "report", str(out / "quick"), "--no-figures", *extra)
+        assert done.returncode == 0, done.stderr
+        return done.stderr, (out / "quick" / "report" / "report.md").read_text()
+
+    err, text = report()
+    assert f"holds 2 launches ({first}, {second}): reading the newest, {second}" in err
+    assert "homogeneous-r1-" in text and "homogeneous-r0-" not in text
+    err, text = report("--pool-launches")
+    assert f"pooling 2 launches as repeats ({first}, {second})" in err
+    assert "homogeneous-r1-" in text and "homogeneous-r0-" in text
+    err, text = report("--launch", first)
+    assert f"reading launch {first}" in err and "homogeneous-r1-" not in text
+    line = error_line(hetbench(tmp_path, "report", str(out / "quick"), "--launch", "x*"))
+    assert line.startswith("hetbench: error: --launch: 'x*' matches no launch of suite quick")

@@ -42,8 +42,34 @@ def test_finalize_writes_parquet_and_a_chrome_trace(tmp_path: Path) -> None:
     names = {e["args"]["name"] for e in trace if e["ph"] == "M"}
     assert names == {"worker 0 (fast)", "worker 1 (slow)"}
     slices = [e for e in trace if e["ph"] == "X"]
-    assert len(slices) == 6 * len(PHASES)
+    assert len(slices) == 6 * (len(PHASES) + 1)  # the exchange as idle, then all-reduce
     assert {e["pid"] for e in slices} == {0, 1}
+    # idle is the wait for the last worker's gradients: worker 1 is ready 200 ns after
+    # worker 0 at every step, and waits for no one
+    idle = {(e["pid"], e["args"]["step"]): e["dur"] for e in slices if e["name"] == "idle"}
+    assert set(idle.values()) == {0.2, 0.0} and idle[(0, 1)] == 0.2 and idle[(1, 1)] == 0.0
+    # each row's slices tile it from begin to end, in order
+    row = [e for e in slices if e["pid"] == 0 and e["args"]["step"] == 2]
+    assert [e["name"] for e in row] == ["load", "to_device", "forward", "backward", "pack",
+                                        "idle", "allreduce", "unpack", "apply"]
+    assert all(a["ts"] + a["dur"] == b["ts"] for a, b in zip(row, row[1:], strict=False))
+    assert row[-1]["ts"] + row[-1]["dur"] == 2.9  # end_ns 2900, origin 0
+
+
+def test_the_trace_is_written_in_chunks_and_splits_an_asynchronous_exchange(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(collector, "TRACE_CHUNK_ROWS", 2)  # 5 rows: three chunks
+    rows = [record(0, s, 1000 * s, 1000 * s + 300, 1000 * s + 900) for s in range(5)]
+    array = np.array(rows, dtype=RECORD_DTYPE)
+    array["asynchronous"], array["push_ns"], array["wait_ns"] = True, 100, 250
+    collector.finalize(tmp_path, [array], ["alone"])
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    names = [e["name"] for e in trace if e["ph"] == "X" and e["args"]["step"] == 4]
+    assert names == ["load", "to_device", "forward", "backward", "pack", "push", "wait", "pull",
+                     "unpack", "apply"]
+    pull = next(e for e in trace if e.get("name") == "pull" and e["args"]["step"] == 4)
+    assert pull["dur"] == (590 - 100 - 250) / 1000  # the exchange 590 ns: ready to reduced
+    assert len([e for e in trace if e["ph"] == "X"]) == 5 * 10
 
 
 def test_idle_before_allreduce_follows_the_design_definition(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ does) on top of per-step noise, like real ones."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -464,3 +465,17 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
     assert status == 1
     assert "1 launch(es) of the working tree had runs that did not complete" in \
         capsys.readouterr().err
+
+
+def test_cli_leads_with_the_verdict_and_lists_the_largest_changes_first(
+        groups: dict[str, Path], capsys) -> None:
+    status, out, _ = hetbench_compare(capsys, str(groups["base"]), str(groups["slow"]))
+    lines = out.splitlines()
+    assert status == 1 and lines[0].startswith("verdict: REGRESSED (")
+    rows = [ln.split() for ln in lines if ln.startswith("gen/pair")]
+    assert rows and all(r[-1] != "unchanged" for r in rows)
+    sizes = [abs(math.log(float(r[7]))) for r in rows]  # ratios printed to 3 digits
+    assert all(a >= b - 0.005 for a, b in zip(sizes, sizes[1:], strict=False))
+    assert "nan" not in out.split("metrics);")[1]  # no interval printed as nan-nan
+    listed_all = hetbench_compare(capsys, str(groups["base"]), str(groups["slow"]), "--all")[1]
+    assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 23

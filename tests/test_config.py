@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harness.config import (
+    Overrides,
     PartitionSpec,
     RunSpec,
     SuiteSpec,
@@ -544,3 +545,26 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     loss_target = parse_suite(suite(run(eval_every=2, target={"metric": "loss", "value": 0.3})))
     target = loss_target.runs[0].target
     assert target is not None and target.reached(0.3) and not target.reached(0.31)
+
+
+def test_overrides_for_a_quick_study_are_checked_like_the_suite() -> None:
+    spec = load_suite("quick", Overrides(repeats=2, steps=20, runs="hetero-*"))
+    assert spec.repeats == 2
+    assert [r.name for r in spec.runs] == ["hetero-equal", "hetero-sizes", "hetero-profiled"]
+    assert {r.steps for r in spec.runs} == {20}
+    assert [r.name for r in load_suite("quick", Overrides(runs="profiled")).runs] == [
+        "hetero-profiled", "cnn-hetero-profiled"]  # no wildcard: a substring
+    with pytest.raises(UsageError, match=r"^-k: no run matches 'gpu\*' \(runs: homogeneous, "):
+        load_suite("quick", Overrides(runs="gpu*"))
+    with pytest.raises(UsageError, match=r"warmup_steps: 10 must be below steps \(5\)"):
+        load_suite("quick", Overrides(steps=5))
+
+
+def test_the_readme_example_suite_parses_and_gives_the_slow_worker_the_small_slice() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("## Suites", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    (run,) = parse_suite(tomllib.loads(block)).runs
+    slow = max(range(run.world_size), key=lambda r: run.workers[r].slowdown)
+    sizes = run.partition.sizes
+    assert sizes is not None and sizes[slow] == min(sizes)
+    assert run.warmup_steps > 0

@@ -73,6 +73,10 @@ def test_figures_command_writes_png_and_pdf(suite_folder: Path, tmp_path: Path, 
     assert main(["figures", str(suite_folder / "pair-r0"), "--out", str(out)]) == 0
     for name in FIGURES:
         assert (out / f"{name}.png").is_file() and (out / f"{name}.pdf").is_file()
+        pdf = (out / f"{name}.pdf").read_bytes()
+        # fonts embedded as TrueType, not Type 3 (journals' submission checks refuse those)
+        assert b"/Type3" not in pdf
+        assert b"/CIDFontType2" in pdf or b"/TrueType" in pdf
 
 
 def test_a_folder_without_runs_is_one_clear_error(tmp_path: Path, capsys) -> None:

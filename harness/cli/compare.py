@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.cli import launches
 from harness.errors import UsageError
 
 DEFAULT_THRESHOLD = 0.10
@@ -61,6 +62,10 @@ def add_statistics_arguments(parser: argparse.ArgumentParser, metrics: str = "")
                              f"(default: {metrics or 'all'}; fewer metrics need fewer "
                              "repeats)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    launches.add_arguments(parser)
+    parser.add_argument("--all", action="store_true", dest="show_all",
+                        help="list the unchanged metrics too (default: only those that "
+                             "changed or could not be shown unchanged)")
 
 
 def settings_from(args: argparse.Namespace) -> Any:
@@ -100,24 +105,32 @@ def _check_pattern(pattern: str, where: str, known: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_runs
-    from harness.results import find_runs, load_finished_runs, mixed_suites_note
+    from harness.results import (
+        choose_launches,
+        find_runs,
+        load_finished_runs,
+        mixed_suites_note,
+    )
 
     settings = settings_from(args)
-    base = load_finished_runs(find_runs([args.base]))
-    current = load_finished_runs(find_runs([args.current]))
+    base = choose_launches(load_finished_runs(find_runs([args.base])),
+                           launches.choice(args), f"BASE {args.base}")
+    current = choose_launches(load_finished_runs(find_runs([args.current])),
+                              launches.choice(args), f"CURRENT {args.current}")
     # Runs match by suite and run name, so suites are compared apart; still worth a line.
     mixed_suites_note([f"BASE {args.base}", f"CURRENT {args.current}"],
                       [r.suite for r in base + current], "compared suite by suite")
     comparison = compare_runs(base, current, settings)
-    report(comparison, args.base, args.current, args.json)
+    report(comparison, args.base, args.current, args.json, args.show_all)
     return int(comparison.exit_status)
 
 
-def report(comparison: Any, base: Path, current: Path, as_json: bool) -> None:
+def report(comparison: Any, base: Path, current: Path, as_json: bool,
+           show_all: bool = False) -> None:
     if as_json:
         print(json.dumps(to_json(comparison, base, current), indent=2))
     else:
-        print(format_table(comparison, base, current))
+        print(format_table(comparison, base, current, show_all))
 
 
 def to_json(comparison: Any, base: Path, current: Path) -> dict[str, Any]:
@@ -154,33 +167,55 @@ HEADER = ("run", "worker", "metric", "better", "n", "base", "current", "ratio", 
           "p (Holm)", "verdict")
 
 
-def format_table(comparison: Any, base: Path, current: Path) -> str:
+def format_table(comparison: Any, base: Path, current: Path, show_all: bool = False) -> str:
+    """The answer first (the verdict, and whether the runs could give one at all), then the
+    metrics that changed or could not be shown unchanged, largest change first; with
+    `show_all`, the unchanged ones after them."""
+    import pandas as pd
+
     table = comparison.table
-    lines = [f"BASE {base}  vs  CURRENT {current}"]
+    s = comparison.settings
+    counts = {v: int((table["verdict"] == v).sum()) for v in
+              ("regressed", "improved", "inconclusive", "unchanged")}
+    lines = [
+        f"verdict: {comparison.verdict.upper()} "
+        f"({', '.join(f'{n} {v}' for v, n in counts.items())} of {len(table)} metrics); "
+        f"threshold {s.threshold:g}, p < {s.alpha:g} family-wise (Holm over {len(table)}); "
+        f"runs per side BASE {comparison.repeats_base}, CURRENT {comparison.repeats_current}, "
+        f"at least {comparison.min_repeats} needed",
+        f"BASE {base}  vs  CURRENT {current}"]
     lines += [f"warning: {w}" for w in comparison.warnings]
+    changed = table[table["verdict"] != "unchanged"]
+    order = changed.assign(size=_change_size(changed["ratio"])).sort_values(
+        "size", ascending=False, kind="stable")
+    shown = pd.concat([order, table[table["verdict"] == "unchanged"]]) if show_all else order
+    if shown.empty:
+        lines.append("no metric changed beyond the threshold (--all lists them)")
+        return "\n".join(lines)
     rows = [HEADER]
-    for r in table.itertuples(index=False):
+    for r in shown.itertuples(index=False):
+        interval = (f"{_num(r.ci_low, 3)}-{_num(r.ci_high, 3)}"
+                    if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else "-")
         rows.append((
             f"{r.suite}/{r.run}", "-" if r.worker < 0 else str(r.worker), r.metric, r.better,
             f"{r.n_base}/{r.n_current}", _num(r.base_median), _num(r.current_median),
-            _num(r.ratio, 3), f"{_num(r.ci_low, 3)}-{_num(r.ci_high, 3)}",
-            f"{r.p_adjusted:.2g}", r.verdict + (f" ({r.note})" if r.note else ""),
+            _num(r.ratio, 3), interval, f"{r.p_adjusted:.2g}",
+            r.verdict + (f" ({r.note})" if r.note else ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
                      + "  " + row[-1])
-    counts = {v: int((table["verdict"] == v).sum()) for v in
-              ("regressed", "improved", "inconclusive", "unchanged")}
-    s = comparison.settings
-    lines.append(
-        f"verdict: {comparison.verdict.upper()} "
-        f"({', '.join(f'{n} {v}' for v, n in counts.items())} of {len(table)} metrics); "
-        f"threshold {s.threshold:g}, p < {s.alpha:g} family-wise (Holm over {len(table)}); "
-        f"runs per side BASE {comparison.repeats_base}, CURRENT {comparison.repeats_current}, "
-        f"at least {comparison.min_repeats} needed"
-    )
+    if not show_all and counts["unchanged"]:
+        lines.append(f"({counts['unchanged']} unchanged metrics not listed: --all lists them)")
     return "\n".join(lines)
+
+
+def _change_size(ratios: Any) -> Any:
+    """How far from 1 a ratio is, either way (1.25 and 0.8 alike); NaN last."""
+    import numpy as np
+
+    return np.abs(np.log(ratios.astype(float))).fillna(-1.0)
 
 
 def _num(value: float, digits: int = 4) -> str:

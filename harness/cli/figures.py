@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli import launches
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    launches.add_arguments(parser)
     parser.add_argument("paths", nargs="+", type=Path,
                         help="run directories, or suite/results folders holding them")
     parser.add_argument("--out", type=Path, required=True, help="folder for the figures")
@@ -16,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     from analysis.figures import write_all
     from harness.results import finished_runs_by_suite, writable_folder
 
-    suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE")
+    suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE",
+                                    launches.choice(args))
     writable_folder(args.out, "--out")
     for name, runs in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")

@@ -12,6 +12,7 @@ from harness.errors import UsageError
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.cli.run", "run a benchmark suite (default: the built-in 'quick')"),
+    "suites": ("harness.cli.suites", "the built-in suites, a line each; one as TOML to copy"),
     "compare": ("harness.cli.compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),
     "ci": ("harness.cli.ci", "regression gate: a suite for --base REF and this tree, compared"),
     "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),

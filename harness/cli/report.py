@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cli import launches
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    launches.add_arguments(parser)
     parser.add_argument("paths", nargs="+", type=Path,
                         help="run directories, or suite/results folders holding them")
     parser.add_argument("--out", type=Path, default=None,
@@ -22,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.results import finished_runs_by_suite, writable_folder
 
-    suites = finished_runs_by_suite(args.paths, "reported apart")
+    suites = finished_runs_by_suite(args.paths, "reported apart",
+                                    launches.choice(args))
     first = args.paths[0]
     out = args.out or (first.parent if (first / "manifest.json").is_file() else first) / "report"
     writable_folder(out, "--out")

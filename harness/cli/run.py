@@ -11,8 +11,15 @@ DEFAULT_SUITE = "quick"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from harness.builtin import builtin_suites
+
     parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
-                        help=f"suite TOML file or built-in name (default: {DEFAULT_SUITE})")
+                        help=f"suite TOML file or built-in name: {', '.join(builtin_suites())}"
+                        f" (default: {DEFAULT_SUITE}; `hetbench suites` says what each is)")
+    parser.add_argument("--repeats", type=int, help="override the suite's repeats")
+    parser.add_argument("--steps", type=int, help="override every run's steps")
+    parser.add_argument("-k", dest="runs", metavar="PATTERN",
+                        help="only the runs whose name matches (a glob, else a substring)")
     parser.add_argument("--out", type=Path, default=Path("results"),
                         help="results folder (default: results/)")
     parser.add_argument("--skip-unavailable", action="store_true",
@@ -37,11 +44,12 @@ class StepProgress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.config import load_suite
+    from harness.config import Overrides, load_suite
     from harness.launch import run_suite
     from harness.results import writable_folder
+    from harness.rundir import core_load
 
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
     writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
@@ -54,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
               f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps, "
               f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
               f"{run_spec.aggregator.name}; {workers}", flush=True)
+        if (demand := core_load(run_spec))["oversubscribed"]:
+            print(f"   warning: {demand['worker_threads']} worker threads on "
+                  f"{demand['cores']} cores (load average {demand['load_average_1m']}): "
+                  "oversubscribed, every timing includes waiting for a core", flush=True)
 
     results = run_suite(
         suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
@@ -74,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
           + f"; results in {args.out / suite.name}")
     if figures:
         print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
+    print(SUMMARY_DEFINITIONS)
     print(f"full analysis: hetbench report {args.out / suite.name}")
     return 1 if counts.get("failed") else 0
 
@@ -89,6 +102,13 @@ def refuse_missing_devices(suite: Any) -> dict[str, int]:
     for i, run_spec in enumerate(suite.runs):
         check_devices(run_spec, f"runs[{i}]", gpu_counts)
     return gpu_counts  # the GPUs each framework sees: probing again would start it again
+
+
+SUMMARY_DEFINITIONS = (
+    "(samples/s: the samples of the steps after warm-up over the wall time from the first "
+    "one's begin to the last one's end, pauses between steps included; mean step: each "
+    "step's first begin to its last end, averaged; compute / communication / idle: shares "
+    "of the workers' summed begin-to-end time)")
 
 
 def _worker_text(w: Any) -> str:
