@@ -258,3 +258,13 @@ def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path) 
     assert f"reading launch {first}" in err and "homogeneous-r1-" not in text
     line = error_line(hetbench(tmp_path, "report", str(out / "quick"), "--launch", "x*"))
     assert line.startswith("hetbench: error: --launch: 'x*' matches no launch of suite quick")
+
+
+def test_suite_progress_says_which_run_of_how_many_and_the_time_left() -> None:
+    from harness.cli.run import SuiteClock, _clock
+
+    clock = SuiteClock()
+    assert clock.started(3) == "run 1 of 3, 0:00 elapsed"
+    clock.begin -= 30  # the first run took 30 s
+    assert clock.started(3) == "run 2 of 3, 0:30 elapsed, about 1:00 left"  # runs 2 and 3
+    assert (_clock(59.6), _clock(3725)) == ("1:00", "1:02:05")

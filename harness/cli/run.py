@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,14 @@ def run(args: argparse.Namespace) -> int:
     writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
           f"{args.out / suite.name}")
-    show_progress = not args.no_progress
+    # the step bar redraws a line: only for a person watching a terminal
+    show_progress = not args.no_progress and sys.stderr.isatty()
+    total, clock = len(suite.runs) * suite.repeats, SuiteClock()
 
     def on_start(run_spec: Any, repeat: int) -> None:
         workers = ", ".join(_worker_text(w) for w in run_spec.workers)
-        print(f"\n== {run_spec.name} (repeat {repeat}): {run_spec.framework} "
+        print(f"\n== [{clock.started(total)}] {run_spec.name} (repeat {repeat}): "
+              f"{run_spec.framework} "
               f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps, "
               f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
               f"{run_spec.aggregator.name}; {workers}", flush=True)
@@ -102,6 +106,28 @@ def refuse_missing_devices(suite: Any) -> dict[str, int]:
     for i, run_spec in enumerate(suite.runs):
         check_devices(run_spec, f"runs[{i}]", gpu_counts)
     return gpu_counts  # the GPUs each framework sees: probing again would start it again
+
+
+class SuiteClock:
+    """Where a suite stands as each run starts: run i of N, time elapsed, and an estimate
+    of the time left (the mean time of the runs so far, times the runs to go)."""
+
+    def __init__(self) -> None:
+        self.begin, self.done = time.monotonic(), 0
+
+    def started(self, total: int) -> str:
+        elapsed = time.monotonic() - self.begin
+        text = f"run {self.done + 1} of {total}, {_clock(elapsed)} elapsed"
+        if self.done:
+            text += f", about {_clock(elapsed / self.done * (total - self.done))} left"
+        self.done += 1
+        return text
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 \
+        else f"{minutes}:{secs:02d}"
 
 
 SUMMARY_DEFINITIONS = (
