@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness import __version__, signals
@@ -70,5 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The `hetbench` command: main(), then an exit that skips the interpreter's teardown.
+    Native libraries' threads (pyarrow's, read by report and compare) can abort a normal
+    exit with `terminate called without an active exception` (SIGABRT) once in a few runs,
+    after the command has finished and printed; every file is written and closed by then."""
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
