@@ -33,6 +33,7 @@ from harness import aggregators, clocks, collector, manifest, rundir
 from harness.aggregators import Exchange, Holds
 from harness.collector import RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
+from harness.cputime import ThreadsCpuClock
 from harness.errors import UsageError
 from harness.partition import (
     Damping,
@@ -170,6 +171,7 @@ class Trainer:
     initial: Any = None  # the initial parameters, flat torch float32 in spec order
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
+    threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
 
     def set_buffer(self, buffer: Any) -> None:
         """The communication buffer; its last element is the loss sum."""
@@ -237,10 +239,13 @@ class Trainer:
         local loss, the CPU time during compute of the main thread (wall minus this is time
         the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
         its threads, and what the aggregator's exchange did."""
-        cpu_begin, all_begin = time.thread_time_ns(), time.process_time_ns()
+        # the threads' sample outside the main thread's: all threads' time covers the main's
+        all_begin = self.threads_cpu.sample()
+        cpu_begin = time.thread_time_ns()
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)
-        compute_cpu = (time.thread_time_ns() - cpu_begin, time.process_time_ns() - all_begin)
+        compute_cpu = (time.thread_time_ns() - cpu_begin,
+                       self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         if self.sync_device:

@@ -70,10 +70,10 @@ def test_torchrun_starts_workers_that_write_one_run_directory(tmp_path: Path,
         assert abs(estimate["offset_ns"][1]) <= estimate["uncertainty_ns"][1] + 50_000
     assert sorted(run.steps["rank"].unique()) == [0, 1]
     assert run.steps.groupby("rank")["batch_size"].first().tolist() == [8, 24]
-    # CPU time during compute: all the worker's threads' covers the main thread's (up to
-    # the microsecond between the two clock reads)
+    # CPU time during compute: all the worker's threads' covers the main thread's (read
+    # inside it)
     main, every = run.steps["compute_cpu_ns"], run.steps["compute_cpu_all_ns"]
-    assert (main > 0).all() and (every >= main - 5_000).all()
+    assert (main > 0).all() and (every >= main).all()
     assert len(run.steps) == 24
     params = np.load(run_dir / "params.npz")
     assert params["fc1.weight"].dtype == np.float32

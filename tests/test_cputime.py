@@ -1,0 +1,81 @@
+"""CPU time of all threads (harness/cputime.py): every thread counted, exactly."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from harness import cputime
+from harness.cputime import ThreadsCpuClock
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(cputime.TASKS),
+                                reason="per-thread CPU clocks are read through Linux's /proc")
+
+
+def burn(seconds: float) -> None:
+    """Spend `seconds` of this thread's own CPU time."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_a_thread_born_inside_the_window_counts_from_its_birth() -> None:
+    clock = ThreadsCpuClock()
+    done, leave = threading.Event(), threading.Event()
+    spent: list[int] = []
+
+    def worker() -> None:
+        burn(0.03)
+        spent.append(time.thread_time_ns())
+        done.set()
+        leave.wait(10)          # alive when the window closes
+
+    begin = clock.sample()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert done.wait(10)
+    end = clock.sample()
+    leave.set()
+    thread.join(10)
+    # the new thread's whole life is in the window: at least what it had spent when it
+    # signalled, which is its own clock's reading
+    assert clock.elapsed(begin, end) >= spent[0]
+    assert spent[0] >= 30_000_000
+
+
+def test_all_threads_cover_the_main_thread_read_inside_them() -> None:
+    clock = ThreadsCpuClock()
+    for _ in range(50):
+        begin = clock.sample()
+        main_begin = time.thread_time_ns()
+        burn(0.0005)
+        main = time.thread_time_ns() - main_begin
+        assert clock.elapsed(begin, clock.sample()) >= main
+
+
+def test_a_thread_that_exited_is_dropped_not_fatal() -> None:
+    clock = ThreadsCpuClock()
+    listed = threading.Event()
+    thread = threading.Thread(target=listed.wait, args=(10,))
+    thread.start()
+    begin = clock.sample()       # lists the thread
+    listed.set()
+    assert thread.native_id in begin
+    thread.join(10)
+    # join returns before the kernel has reaped the thread; wait until it has
+    deadline = time.monotonic() + 10
+    while str(thread.native_id) in os.listdir(cputime.TASKS) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    end = clock.sample()         # its clock cannot be read any more
+    assert thread.native_id not in end
+    assert clock.elapsed(begin, end) >= 0
+    assert len(clock.sample()) == threading.active_count()
+
+
+def test_the_clock_id_is_the_one_the_kernel_gives_for_this_thread() -> None:
+    # glibc's pthread_getcpuclockid, through Python, for the main thread
+    own = time.pthread_getcpuclockid(threading.main_thread().ident)
+    assert cputime.thread_clock_id(threading.get_native_id()) == own
