@@ -72,7 +72,6 @@ def test_a_thread_that_exited_is_dropped_not_fatal() -> None:
     end = clock.sample()         # its clock cannot be read any more
     assert thread.native_id not in end
     assert clock.elapsed(begin, end) >= 0
-    assert len(clock.sample()) == threading.active_count()
 
 
 def test_the_clock_id_is_the_one_the_kernel_gives_for_this_thread() -> None:
