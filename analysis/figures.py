@@ -83,7 +83,7 @@ def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
-    return what_if(steps, _warmup(manifest))
+    return what_if(steps, _warmup(manifest), manifest)
 
 
 def _save(figure: Any, out: Path, name: str) -> list[Path]:
@@ -303,3 +303,28 @@ def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path
     figure.suptitle(f"Held-out metric against time and steps — {scope}", size=10)
     figure.tight_layout()
     return _save(figure, out, "convergence")
+
+
+SCALE_PANELS = (("idle_fraction", "idle fraction (of busy time)"),
+                ("samples_per_s", "throughput (samples/s)"),
+                ("mean_staleness", "mean staleness (updates)"))
+
+
+def scale_figure(summary: pd.DataFrame, out: Path, title: str) -> list[Path]:
+    """hetbench simulate: idle fraction, throughput and mean staleness against the number
+    of workers, a line per scheme (`summary`: simulate's table, a row per repeat)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    figure, axes = plt.subplots(1, len(SCALE_PANELS), figsize=(4.2 * len(SCALE_PANELS), 3.4),
+                                layout="constrained")
+    for ax, (column, label) in zip(axes, SCALE_PANELS, strict=True):
+        sns.lineplot(data=summary, x="workers", y=column, hue="scheme", marker="o",
+                     errorbar=("pi", 100), ax=ax, legend=ax is axes[-1])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("workers (simulated)")
+        ax.set_ylabel(label)
+    if axes[-1].get_legend() is not None:
+        sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    figure.suptitle(title)
+    return _save(figure, out, "scale")

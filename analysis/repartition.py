@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis import costmodel
 from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
 from harness.partition import Damping, Repartitioner, WindowStats, equal_sizes
 
@@ -70,53 +71,32 @@ def time_to_loss(steps: pd.DataFrame, target: float, window: int = 5) -> float:
 # -- offline replay --------------------------------------------------------------------------
 
 
-def fit_cost_model(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
-    """Per worker, compute time = a + b * n (ns) fitted from the records, and each step's
-    residual factor = recorded / modelled, which carries the run's variability (and any
-    emulated slowdown change) into a replay. With one slice size only, a = 0 (the slope is
-    then the median per-sample time): replaying a static run is what this is built for.
-    Columns: step, rank, a_ns, b_ns, residual."""
-    steps = complete_steps(after_warmup(steps, warmup_steps))
-    d = with_derived(steps)
-    parts = []
-    for rank, g in d.groupby("rank"):
-        n, t = g["batch_size"].to_numpy(float), g["compute_ns"].to_numpy(float)
-        a, b = 0.0, float(np.median(t / n))
-        if np.ptp(n) > 0:
-            slope, intercept = np.polyfit(n, t, 1)
-            if intercept >= 0 and slope > 0:
-                a, b = float(intercept), float(slope)
-            elif slope > 0:  # intercept below zero: the best line through the origin
-                b = float(np.dot(n, t) / np.dot(n, n))
-            else:  # time did not grow with n (a slowdown changed as n moved): constant
-                a, b = float(np.mean(t)), 1e-9
-        parts.append(pd.DataFrame({"step": g["step"].to_numpy(), "rank": rank, "a_ns": a,
-                                   "b_ns": b, "residual": t / (a + b * n)}))
-    return pd.concat(parts, ignore_index=True)
-
-
 def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
-           initial: Sequence[int] | None = None, warmup_steps: int = 0) -> pd.DataFrame:
+           initial: Sequence[int] | None = None, warmup_steps: int = 0,
+           manifest: dict | None = None) -> pd.DataFrame:
     """Predict a run under `policy` ('equal', 'sizes' via `initial`, 'proportional' or
-    'model') from a recorded run: each worker's compute at step s is its fitted a + b*n
-    for the replayed slice n, times its recorded residual at s; what follows compute
-    (communication, update, skew) is kept from the record. The adaptive policies run the
-    very code the harness runs (harness.partition.Repartitioner).
+    'model') from a recorded run: each worker's compute at step s is its fitted cost
+    model (analysis.costmodel: a + b*n for the replayed slice n, times the emulated
+    slowdown of step s from `manifest`'s schedule) times its recorded residual at s; what
+    follows compute (communication, update, skew) is kept from the record. The adaptive
+    policies run the very code the harness runs (harness.partition.Repartitioner).
 
     Columns: step, rank, batch_size, compute_ms, idle_ms, step_ms."""
     steps = complete_steps(after_warmup(steps, warmup_steps))
     if steps.empty or not instrumented(steps):
         return pd.DataFrame(columns=["step", "rank", "batch_size", "compute_ms", "idle_ms",
                                      "step_ms"])
-    model = fit_cost_model(steps)
-    world = int(model["rank"].nunique())
+    model = costmodel.fit(steps, manifest)
+    world = len(model.lines)
     d = with_derived(steps)
     g = d.groupby("step")
     rest = (g["end_ns"].max() - g["begin_ns"].min()) - g["compute_ns"].max()
     total = int(g["batch_size"].sum().iloc[0])
-    a = model.groupby("rank")["a_ns"].first().to_numpy()
-    b = model.groupby("rank")["b_ns"].first().to_numpy()
-    residual = model.pivot(index="step", columns="rank", values="residual")
+    a = np.array([model.lines[r].a_ns for r in sorted(model.lines)])
+    b = np.array([model.lines[r].b_ns for r in sorted(model.lines)])
+    # what the line leaves for the step: its slowdown times its residual
+    rows = model.rows.assign(factor=model.rows["slowdown"] * model.rows["residual"])
+    residual = rows.pivot(index="step", columns="rank", values="factor")
     sizes = tuple(initial) if initial is not None else equal_sizes(total, world)
     damping = damping or Damping()
     policy_runner = Repartitioner(policy, total, world, damping) if policy in (

@@ -83,7 +83,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
         return [*lines, "No instrumented steps to analyse.", ""]
     lines += ["Compute time per batch (ms):", "", markdown_table(table), ""]
     # The tables come from analyse_run, the path the 1M-record benchmark times.
-    tables = analyse_run(steps, warmup, slowdowns(manifest))
+    tables = analyse_run(steps, warmup, slowdowns(manifest), manifest)
     stats = tables["phases"]
     main = stats[stats["phase"].isin(["compute", "idle", "comm", "forward", "backward"])]
     lines += ["Per worker and phase (ms):", "",
@@ -275,7 +275,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
     overview = table[["run_id", "status", "partial", "oversubscribed", "heterogeneity",
                       "samples_per_s",
-                      "idle_fraction", "efficiency", "compute_cv_max",
+                      "idle_fraction", "efficiency", "oracle_efficiency", "compute_cv_max",
                       "cost_of_variability", "cost_of_imbalance"]]
     groups = group_table(table, by=["run"])
     order = list(dict.fromkeys(groups["run"]))
@@ -284,7 +284,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           .pivot(index="run", columns="metric", values="ci").reindex(order))
     n = groups.groupby("run", sort=False)["n"].max()
     shown = ["samples_per_s", "compute_share", "comm_share", "idle_fraction", "efficiency",
-             "compute_cv_max", "compute_p99_p50_max", "cost_of_variability"]
+             "oracle_efficiency", "compute_cv_max", "compute_p99_p50_max", "cost_of_variability"]
     group_view = pd.DataFrame({"run": wide.index, "repeats": n.reindex(wide.index).to_numpy()})
     for metric in shown:
         if metric in wide:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.costmodel import oracle
 from analysis.metrics import (
     after_warmup,
     complete_steps,
@@ -22,7 +23,7 @@ from analysis.stragglers import straggler_summary
 from analysis.whatif import costs, what_if
 
 RUN_METRICS = ("samples_per_s", "mean_step_ms", "compute_share", "comm_share",
-               "idle_fraction", "efficiency",
+               "idle_fraction", "efficiency", "oracle_efficiency",
                "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
                "cost_of_imbalance", "cost_of_heterogeneity", "top_straggler_share")
 
@@ -88,9 +89,10 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "compute_share": summary["compute_share"],
         "comm_share": summary["comm_share"],
         "efficiency": heterogeneous_efficiency(summary["samples_per_s"], standalone),
+        "oracle_efficiency": oracle(steps, manifest, warmup)["oracle_efficiency"],
         "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
         "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
-        **costs(what_if(steps, warmup)),
+        **costs(what_if(steps, warmup, manifest)),
         "comm_p50_ms": comm_ms[0],
         "comm_p95_ms": comm_ms[1],
         "top_straggler_share": float(stragglers["share_last"].max()) if len(stragglers)
@@ -133,7 +135,8 @@ def group_table(table: pd.DataFrame, by: Sequence[str] = ("run",),
 
 
 def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
-                slowdown: dict[int, float] | None = None) -> dict[str, pd.DataFrame]:
+                slowdown: dict[int, float] | None = None,
+                manifest: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """Every per-run table the report shows: metrics, variability, idle, stragglers and
     their causes, persistence and what-if (what the 1M-record benchmark times)."""
     from analysis.metrics import (
@@ -162,5 +165,5 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
         "causes": cause_shares(attribution),
         "autocorrelation": autocorrelation(d),
         "change_points": change_points(d),
-        "what_if": what_if(d),
+        "what_if": what_if(d, 0, manifest),
     }

@@ -2,15 +2,16 @@
 
 Each step is modelled as the latest worker's compute plus what follows it (communication,
 update, skew): step_time = max_i compute[i] + rest. A scenario replaces compute[i] and
-keeps `rest`, so only the effect of compute differences is measured.
+keeps `rest`, so only the effect of compute differences is measured. Compute is read
+through each worker's fitted cost model (analysis.costmodel: line(n) x slowdown(step) x
+residual), so a slice that changes or an emulated slowdown that jumps is not variability:
 
 - actual:               the recorded step times;
-- no_variability:       every worker computes in its own median time (DESIGN.md what-if);
-- balanced:             medians, and the batch split so all workers finish together
-                        (per-sample cost taken as linear: median / slice size; with a
-                        large fixed cost per step this overstates what repartitioning
-                        can recover);
-- fastest:              every worker at the fastest worker's per-sample rate.
+- no_variability:       every worker at its typical speed (median residual) for the slice
+                        and slowdown it had that step (DESIGN.md what-if);
+- balanced:             the same, and each step's batch split so that all workers finish
+                        together (the cost models' equal-finish point, intercepts kept);
+- fastest:              every worker at the fastest worker's time per sample that step.
 
 cost of variability = actual / no_variability - 1; cost of the mean imbalance (what the
 partition leaves on the table) = no_variability / balanced - 1; cost of heterogeneity (what
@@ -20,39 +21,66 @@ having slower workers costs at all: issue 3's "every worker at the fastest per-s
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pandas as pd
 
+from analysis import costmodel
 from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
 
 SCENARIOS = ("actual", "no_variability", "balanced", "fastest")
 COSTS = ("cost_of_variability", "cost_of_imbalance", "cost_of_heterogeneity")
 
 
-def what_if(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
-    """Columns: scenario, total_s, slowdown (actual total / scenario total)."""
+def what_if(steps: pd.DataFrame, warmup_steps: int = 0,
+            manifest: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Columns: scenario, total_s, slowdown (actual total / scenario total). `manifest`
+    gives the emulated slowdown schedule (without it, none is assumed)."""
     steps = complete_steps(after_warmup(steps, warmup_steps))
     if steps.empty or not instrumented(steps):
         return pd.DataFrame(columns=["scenario", "total_s", "slowdown"])
-    d = with_derived(steps)
+    d = with_derived(steps).sort_values(["step", "rank"])
+    fit = costmodel.fit(d, manifest)
+    rows = fit.rows.sort_values(["step", "rank"])
+    world = len(fit.lines)
+    shape = (-1, world)
+    n = rows["batch_size"].to_numpy(float).reshape(shape)
+    level = rows.groupby("rank")["residual"].transform("median").to_numpy().reshape(shape)
+    factor = rows["slowdown"].to_numpy().reshape(shape) * level  # per (step, worker)
+    a = np.array([fit.lines[r].a_ns for r in sorted(fit.lines)])
+    b = np.array([fit.lines[r].b_ns for r in sorted(fit.lines)])
+    typical = (a + b * n) * factor
     g = d.groupby("step")
-    step_ns = g["end_ns"].max() - g["begin_ns"].min()
-    rest = step_ns - g["compute_ns"].max()
-    median = d.groupby("rank")["compute_ns"].transform("median")
-    per_sample = median / d["batch_size"]
-    samples = g["batch_size"].transform("sum")
-    rate_sum = (d["batch_size"] / median).groupby(d["step"]).transform("sum")
+    step_ns = (g["end_ns"].max() - g["begin_ns"].min()).to_numpy(float)
+    rest = step_ns - g["compute_ns"].max().to_numpy(float)
     scenario_compute = {
-        "no_variability": median,
-        "balanced": samples / rate_sum,
-        "fastest": d["batch_size"] * per_sample.min(),
+        "no_variability": typical.max(axis=1),
+        "balanced": _equal_finish(a * factor, b * factor, n.sum(axis=1)),
+        "fastest": (n * (typical / n).min(axis=1, keepdims=True)).max(axis=1),
     }
     totals = {"actual": float(step_ns.sum())}
     for name, compute in scenario_compute.items():
-        totals[name] = float((compute.groupby(d["step"]).max() + rest).sum())
+        totals[name] = float((compute + rest).sum())
     out = pd.DataFrame({"scenario": list(SCENARIOS),
                         "total_s": [totals[s] / 1e9 for s in SCENARIOS]})
     out["slowdown"] = totals["actual"] / 1e9 / out["total_s"]
     return out
+
+
+def _equal_finish(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Per step (rows), the time T at which slices n_i = (T - a_i) / b_i summing to the
+    step's samples all finish; a worker whose fixed cost alone exceeds T gets nothing (the
+    others share the batch: repeated until every share is non-negative)."""
+    use = np.ones_like(a, dtype=bool)
+    for _ in range(a.shape[1]):
+        finish = (total + np.where(use, a / b, 0).sum(axis=1)) / np.where(
+            use, 1 / b, 0).sum(axis=1)
+        negative = use & (finish[:, None] < a)
+        if not negative.any():
+            break
+        use &= ~negative
+    return finish
 
 
 def costs(what: pd.DataFrame) -> dict[str, float]:

@@ -290,6 +290,13 @@ def load_suite(name_or_path: str, overrides: Overrides | None = None) -> SuiteSp
     return parse_suite(data, source)
 
 
+def name_matches(name: str, pattern: str) -> bool:
+    """`-k`: a glob when the pattern has glob characters, else a substring."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
 def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
     suite, runs = dict(data.get("suite", {})), data.get("runs")
     if not isinstance(suite, dict) or not isinstance(runs, list) or not all(
@@ -299,9 +306,7 @@ def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
         suite["repeats"] = overrides.repeats
     if overrides.runs is not None:
         pattern = overrides.runs
-        glob = any(c in pattern for c in "*?[")
-        kept = [r for r in runs if (fnmatch.fnmatchcase(str(r.get("name")), pattern) if glob
-                                    else pattern in str(r.get("name")))]
+        kept = [r for r in runs if name_matches(str(r.get("name")), pattern)]
         if not kept:
             names = ", ".join(str(r.get("name")) for r in runs)
             raise UsageError("-k", f"no run matches {pattern!r} (runs: {names})")

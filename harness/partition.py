@@ -277,7 +277,8 @@ def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,
             break
         room = [(hi - c) if gap > 0 else (c - lo)
                 for c, lo, hi in zip(clipped, lower, upper, strict=True)]
-        if sum(room) <= 0:
+        spare = sum(room)  # once: inside the comprehension it made this O(workers^2)
+        if spare <= 0:
             break
-        clipped = [c + gap * r / sum(room) for c, r in zip(clipped, room, strict=True)]
+        clipped = [c + gap * r / spare for c, r in zip(clipped, room, strict=True)]
     return largest_remainder(total, clipped, minimum)

@@ -402,7 +402,9 @@ def worker_label(w: WorkerSpec) -> str:
     label = f"{w.framework} {w.device} x{w.threads}"
     if w.cores:
         label += f" cores {','.join(map(str, w.cores))}"
-    if w.slowdown != 1.0:
+    if w.slowdown_at:
+        label += " slowdown " + ",".join(f"{f:g}@{s}" for s, f in w.slowdown_at)
+    elif w.slowdown != 1.0:
         label += f" slowdown {w.slowdown:g}"
     if w.jitter:
         label += f" jitter {w.jitter[1]:g}x p{w.jitter[0]:g}"

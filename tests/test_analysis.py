@@ -150,6 +150,47 @@ def test_what_if_separates_variability_from_imbalance() -> None:
         (10 * 2.0) / (50 * 4.6), rel=1e-6)
 
 
+def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() -> None:
+    # worker 0: 1 ms + 0.1 ms per sample; its slice moves from 32 to 16 at step 25 (a
+    # repartition), and from step 40 its emulated slowdown is 2 (a schedule): steady
+    # otherwise, so there is no variability to cost
+    def sizes(rows: np.ndarray) -> None:
+        late = rows["step"] >= 25
+        rows["batch_size"] = np.where(rows["rank"] == 0, np.where(late, 16, 32), 32)
+
+    def ms(r: int, s: int) -> float:
+        if r == 1:
+            return 4.0
+        return (1.0 + 0.1 * (16 if s >= 25 else 32)) * (2.0 if s >= 40 else 1.0)
+
+    frame = steps_frame(60, ms, edit=sizes)
+    schedule = {"run": {"seed": 0, "workers": [
+        {"slowdown_at": [[39, 1.0], [40, 2.0]]}, {"slowdown": 1.0}]}}
+    assert costs(what_if(frame, 0, schedule))["cost_of_variability"] == pytest.approx(
+        0.0, abs=1e-6)
+    # read without the schedule, the jump looks like variability: worker 0's steps of 2.6
+    # and 5.2 ms at 16 samples average 4.09 ms, which hides worker 1's 4 ms steps
+    # (each step also spends 0.6 ms after the last arrival: exchange and update)
+    actual = 25 * 4.2 + 15 * 4.0 + 20 * 5.2 + 60 * 0.6
+    steady = 25 * 4.2 + (2.6 * 15 + 5.2 * 20) + 60 * 0.6
+    assert costs(what_if(frame))["cost_of_variability"] == pytest.approx(actual / steady - 1,
+                                                                          rel=1e-3)
+
+
+def test_the_oracle_is_the_best_static_partition_of_the_fitted_models() -> None:
+    from analysis.costmodel import oracle
+
+    # 6 ms and 2 ms per 32 samples: the best static split is 16/48, 3 ms each
+    equal = steps_frame(40, lambda r, s: [6.0, 2.0][r], batch=lambda r: 32)
+    found = oracle(equal)
+    assert found["oracle_sizes"] == [16, 48]
+    assert found["oracle_step_ms"] == pytest.approx(3.0 + 0.6, rel=1e-3)
+    assert found["oracle_efficiency"] == pytest.approx(3.6 / 6.6, rel=1e-3)
+    # a run already at that split, with no variability, is as good as the oracle
+    balanced = steps_frame(40, lambda r, s: 3.0, batch=lambda r: [16, 48][r])
+    assert oracle(balanced)["oracle_efficiency"] == pytest.approx(1.0, rel=1e-3)
+
+
 def test_runs_table_and_intervals_over_repeats() -> None:
     runs = []
     for repeat, ms in enumerate([2.0, 2.2, 2.4]):

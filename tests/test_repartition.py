@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analysis import costmodel
 from analysis.repartition import (
-    fit_cost_model,
     recovery_steps,
     replay,
     replay_summary,
@@ -183,8 +183,8 @@ def test_time_to_a_target_loss() -> None:
 def test_replay_of_a_static_run_predicts_what_a_policy_would_do() -> None:
     # An equal split where worker 0 is 3x slower per sample: 6 ms vs 2 ms per step.
     equal = steps_frame(100, lambda r, s: [6.0, 2.0][r], batch=lambda r: 64, comm_ms=0.5)
-    model = fit_cost_model(equal).groupby("rank")[["a_ns", "b_ns"]].first()
-    assert model.loc[0, "b_ns"] == pytest.approx(6 * MS / 64)
+    lines = costmodel.fit(equal).lines
+    assert lines[0].b_ns == pytest.approx(6 * MS / 64) and lines[0].a_ns == 0
     same = replay_summary(replay(equal, "equal"))
     assert same["mean_step_ms"] == pytest.approx(6.0 + 0.5 + 0.1, rel=1e-6)
     balanced = replay(equal, "proportional", Damping(smoothing=1.0))

@@ -1,0 +1,571 @@
+"""Scale-out simulation: N workers built from fitted device classes (analysis.deviceclass)
+under one synchronisation scheme, in vectorised numpy (one pass per step over all workers,
+or none), giving the same timestamps a real run records.
+
+Per worker i and step k, compute = line_i(n_ik) x slowdown_i(k) x residual_ik, where the
+residuals are a circular block bootstrap of one recorded worker's series (blocks of
+BLOCK steps keep its autocorrelation and tails; each simulated worker keeps to one
+recorded worker, and so to its level). The time after the exchange (unpack, apply) and
+the loop's gap before the next step come from the same blocks.
+
+Schemes (names as the aggregators'):
+- bsp, bsp-profiled, bsp-adaptive: all-reduce every step with equal slices, slices in
+  proportion to each class's typical throughput (the `profiled` policy), or the `model`
+  policy of harness.partition run on the simulated compute times (the code a real run
+  runs);
+- backup:B: each round ends when N - B gradients have arrived; a late worker's gradient is
+  dropped and it starts its next step from the parameters of the moment it arrives;
+- ssp:S: a worker's push of clock c is answered once every worker has pushed c - S;
+- ps-async: every push answered at once; the run ends when K global batches of samples
+  have been applied, so fast workers take more steps;
+- local-sgd:H: H local steps, then an all-reduce average.
+Parameter server schemes pay the latency both ways and queue at the servers, which serve
+pushes one at a time (first come first served) at 2 x bytes x beta / servers each: at
+large N the servers, not the workers, set the pace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analysis.deviceclass import CommModel, DeviceClass, typical_slowdown
+from harness.partition import (
+    Damping,
+    Repartitioner,
+    WindowStats,
+    equal_sizes,
+    largest_remainder,
+)
+
+BLOCK = 32
+SCHEMES = ("bsp", "bsp-profiled", "bsp-adaptive", "backup", "ssp", "ps-async", "local-sgd")
+PARAMETERISED = {"backup": "B", "ssp": "S", "local-sgd": "H"}
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    value: int = 0  # backup's B, ssp's S, local-sgd's H
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}:{self.value}" if self.name in PARAMETERISED else self.name
+
+    @property
+    def lockstep(self) -> bool:
+        return self.name.startswith("bsp")
+
+
+def parse_scheme(text: str) -> Scheme:
+    name, _, value = text.partition(":")
+    if name not in SCHEMES:
+        raise ValueError(f"{text!r} is not a scheme (allowed: bsp, bsp-profiled, "
+                         "bsp-adaptive, backup:B, ssp:S, ps-async, local-sgd:H)")
+    if name in PARAMETERISED:
+        if not value.isdigit():
+            raise ValueError(f"{text!r}: {name} takes {name}:{PARAMETERISED[name]} with "
+                             f"{PARAMETERISED[name]} a whole number")
+        return Scheme(name, int(value))
+    if value:
+        raise ValueError(f"{text!r}: {name} takes no value")
+    return Scheme(name)
+
+
+@dataclass
+class Simulation:
+    """Arrays of shape (steps, workers), ns from the simulated start. `kept` marks the
+    (step, worker) cells the run did (ps-async stops when the samples are spent)."""
+
+    scheme: Scheme
+    workers: list[DeviceClass]
+    comm: CommModel
+    global_batch: int
+    sizes: np.ndarray
+    compute: np.ndarray
+    slowdown: np.ndarray
+    begin: np.ndarray
+    ready: np.ndarray
+    reduced: np.ndarray
+    end: np.ndarray
+    after: np.ndarray  # (unpack + apply) time
+    push: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    wait: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pull: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    staleness: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    asynchronous: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    partition_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        shape = self.begin.shape
+        for name in ("push", "wait", "pull", "staleness"):
+            if getattr(self, name).shape != shape:
+                setattr(self, name, np.zeros(shape))
+        for name in ("asynchronous", "dropped"):
+            if getattr(self, name).shape != shape:
+                setattr(self, name, np.zeros(shape, bool))
+        if self.kept.shape != shape:
+            self.kept = np.ones(shape, bool)
+
+
+# -- drawing ------------------------------------------------------------------------------
+
+
+def assigned_sources(workers: Sequence[DeviceClass]) -> list[int]:
+    """Which of its class's recorded workers each simulated worker keeps to: in turn."""
+    turn: dict[str, int] = {}
+    out = []
+    for cls in workers:
+        j = turn.get(cls.label, 0)
+        turn[cls.label] = j + 1
+        out.append(j % len(cls.sources))
+    return out
+
+
+def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
+         ) -> tuple[np.ndarray, ...]:
+    """Residual, after-exchange, gap and communication-ratio arrays (steps x workers):
+    each worker keeps to one of its class's recorded workers (in turn), whose series are
+    block-bootstrapped together; the communication ratio is drawn once per step."""
+    n = len(workers)
+    residual, after, gap, ratio = (np.empty((steps, n)) for _ in range(4))
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (cls, j) in enumerate(zip(workers, assigned_sources(workers), strict=True)):
+        groups.setdefault((cls.label, j), []).append(i)
+    by_label = {c.label: c for c in workers}
+    for (label, j), columns in groups.items():
+        source = by_label[label].sources[j]
+        length = len(source.residual)
+        block = min(BLOCK, length)
+        blocks = -(-steps // block)
+        starts = rng.integers(0, length, size=(len(columns), blocks))
+        index = ((starts[:, :, None] + np.arange(block)) % length).reshape(len(columns), -1)
+        index = index[:, :steps].T  # steps x workers of this group
+        residual[:, columns] = source.residual[index]
+        after[:, columns] = source.after_ns[index]
+        gap[:, columns] = source.gap_ns[index]
+        ratio[:, columns] = source.ratios()[index]
+    # the exchange varies for all workers together: one draw per step (the first worker's),
+    # times each worker's own level
+    levels = np.array([c.sources[j].comm_level
+                       for c, j in zip(workers, assigned_sources(workers), strict=True)])
+    ratio = ratio[:, :1] * levels
+    return residual, after, gap, ratio
+
+
+def slowdowns(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
+              ) -> np.ndarray:
+    """Each worker's emulated slowdown per step: its class's schedule, and its jitter drawn
+    afresh per simulated worker."""
+    out = np.ones((steps, len(workers)))
+    k = np.arange(steps)
+    for i, cls in enumerate(workers):
+        s = cls.schedule
+        if s.slowdown_at:
+            points = np.array(s.slowdown_at, dtype=float)
+            out[:, i] = np.interp(k, points[:, 0], points[:, 1])
+        else:
+            out[:, i] = s.slowdown
+        if s.jitter:
+            probability, extra = s.jitter
+            out[:, i] *= np.where(rng.random(steps) < probability, extra, 1.0)
+    return out
+
+
+def lines(workers: Sequence[DeviceClass]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([c.line.a_ns for c in workers]), np.array([c.line.b_ns for c in workers]))
+
+
+def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
+                 sizes: Sequence[int] | None = None) -> np.ndarray:
+    """`sizes` when given (bsp), equal, or (bsp-profiled) in proportion to each worker's
+    typical throughput at its equal share, as the `profiled` policy measures it."""
+    n = len(workers)
+    if sizes is not None and scheme.name == "bsp":
+        if len(sizes) != n or sum(sizes) != total:
+            raise ValueError(f"sizes {list(sizes)} are not {n} slices summing to {total}")
+        return np.array(sizes)
+    if scheme.name != "bsp-profiled":
+        return np.array(equal_sizes(total, n))
+    a, b = lines(workers)
+    share = total / n
+    # each worker's own level: its class's typical slowdown, its recorded worker's residual
+    level = [typical_slowdown(c) * float(np.median(c.sources[j].residual))
+             for c, j in zip(workers, assigned_sources(workers), strict=True)]
+    rate = [share / ((a[i] + b[i] * share) * level[i]) for i in range(n)]
+    return np.array(largest_remainder(total, rate, minimum=1))
+
+
+# -- schemes ------------------------------------------------------------------------------
+
+
+def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, steps: int,
+             global_batch: int, seed: int = 0, damping: Damping | None = None,
+             sizes: Sequence[int] | None = None, servers: int = 1) -> Simulation:
+    """Simulate `steps` steps (ps-async: global batches) of the workers under `scheme`
+    (`sizes`: bsp's static slices, equal when None; `servers`: parameter servers sharing
+    the parameters, for the schemes that use them)."""
+    workers = list(workers)
+    if not workers:
+        raise ValueError("no workers to simulate")
+    if global_batch < len(workers):
+        raise ValueError(f"global batch {global_batch} < {len(workers)} workers")
+    rng = np.random.default_rng(seed)
+    # ps-async: fast workers take more steps than K; draw enough for the fastest
+    rows = {"ps-async": _async_rows(workers, steps, comm),
+            "backup": steps + 1}.get(scheme.name, steps)
+    residual, after, gap, ratio = draw(workers, rows, rng)
+    factor = slowdowns(workers, rows, rng)
+    a, b = lines(workers)
+    slices = np.broadcast_to(static_sizes(scheme, workers, global_batch, sizes),
+                             (rows, len(workers))).copy()
+    history = [{"step": 0, "sizes": slices[0].tolist(), "reason": f"{scheme.label}: initial"}]
+    if scheme.name == "bsp-adaptive":
+        compute = adapt(slices, a, b, factor * residual, global_batch, damping or Damping(),
+                        history)
+    else:
+        compute = (a + b * slices) * factor * residual
+    common = dict(scheme=scheme, workers=workers, comm=comm, global_batch=global_batch,
+                  sizes=slices, compute=compute, slowdown=factor, after=after,
+                  partition_history=history)
+    # each worker's exchange: the model's, times its recorded worker's ratio that step
+    allreduce = comm.allreduce_ns(len(workers)) * ratio
+    server = Server(comm.alpha_ns * ratio, comm.service_ns(servers) * ratio)
+    if scheme.lockstep:
+        return _bsp(common, gap, allreduce)
+    if scheme.name == "local-sgd":
+        return _local_sgd(common, gap, allreduce, max(scheme.value, 1))
+    if scheme.name == "backup":
+        return _backup(common, gap, server, scheme.value)
+    if scheme.name == "ssp":
+        return _ssp(common, gap, server, scheme.value)
+    return _async(common, gap, server, steps)
+
+
+def _async_rows(workers: Sequence[DeviceClass], steps: int, comm: CommModel) -> int:
+    """Rows to draw for ps-async: the fastest worker's share of the pushes, with margin
+    (it takes more steps than the slowest), at least the global steps."""
+    a, b = lines(workers)
+    typical = np.array([typical_slowdown(c) for c in workers]) * (a + b) + comm.round_trip_ns()
+    share = (1 / typical).max() / (1 / typical).sum() * len(workers)
+    return int(steps * max(share, 1.0) * 1.5) + 16
+
+
+@dataclass(frozen=True)
+class Server:
+    """Per (step, worker): the one-way latency to the servers and the servers' time for one
+    push (receive the gradient, send the parameters back: 2 x bytes x beta / servers). The
+    servers serve pushes one at a time, first come first served (their shards in
+    parallel)."""
+
+    latency: np.ndarray
+    service: np.ndarray
+
+
+def serve(arrive: np.ndarray, service: np.ndarray, free: float = -np.inf) -> np.ndarray:
+    """When each push has been served, FIFO, the server idle from `free`: d_n = S_n +
+    max(free, max_(m<=n) (a_m - S_(m-1))), S the cumulative service in arrival order."""
+    order = np.argsort(arrive, kind="stable")
+    a, service_sorted = arrive[order], service[order]
+    total = np.cumsum(service_sorted)
+    start = np.maximum.accumulate(np.maximum(a - (total - service_sorted), free))
+    done = np.empty_like(arrive)
+    done[order] = total + start
+    return done
+
+
+def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarray,
+          total: int, damping: Damping, history: list[dict[str, Any]]) -> np.ndarray:
+    """bsp-adaptive: window by window, the model policy (harness.partition.Repartitioner)
+    sees each worker's (slice, compute) sums and may move samples for the next window."""
+    steps, n = sizes.shape
+    policy = Repartitioner("model", total, n, damping)
+    compute = np.empty_like(multiplier)
+    current = sizes[0].copy()
+    for start in range(0, steps, damping.every):
+        stop = min(start + damping.every, steps)
+        sizes[start:stop] = current
+        window = (a + b * current) * multiplier[start:stop]
+        compute[start:stop] = window
+        count = stop - start
+        stats = [WindowStats(count, count * current[i], float(window[:, i].sum()),
+                             count * current[i] ** 2, current[i] * float(window[:, i].sum()))
+                 for i in range(n)]
+        change = policy.update(current.tolist(), stats)
+        if change is not None:
+            current = np.array(change[0])
+            history.append({"step": stop, "sizes": current.tolist(), "reason": change[1]})
+    return compute
+
+
+def _bsp(common: dict[str, Any], gap: np.ndarray, allreduce: np.ndarray) -> Simulation:
+    """All begin a step when their previous one ended; a worker's exchange ends its
+    allreduce time after the last arrival. arrival_k = arrival_(k-1) + max_i(lead_ki +
+    compute_ki), lead being the time from the last arrival to the worker's next begin."""
+    compute, after = common["compute"], common["after"]
+    lead = np.zeros_like(compute)
+    lead[1:] = allreduce[:-1] + after[:-1] + gap[:-1]
+    arrival = np.cumsum((lead + compute).max(axis=1))
+    previous = np.concatenate([[0.0], arrival[:-1]])[:, None]
+    begin = previous + lead
+    reduced = arrival[:, None] + allreduce
+    return Simulation(begin=begin, ready=begin + compute, reduced=reduced,
+                      end=reduced + after, **common)
+
+
+def _local_sgd(common: dict[str, Any], gap: np.ndarray, allreduce: np.ndarray, every: int
+               ) -> Simulation:
+    """Local steps back to back; every H-th step (and the last) all-reduces in lockstep."""
+    compute, after = common["compute"], common["after"]
+    steps, n = compute.shape
+    begin, ready, reduced = (np.empty_like(compute) for _ in range(3))
+    start = np.zeros(n)
+    for first in range(0, steps, every):
+        last = min(first + every, steps)
+        span = compute[first:last] + after[first:last] + gap[first:last]
+        offsets = np.cumsum(span, axis=0) - span  # local starts within the block
+        begin[first:last] = start + offsets
+        ready[first:last] = begin[first:last] + compute[first:last]
+        reduced[first:last] = ready[first:last]  # local steps: no exchange
+        reduced[last - 1] = ready[last - 1].max() + allreduce[last - 1]
+        start = reduced[last - 1] + after[last - 1] + gap[last - 1]
+    local = np.ones((steps, n), bool)
+    local[every - 1::every] = False
+    local[-1] = False
+    return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
+                      asynchronous=local, **common)
+
+
+def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: int
+            ) -> Simulation:
+    """Version by version, as the parameter server does it: version v is made when the
+    (N-B)-th push computed on v has been served; a push computed on an older version is
+    dropped when it arrives (no work for the server) and its worker starts again at once
+    from the current version, so a worker far behind keeps restarting until it is among
+    the first N-B of some version. Rows are each worker's own steps."""
+    compute, after = common["compute"], common["after"]
+    rows, n = compute.shape
+    counted = max(n - backups, 1)
+    latency, service = server.latency, server.service
+    begin, ready, reduced, wait = (np.zeros_like(compute) for _ in range(4))
+    dropped, kept = np.zeros((rows, n), bool), np.zeros((rows, n), bool)
+    worker = np.arange(n)
+    start, tag, step = np.zeros(n), np.zeros(n, int), np.zeros(n, int)
+    arrive = compute[0] + latency[0]
+    free = -np.inf
+
+    def finish(who: np.ndarray, answered: np.ndarray, late: bool, version: int) -> None:
+        """`who` end their current step, answered at `answered` (the reply leaves)."""
+        k = step[who]
+        begin[k, who], ready[k, who] = start[who], arrive[who] - latency[k, who]
+        reduced[k, who] = answered + latency[k, who]
+        wait[k, who] = answered - arrive[who] - (0 if late else service[k, who])
+        dropped[k, who], kept[k, who] = late, True
+        start[who] = reduced[k, who] + after[k, who] + gap[k, who]
+        step[who] = np.minimum(k + 1, rows - 1)
+        tag[who] = version
+        arrive[who] = start[who] + compute[step[who], who] + latency[step[who], who]
+
+    for v in range(rows - 1):
+        while True:
+            candidates = worker[tag == v]
+            served = serve(arrive[candidates], service[step[candidates], candidates], free)
+            cut = np.partition(served, counted - 1)[counted - 1] \
+                if len(candidates) >= counted else np.inf
+            stale = (tag < v) & (arrive < cut)  # dropped on arrival; they start on v
+            if not stale.any():
+                break
+            finish(worker[stale], arrive[stale], True, v)
+        first = candidates[served <= cut][:counted]
+        if (step[first] >= rows - 1).any():
+            break
+        free = cut
+        finish(first, np.full(len(first), cut), False, v + 1)
+    return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
+                      push=latency, wait=wait, pull=latency + service, dropped=dropped,
+                      kept=kept, asynchronous=np.ones_like(dropped), **common)
+
+
+def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int
+         ) -> Simulation:
+    """A push of clock k is answered once it is served and every worker's push of clock
+    k - S has been. The server takes the pushes clock by clock (a fast worker's push of a
+    later clock queues behind the slow ones' earlier clock: FIFO only within a clock)."""
+    compute, after = common["compute"], common["after"]
+    steps, n = compute.shape
+    latency, service = server.latency, server.service
+    begin, ready, arrive, reduced = (np.empty_like(compute) for _ in range(4))
+    served = np.empty_like(compute)
+    latest = np.empty(steps)  # when the last push of clock k had been served
+    start, free = np.zeros(n), -np.inf
+    for k in range(steps):
+        begin[k] = start
+        ready[k] = start + compute[k]
+        arrive[k] = ready[k] + latency[k]
+        served[k] = serve(arrive[k], service[k], free)
+        free = latest[k] = served[k].max()
+        answered = np.maximum(served[k], latest[k - bound]) if k >= bound else served[k]
+        reduced[k] = answered + latency[k]
+        start = reduced[k] + after[k] + gap[k]
+    return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
+                      push=latency, wait=served - service - arrive + (reduced - latency
+                                                                      - served),
+                      pull=latency + service, staleness=_staleness(served, begin),
+                      asynchronous=np.ones((steps, n), bool), **common)
+
+
+def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps: int
+           ) -> Simulation:
+    """Every worker on its own clock, one push outstanding each, the servers serving pushes
+    first come first served: an exact event loop over the pushes (a heap of each worker's
+    next arrival; a few microseconds a push), the rest vectorised. The run ends once the
+    pushes served carry `global_steps` global batches of samples."""
+    import heapq
+
+    compute, after, sizes = common["compute"], common["after"], common["sizes"]
+    rows, n = compute.shape
+    latency, service = server.latency, server.service
+    # from the previous push served to this one's arrival: the reply's way back, unpack
+    # and apply, the loop's gap, the compute, the way to the server
+    lead = compute + latency
+    lead[1:] += latency[:-1] + after[:-1] + gap[:-1]
+    # memoryviews: indexing one gives a Python float, far cheaper than a numpy scalar
+    lead_at, service_at, size_at = (np.ascontiguousarray(x, dtype=float).ravel().data
+                                    for x in (lead, service, sizes))
+    served = np.full(rows * n, np.nan)
+    served_at = served.data
+    heap = [(lead_at[i], i) for i in range(n)]
+    heapq.heapify(heap)
+    step = [0] * n
+    free, samples, target = -np.inf, 0.0, float(global_steps * common["global_batch"])
+    while heap:
+        arrival, i = heap[0]
+        k = step[i]
+        cell = k * n + i
+        free = (arrival if arrival > free else free) + service_at[cell]
+        served_at[cell] = free
+        samples += size_at[cell]
+        if samples >= target:
+            break
+        k += 1
+        step[i] = k
+        if k < rows:
+            heapq.heapreplace(heap, (free + lead_at[k * n + i], i))
+        else:
+            heapq.heappop(heap)
+    done = served.reshape(rows, n)
+    kept = ~np.isnan(done)
+    done = np.where(kept, done, np.inf)
+    previous = np.vstack([np.zeros((1, n)), done[:-1]])
+    begin = np.where(np.arange(rows)[:, None] == 0, 0.0,
+                     previous + latency[np.r_[0, :rows - 1]] +
+                     after[np.r_[0, :rows - 1]] + gap[np.r_[0, :rows - 1]])
+    begin = np.where(kept, begin, 0.0)
+    arrive = begin + compute + latency
+    done = np.where(kept, done, arrive + service)
+    reduced = done + latency
+    return Simulation(begin=begin, ready=begin + compute, reduced=reduced,
+                      end=reduced + after, push=latency, wait=done - service - arrive,
+                      pull=latency + service, staleness=_staleness(done, begin, kept),
+                      kept=kept, asynchronous=np.ones_like(kept), **common)
+
+
+def _staleness(applied: np.ndarray, begin: np.ndarray, kept: np.ndarray | None = None
+               ) -> np.ndarray:
+    """Updates applied before this push's minus those applied when its worker took the
+    parameters it computed on (about its step's begin): the server's version at apply
+    minus the version computed on, as the parameter server records it."""
+    pushes = np.sort(applied[kept] if kept is not None else applied, axis=None)
+    applied_at_push = np.searchsorted(pushes, applied, side="left")
+    applied_at_pull = np.searchsorted(pushes, begin, side="right")
+    return np.maximum(applied_at_push - applied_at_pull, 0).astype(float)
+
+
+# -- summary ------------------------------------------------------------------------------
+
+
+def summarise(sim: Simulation) -> dict[str, float]:
+    """What metrics.run_summary reports for a real run, by the same definitions (the test
+    holds the two together on written records), with the p99 step time (per step when the
+    workers step together, else per worker step), mean staleness and dropped share."""
+    kept = sim.kept
+    steps, n = sim.begin.shape
+    lock = ~sim.asynchronous
+    arrival = np.where(kept & lock, sim.ready, -np.inf).max(axis=1, keepdims=True)
+    idle = np.where(lock, arrival - sim.ready, sim.wait)
+    comm = np.where(lock, sim.reduced - arrival, sim.push + sim.pull)
+    busy = np.where(kept, sim.end - sim.begin, 0).sum()
+    wall = np.where(kept, sim.end, -np.inf).max() - np.where(kept, sim.begin, np.inf).min()
+    used = np.where(kept & ~sim.dropped, sim.sizes, 0).sum()
+    if sim.asynchronous[kept].any():  # run_summary's asynchronous branch
+        global_batch = float(np.nanmedian(np.where(kept, sim.sizes, np.nan), axis=0).sum())
+        mean_step = wall * global_batch / used if used else np.nan
+        step_times = (sim.end - sim.begin)[kept]
+    else:
+        step_times = sim.end.max(axis=1) - sim.begin.min(axis=1)
+        mean_step = float(step_times.mean())
+    return {
+        "workers": n, "steps": int(kept.any(axis=1).sum()),
+        "samples_per_s": float(used / wall * 1e9) if wall > 0 else np.nan,
+        "mean_step_ms": float(mean_step / 1e6),
+        "p99_step_ms": float(np.percentile(step_times, 99) / 1e6),
+        "idle_fraction": float(np.where(kept, idle, 0).sum() / busy) if busy else np.nan,
+        "compute_share": float(np.where(kept, sim.ready - sim.begin, 0).sum() / busy)
+        if busy else np.nan,
+        "comm_share": float(np.where(kept, comm, 0).sum() / busy) if busy else np.nan,
+        "mean_staleness": float(sim.staleness[kept].mean()),
+        "dropped_fraction": float(sim.dropped[kept].mean()),
+    }
+
+
+# -- records ------------------------------------------------------------------------------
+
+ORIGIN_NS = 1_000_000_000  # simulated time starts at 1 s (a zero `ready` reads as untimed)
+
+
+def records(sim: Simulation) -> np.ndarray:
+    """The simulated steps as the rows a real run writes (harness.collector.RECORD_DTYPE),
+    step by step. Compute is split over its phases in each class's recorded shares;
+    unpack and apply are one (apply_ns); losses and system counters are not simulated
+    (NaN and 0)."""
+    from harness.collector import COMPUTE_PHASES, RECORD_DTYPE
+
+    step, rank = np.nonzero(sim.kept)
+    rows = np.zeros(len(step), dtype=RECORD_DTYPE)
+    rows["rank"], rows["step"] = rank, step
+    sizes = sim.sizes
+    rows["batch_size"] = sizes[step, rank]
+    rows["slice_start"] = (np.cumsum(sizes, axis=1) - sizes)[step, rank]
+
+    def at(values: np.ndarray) -> np.ndarray:
+        return np.rint(values[step, rank]).astype(np.int64)
+
+    begin, ready = at(sim.begin) + ORIGIN_NS, at(sim.ready) + ORIGIN_NS
+    reduced = np.maximum(at(sim.reduced) + ORIGIN_NS, ready)
+    end = np.maximum(at(sim.end) + ORIGIN_NS, reduced)
+    rows["begin_ns"], rows["ready_ns"], rows["reduced_ns"], rows["end_ns"] = (
+        begin, ready, reduced, end)
+    compute = ready - begin
+    shares = np.array([w.phase_shares for w in sim.workers])[rank]
+    spent = np.zeros_like(compute)
+    for j, phase in enumerate(COMPUTE_PHASES[:-1]):
+        part = (compute * shares[:, j]).astype(np.int64)
+        rows[f"{phase.value}_ns"] = part
+        spent += part
+    rows[f"{COMPUTE_PHASES[-1].value}_ns"] = compute - spent
+    rows["allreduce_ns"] = reduced - ready
+    rows["apply_ns"] = end - reduced
+    slowdown = sim.slowdown[step, rank]
+    rows["stretch_ns"] = (compute * (1 - 1 / slowdown)).astype(np.int64)
+    rows["loss"] = rows["local_loss"] = np.nan
+    rows["staleness"] = sim.staleness[step, rank].astype(np.int64)
+    for name in ("push", "wait", "pull"):
+        rows[f"{name}_ns"] = np.maximum(at(getattr(sim, name)), 0)
+    rows["asynchronous"] = sim.asynchronous[step, rank]
+    rows["dropped"] = sim.dropped[step, rank]
+    return rows

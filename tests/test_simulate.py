@@ -1,0 +1,275 @@
+"""The scale-out simulator (analysis/simulate.py, analysis/deviceclass.py): fitted classes,
+the schemes' timing on cases with known answers, the summary against the analysis of the
+records it writes, and the residual process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import deviceclass, simulate
+from analysis.deviceclass import CommModel, Source
+from analysis.metrics import run_summary
+from harness import collector
+from harness.config import WorkerSpec
+from tests.synthetic import MS, steps_frame
+
+PARAMETERS = 1000
+
+
+def recorded(frame: pd.DataFrame, slowdowns: tuple[float, ...] = (1.0, 1.0),
+             name: str = "pair", run_id: str = "pair-r0") -> tuple[dict[str, Any], pd.DataFrame]:
+    """A (manifest, steps) pair as load_run gives it, for records built by hand."""
+    workers = [{"device": "cpu", "threads": 1, "slowdown": f, "framework": "pytorch",
+                "slowdown_at": None, "jitter": None} for f in slowdowns]
+    meta = {"run_id": run_id, "status": "completed", "suite": {"name": "synthetic"},
+            "run": {"name": name, "framework": "pytorch", "workload": "mlp",
+                    "dataset": "digits", "size": "small", "steps": int(frame["step"].nunique()),
+                    "warmup_steps": 0, "global_batch": int(frame.groupby("step")[
+                        "batch_size"].sum().iloc[0]), "instrument": True, "seed": 0,
+                    "partition": {"policy": "sizes"}, "aggregator": {"name": "torch"},
+                    "workers": workers},
+            "workers": [{"rank": r, "label": f"pytorch cpu x1 slowdown {f:g}" if f != 1 else
+                         "pytorch cpu x1", "parameters": PARAMETERS}
+                        for r, f in enumerate(slowdowns)]}
+    return meta, frame
+
+
+def steady_pair() -> tuple[dict[str, Any], pd.DataFrame]:
+    """Worker 0 computes 6 ms, worker 1 2 ms, every step; exchange 0.5 ms, update 0.1 ms,
+    10 us between steps (tests/synthetic.py)."""
+    return recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], batch=lambda r: 32))
+
+
+def classes_of(*runs: tuple[dict[str, Any], pd.DataFrame]):  # type: ignore[no-untyped-def]
+    classes, names = deviceclass.fit_classes(list(runs))
+    return classes, names, deviceclass.fit_comm(list(runs))
+
+
+def workers(mix: str, runs: list[tuple[dict[str, Any], pd.DataFrame]]) -> list[Any]:
+    classes, names = deviceclass.fit_classes(runs)
+    return deviceclass.resolve_mix(deviceclass.parse_mix(mix), classes, names)[0]
+
+
+# -- fitting --------------------------------------------------------------------------------
+
+
+def test_classes_answer_to_rank_label_and_short_name() -> None:
+    classes, names, _ = classes_of(recorded(steps_frame(
+        16, lambda r, s: [6.0, 2.0][r]), slowdowns=(3.0, 1.0)))
+    assert names["rank0"] == names["cpu-3x"] == names["pytorch cpu x1 slowdown 3"]
+    assert names["rank1"] == names["cpu"] == "pytorch cpu x1"
+    slow = classes[names["cpu-3x"]]
+    # 6 ms over 32 samples at slowdown 3: 62.5 us per sample before the slowdown
+    assert slow.line.a_ns == 0 and slow.line.b_ns == pytest.approx(6 * MS / 32 / 3)
+    assert slow.residuals() == pytest.approx(np.ones(16))
+
+
+def test_a_line_is_fitted_over_the_slices_of_every_run_given() -> None:
+    # 1 ms fixed + 0.1 ms per sample, seen at 20 and 60 samples in two runs
+    line = lambda n: 1.0 + 0.1 * n  # noqa: E731
+    a = recorded(steps_frame(16, lambda r, s: line(20), batch=lambda r: 20), run_id="a")
+    b = recorded(steps_frame(16, lambda r, s: line(60), batch=lambda r: 60), run_id="b")
+    classes, names, _ = classes_of(a, b)
+    fitted = classes[names["cpu"]].line
+    assert fitted.a_ns == pytest.approx(1 * MS, rel=1e-3)
+    assert fitted.b_ns == pytest.approx(0.1 * MS, rel=1e-3)
+    assert len(classes[names["cpu"]].sources) == 4  # two workers in each of two runs
+
+
+def test_the_ring_model_is_recovered_from_two_world_sizes() -> None:
+    alpha, beta = 40_000.0, 2.0  # ns, ns per byte
+    truth = CommModel(alpha, beta, 4 * (PARAMETERS + 1), "")
+    runs = []
+    for world in (2, 4):
+        frame = steps_frame(16, lambda r, s: 3.0, world=world,
+                            comm_ms=truth.allreduce_ns(world) / MS)
+        meta, _ = recorded(frame, slowdowns=(1.0,) * world, run_id=f"w{world}")
+        runs.append((meta, frame))
+    fitted = deviceclass.fit_comm(runs)
+    assert fitted.alpha_ns == pytest.approx(alpha, rel=1e-2)
+    assert fitted.beta_ns_per_byte == pytest.approx(beta, rel=1e-2)
+    assert fitted.allreduce_ns(64) == pytest.approx(truth.allreduce_ns(64), rel=1e-2)
+
+
+def test_runs_that_cannot_be_fitted_are_refused_by_name() -> None:
+    from harness.errors import UsageError
+
+    meta, frame = steady_pair()
+    with pytest.raises(UsageError, match="status failed"):
+        deviceclass.fit_classes([({**meta, "status": "failed"}, frame)])
+    asynchronous = frame.assign(asynchronous=True)
+    with pytest.raises(UsageError, match="asynchronous scheme"):
+        deviceclass.fit_classes([(meta, asynchronous)])
+    cnn = {**meta, "run": {**meta["run"], "workload": "cnn"}, "run_id": "other"}
+    with pytest.raises(UsageError, match="more than one workload"):
+        deviceclass.fit_classes([(meta, frame), (cnn, frame)])
+    with pytest.raises(UsageError, match="no device class or profile 'gpu'"):
+        workers("gpu:4", [steady_pair()])
+    for bad in ("cpu", "cpu:0", "cpu:x", ":3"):
+        with pytest.raises(UsageError, match="--mix"):
+            deviceclass.parse_mix(bad)
+
+
+# -- schemes on known answers -----------------------------------------------------------------
+
+
+def test_bsp_of_the_recorded_pair_gives_its_step_time() -> None:
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    sim = simulate.simulate(workers("rank0:1,rank1:1", [run]), comm,
+                            simulate.Scheme("bsp"), 50, 64)
+    # the last arrival at 6 ms, the exchange 0.5 ms, the update 0.1 ms, 10 us to the next
+    period = (6.0 + 0.5 + 0.1 + 0.01) * MS
+    assert np.diff(sim.ready.max(axis=1)) == pytest.approx(np.full(49, period))
+    summary = simulate.summarise(sim)
+    assert summary["mean_step_ms"] == pytest.approx(6.6, abs=0.02)
+    assert summary["idle_fraction"] == pytest.approx(4.0 / 6.6 / 2, rel=0.02)
+    assert summary["samples_per_s"] == pytest.approx(64 / period * 1e9 * 50 / 49.9, rel=0.01)
+
+
+def test_profiled_slices_balance_a_worker_three_times_slower() -> None:
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    sim = simulate.simulate(workers("rank0:1,rank1:1", [run]), comm,
+                            simulate.Scheme("bsp-profiled"), 20, 64)
+    assert sim.sizes[0].tolist() == [16, 48]  # throughputs 32/6 and 32/2: 1 to 3
+    assert simulate.summarise(sim)["idle_fraction"] < 0.01
+
+
+def test_ssp_with_bound_zero_waits_for_the_slow_worker_and_async_does_not() -> None:
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    pair = workers("rank0:1,rank1:1", [run])
+    ssp = simulate.simulate(pair, comm, simulate.Scheme("ssp", 0), 40, 64)
+    # the fast worker (rank 1) waits 4 ms for the slow one's push, every step
+    assert np.median(ssp.wait[5:, 1]) == pytest.approx(4 * MS, rel=0.02)
+    assert np.median(ssp.wait[5:, 0]) == pytest.approx(0, abs=1e3)
+    # a server that takes no time: each worker on its own clock, 50 us each way
+    instant = CommModel(50_000.0, 0.0, comm.bytes, "")
+    free = simulate.simulate(pair, instant, simulate.Scheme("ps-async"), 40, 64)
+    steps_taken = free.kept.sum(axis=0)
+    # compute, 0.1 ms round trip, 0.1 ms update, 10 us to the next step
+    assert steps_taken[1] / steps_taken[0] == pytest.approx(6.21 / 2.21, rel=0.05)
+    assert np.diff(free.begin[:20, 1]) == pytest.approx(np.full(19, 2.21 * MS))
+    # between two of the slow worker's pushes the fast one pushes about 2.8 times
+    assert simulate.summarise(free)["mean_staleness"] > 0.5
+    # s = 1 lets the fast worker one step ahead: less waiting than s = 0
+    ssp1 = simulate.simulate(pair, comm, simulate.Scheme("ssp", 1), 40, 64)
+    assert simulate.summarise(ssp1)["samples_per_s"] >= simulate.summarise(ssp)["samples_per_s"]
+
+
+def test_backup_workers_drop_the_slowest_and_none_without_backups() -> None:
+    run = recorded(steps_frame(64, lambda r, s: [6.0, 2.0, 2.0, 2.0][r], world=4),
+                   slowdowns=(3.0, 1.0, 1.0, 1.0))
+    _, _, comm = classes_of(run)
+    four = workers("rank0:1,rank1:3", [run])
+    none = simulate.simulate(four, comm, simulate.Scheme("backup", 0), 30, 128)
+    assert not none.dropped[none.kept].any()
+    one = simulate.simulate(four, comm, simulate.Scheme("backup", 1), 30, 128)
+    assert one.dropped[one.kept][:, ].sum() > 0
+    assert not one.dropped[:, 1:][one.kept[:, 1:]].any()  # only the slow worker is dropped
+    assert simulate.summarise(one)["mean_step_ms"] < simulate.summarise(none)["mean_step_ms"]
+
+
+def test_local_sgd_all_reduces_every_h_steps() -> None:
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    sim = simulate.simulate(workers("rank0:1,rank1:1", [run]), comm,
+                            simulate.Scheme("local-sgd", 4), 16, 64)
+    assert (~sim.asynchronous).sum(axis=1).tolist() == [0, 0, 0, 2] * 4
+    # between averages the fast worker is not held back: it waits at the average only
+    assert sim.ready[3, 1] < sim.ready[3, 0]
+
+
+@pytest.mark.parametrize("scheme", ["bsp", "bsp-profiled", "bsp-adaptive", "backup:1",
+                                    "ssp:2", "ps-async", "local-sgd:3"])
+def test_the_summary_is_what_the_analysis_reads_off_the_records(scheme: str) -> None:
+    rng = np.random.default_rng(3)
+    noise = rng.lognormal(0, 0.3, size=(80, 3))
+    run = recorded(steps_frame(80, lambda r, s: [6.0, 2.0, 3.0][r] * noise[s, r], world=3),
+                   slowdowns=(3.0, 1.0, 1.5))
+    _, _, comm = classes_of(run)
+    sim = simulate.simulate(workers("rank0:2,rank1:3,rank2:1", [run]), comm,
+                            simulate.parse_scheme(scheme), 60, 192, seed=1)
+    frame = collector.records_frame([simulate.records(sim)])
+    from harness.results import step_problem
+
+    assert step_problem(frame) is None
+    mine, theirs = simulate.summarise(sim), run_summary(frame)
+    for key in ("samples_per_s", "mean_step_ms", "idle_fraction", "compute_share",
+                "comm_share", "steps"):
+        assert mine[key] == pytest.approx(theirs[key], rel=1e-6), key
+
+
+# -- the residual process -------------------------------------------------------------------
+
+
+def test_blocks_keep_autocorrelation_and_each_worker_its_own_level() -> None:
+    # two recorded workers of one class: one steady at 1, one in slow spells of 20 steps
+    steps = 400
+    spells = np.where((np.arange(steps) // 20) % 2 == 0, 1.0, 2.0)
+    base = np.ones(steps)
+    sources = (Source(base, np.zeros(steps), np.zeros(steps), "a", 0),
+               Source(spells, np.zeros(steps), np.zeros(steps), "a", 1))
+    cls = deviceclass.DeviceClass("cpu", "cpu", deviceclass.Line(0, 1e5),
+                                  WorkerSpec(),
+                                  sources, (0.0, 0.0, 0.5, 0.5, 0.0))
+    residual, *_ = simulate.draw([cls] * 4, 2000, np.random.default_rng(0))
+    # workers 0 and 2 keep to the steady source, 1 and 3 to the spells
+    assert residual[:, [0, 2]] == pytest.approx(np.ones((2000, 2)))
+    spelled = residual[:, 1]
+    lag1 = np.corrcoef(spelled[:-1], spelled[1:])[0, 1]
+    assert lag1 > 0.8  # an independent resample would give about 0
+    assert spelled.mean() == pytest.approx(1.5, abs=0.1)
+
+
+def test_a_profile_round_trip_simulates_the_same_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(5)
+    noise = rng.lognormal(0, 0.2, size=(40, 2))
+    run = recorded(steps_frame(40, lambda r, s: [6.0, 2.0][r] * noise[s, r]),
+                   slowdowns=(3.0, 1.0))
+    classes, names, comm = classes_of(run)
+    fitted = classes[names["cpu-3x"]]
+    data = deviceclass.profile_json(fitted, comm, "mlp-digits", {"description": "test"})
+    import json
+
+    loaded, loaded_comm = deviceclass.from_profile(json.loads(json.dumps(data)))
+    assert data["name"] == "cpu-3x@mlp-digits"
+    one = simulate.simulate([fitted] * 3, comm, simulate.Scheme("bsp"), 30, 96, seed=2)
+    two = simulate.simulate([loaded] * 3, loaded_comm, simulate.Scheme("bsp"), 30, 96, seed=2)
+    assert two.end == pytest.approx(one.end, rel=1e-4)
+
+
+def test_the_shipped_profiles_load_and_say_where_they_came_from() -> None:
+    profiles = deviceclass.named_profiles()
+    assert profiles, "no named profiles shipped in analysis/profiles"
+    for name, data in profiles.items():
+        cls, comm = deviceclass.from_profile(data)
+        assert cls.line.b_ns > 0 and comm.bytes > 0, name
+        assert data["origin"]["runs"] and data["origin"]["description"], name
+
+
+def test_the_server_serves_one_push_at_a_time_first_come_first_served() -> None:
+    done = simulate.serve(np.array([2.0, 0.0, 0.0, 10.0]), np.ones(4))
+    assert done.tolist() == [3.0, 1.0, 2.0, 11.0]
+    assert simulate.serve(np.zeros(3), np.ones(3), free=5.0).tolist() == [6.0, 7.0, 8.0]
+
+
+def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    many = workers("rank1:64", [run])  # 64 workers of 2 ms per 32 samples
+    one = simulate.summarise(simulate.simulate(many, comm, simulate.Scheme("ps-async"), 30,
+                                               32 * 64))
+    # one server serves a push in 2 x bytes x beta: at most 32 samples per service time
+    cap = 32 / comm.service_ns(1) * 1e9
+    assert one["samples_per_s"] <= cap * 1.01
+    assert one["samples_per_s"] >= cap * 0.9  # 64 workers keep it busy
+    assert one["idle_fraction"] > 0.5  # the workers mostly queue
+    four = simulate.summarise(simulate.simulate(many, comm, simulate.Scheme("ps-async"), 30,
+                                                32 * 64, servers=4))
+    assert four["samples_per_s"] > 3 * one["samples_per_s"]
