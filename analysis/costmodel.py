@@ -148,3 +148,15 @@ def oracle(steps: pd.DataFrame, manifest: dict[str, Any] | None = None,
     measured = run_summary(d)["mean_step_ms"]
     return {"oracle_sizes": list(sizes), "oracle_step_ms": step_ms,
             "oracle_efficiency": step_ms / measured if measured else np.nan}
+
+
+def residual_cv(steps: pd.DataFrame, manifest: dict[str, Any] | None = None,
+                warmup_steps: int = 0) -> pd.Series:
+    """Per worker, the coefficient of variation of its residual: its variability against its
+    cost model (a moved slice or a scheduled slowdown is not variability; the compute CV
+    counts both)."""
+    d = complete_steps(after_warmup(steps, warmup_steps))
+    if d.empty:
+        return pd.Series(dtype=float)
+    residual = fit(d, manifest).rows.groupby("rank")["residual"]
+    return residual.std(ddof=1) / residual.mean()

@@ -52,12 +52,16 @@ class Source:
     # the run's exchange after the last arrival, per step (the median over its workers),
     # over its median: what varies from step to step for every worker together
     comm_ratio: np.ndarray | None = None
-    # this worker's own exchange over the step's median, typically: its place in the ring
-    # (one finishes earlier than another, and starts its next step earlier)
-    comm_level: float = 1.0
+    # this worker's own exchange over the step's median, per step: its place in the ring
+    # and its own luck (one finishes earlier than another, and starts its next step earlier)
+    comm_deviation: np.ndarray | None = None
 
     def ratios(self) -> np.ndarray:
         return self.comm_ratio if self.comm_ratio is not None else np.ones(len(self.residual))
+
+    def deviations(self) -> np.ndarray:
+        return self.comm_deviation if self.comm_deviation is not None else \
+            np.ones(len(self.residual))
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,7 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
                 after_ns=(mine["end_ns"] - mine["reduced_ns"]).to_numpy(float),
                 gap_ns=np.maximum(gaps, 0).astype(float), run_id=str(meta["run_id"]),
                 rank=rank, comm_ratio=step_comm / float(per_step.median()),
-                comm_level=float(np.median(mine["comm_ns"].to_numpy(float) / step_comm))))
+                comm_deviation=mine["comm_ns"].to_numpy(float) / step_comm))
             phases = mine[[f"{p.value}_ns" for p in COMPUTE_PHASES]].to_numpy(float)
             shares.setdefault(label, []).append(phases.sum(axis=0) / max(phases.sum(), 1.0))
             if index == 0:
@@ -396,7 +400,7 @@ def profile_json(cls: DeviceClass, comm: CommModel, workload: str,
                      "after_ns": [round(float(x)) for x in src.after_ns],
                      "gap_ns": [round(float(x)) for x in src.gap_ns],
                      "comm_ratio": [round(float(x), 5) for x in src.ratios()],
-                     "comm_level": src.comm_level}
+                     "comm_deviation": [round(float(x), 5) for x in src.deviations()]}
                     for src in cls.sources],
     }
 
@@ -406,7 +410,8 @@ def from_profile(data: dict[str, Any]) -> tuple[DeviceClass, CommModel]:
               "jitter": data.get("jitter")}
     sources = tuple(Source(np.asarray(s["residual"], float), np.asarray(s["after_ns"], float),
                            np.asarray(s["gap_ns"], float), str(s["run_id"]), int(s["rank"]),
-                           np.asarray(s["comm_ratio"], float), float(s["comm_level"]))
+                           np.asarray(s["comm_ratio"], float),
+                           np.asarray(s["comm_deviation"], float))
                     for s in data["sources"])
     cls = DeviceClass(name=str(data["name"]), label=str(data["name"]),
                       line=Line(float(data["a_ns"]), float(data["b_ns"])),

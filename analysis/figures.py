@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.deviceclass import short_name
 from analysis.metrics import PHASE_COLUMNS, after_warmup, instrumented, phase_stats, with_derived
 from analysis.repartition import slices_over_steps
 from analysis.runs import runs_table, slowdowns
@@ -48,9 +49,16 @@ def per_run_frame(runs: Runs, build: Callable[[dict[str, Any], pd.DataFrame], pd
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def worker_names(manifest: dict[str, Any], ranks: pd.Series) -> pd.Series:
+    """Legend entries: the rank and what the worker is ('1 cpu-3x', '0 cuda'), not 'worker 1'."""
+    workers = manifest.get("run", {}).get("workers") or []
+    names = {r: f"{r} {short_name(w)}" for r, w in enumerate(workers) if isinstance(w, dict)}
+    return ranks.map(lambda r: names.get(int(r), str(r))).astype(str)
+
+
 def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     d = with_derived(after_warmup(steps, _warmup(manifest)))
-    return pd.DataFrame({"worker": d["rank"].astype(str), "step": d["step"],
+    return pd.DataFrame({"worker": worker_names(manifest, d["rank"]), "step": d["step"],
                          "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
 
 
@@ -62,15 +70,16 @@ BREAKDOWN = tuple(p for p in PHASE_COLUMNS if p != "allreduce") + ("idle", "comm
 def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     stats = phase_stats(steps, _warmup(manifest))
     stats = stats[stats["phase"].isin(BREAKDOWN)]
-    return stats.assign(worker=stats["rank"].astype(str), phase=stats["phase"].astype(str))
+    return stats.assign(worker=worker_names(manifest, stats["rank"]),
+                        phase=stats["phase"].astype(str))
 
 
 def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     warmup = _warmup(manifest)
-    shares = cause_shares(attribute(steps, warmup, slowdowns(manifest)))
+    shares = cause_shares(attribute(steps, warmup, slowdowns(manifest), manifest=manifest))
     shares = shares[shares["rank"] >= 0]
     last = straggler_summary(steps, warmup).set_index("rank")["share_last"]
-    shares = shares.assign(worker=shares["rank"].astype(str),
+    shares = shares.assign(worker=worker_names(manifest, shares["rank"]),
                            share_last=shares["rank"].map(last))
     # Each cause's part of all steps: share of steps last x share of its excess.
     shares["part"] = shares["share"].fillna(0) * shares["share_last"]
@@ -79,7 +88,7 @@ def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
 
 def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     frame = slices_over_steps(steps)
-    return frame.assign(worker=frame["rank"].astype(str))
+    return frame.assign(worker=worker_names(manifest, frame["rank"]))
 
 
 def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +116,7 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
 
 
 def _workers(frame: pd.DataFrame) -> list[str]:
-    return sorted(frame["worker"].unique(), key=int)
+    return sorted(frame["worker"].unique(), key=lambda name: int(name.split()[0]))
 
 
 def _facets(frame: pd.DataFrame) -> dict[str, Any]:
@@ -310,7 +319,8 @@ SCALE_PANELS = (("idle_fraction", "idle fraction (of busy time)"),
                 ("mean_staleness", "mean staleness (updates)"))
 
 
-def scale_figure(summary: pd.DataFrame, out: Path, title: str) -> list[Path]:
+def scale_figure(summary: pd.DataFrame, out: Path, title: str, name: str = "scale"
+                 ) -> list[Path]:
     """hetbench simulate: idle fraction, throughput and mean staleness against the number
     of workers, a line per scheme (`summary`: simulate's table, a row per repeat)."""
     import matplotlib.pyplot as plt
@@ -327,4 +337,4 @@ def scale_figure(summary: pd.DataFrame, out: Path, title: str) -> list[Path]:
     if axes[-1].get_legend() is not None:
         sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     figure.suptitle(title)
-    return _save(figure, out, "scale")
+    return _save(figure, out, name)

@@ -284,7 +284,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           .pivot(index="run", columns="metric", values="ci").reindex(order))
     n = groups.groupby("run", sort=False)["n"].max()
     shown = ["samples_per_s", "compute_share", "comm_share", "idle_fraction", "efficiency",
-             "oracle_efficiency", "compute_cv_max", "compute_p99_p50_max", "cost_of_variability"]
+             "oracle_efficiency", "compute_cv_max", "residual_cv_max", "compute_p99_p50_max",
+             "cost_of_variability"]
     group_view = pd.DataFrame({"run": wide.index, "repeats": n.reindex(wide.index).to_numpy()})
     for metric in shown:
         if metric in wide:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.costmodel import oracle
+from analysis.costmodel import oracle, residual_cv
 from analysis.metrics import (
     after_warmup,
     complete_steps,
@@ -24,7 +24,7 @@ from analysis.whatif import costs, what_if
 
 RUN_METRICS = ("samples_per_s", "mean_step_ms", "compute_share", "comm_share",
                "idle_fraction", "efficiency", "oracle_efficiency",
-               "compute_cv_max", "compute_p99_p50_max", "cost_of_variability",
+               "compute_cv_max", "residual_cv_max", "compute_p99_p50_max", "cost_of_variability",
                "cost_of_imbalance", "cost_of_heterogeneity", "top_straggler_share")
 
 
@@ -92,6 +92,8 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "oracle_efficiency": oracle(steps, manifest, warmup)["oracle_efficiency"],
         "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
         "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
+        "residual_cv_max": float(residual_cv(steps, manifest, warmup).max())
+        if summary["steps"] else np.nan,
         **costs(what_if(steps, warmup, manifest)),
         "comm_p50_ms": comm_ms[0],
         "comm_p95_ms": comm_ms[1],
@@ -153,7 +155,7 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
     # Filter and derive once; every function below then skips that work.
     d = with_derived(complete_steps(after_warmup(steps, warmup_steps)))
     per_step = step_metrics(d)
-    attribution = attribute(d, 0, slowdown, per_step)
+    attribution = attribute(d, 0, slowdown, per_step, manifest)
     return {
         "summary": pd.DataFrame([run_summary(d)]),
         "workers": worker_summary(d),

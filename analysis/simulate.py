@@ -116,46 +116,53 @@ class Simulation:
 # -- drawing ------------------------------------------------------------------------------
 
 
-def assigned_sources(workers: Sequence[DeviceClass]) -> list[int]:
-    """Which of its class's recorded workers each simulated worker keeps to: in turn."""
+def assigned_sources(workers: Sequence[DeviceClass], first: int = 0) -> list[int]:
+    """Which of its class's recorded workers each simulated worker keeps to: in turn,
+    from the `first`-th (simulated repeat r starts at r: repeats cycle through the
+    recorded workers, and so through recorded repeats)."""
     turn: dict[str, int] = {}
     out = []
     for cls in workers:
-        j = turn.get(cls.label, 0)
+        j = turn.get(cls.label, first)
         turn[cls.label] = j + 1
         out.append(j % len(cls.sources))
     return out
 
 
-def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
-         ) -> tuple[np.ndarray, ...]:
-    """Residual, after-exchange, gap and communication-ratio arrays (steps x workers):
-    each worker keeps to one of its class's recorded workers (in turn), whose series are
-    block-bootstrapped together; the communication ratio is drawn once per step."""
+def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
+         first: int = 0) -> tuple[np.ndarray, ...]:
+    """Residual, after-exchange, gap and communication-ratio arrays (steps x workers).
+
+    Each worker keeps to one of its class's recorded workers (in turn), whose series are
+    block-bootstrapped together. Workers recorded in one run shared a host and its load:
+    the c-th simulated copies of the workers of one run draw the same blocks, so that they
+    keep their joint behaviour (slow together, the order in which they finish the
+    exchange); different copies draw independently, as different hosts would. The
+    exchange varies for all workers together (one draw per step, the first worker's) and
+    each worker around it by its own recorded deviations."""
     n = len(workers)
-    residual, after, gap, ratio = (np.empty((steps, n)) for _ in range(4))
-    groups: dict[tuple[str, int], list[int]] = {}
-    for i, (cls, j) in enumerate(zip(workers, assigned_sources(workers), strict=True)):
-        groups.setdefault((cls.label, j), []).append(i)
-    by_label = {c.label: c for c in workers}
-    for (label, j), columns in groups.items():
-        source = by_label[label].sources[j]
-        length = len(source.residual)
+    residual, after, gap, ratio, deviation = (np.empty((steps, n)) for _ in range(5))
+    sources = [cls.sources[j] for cls, j in zip(workers, assigned_sources(workers, first),
+                                                 strict=True)]
+    copies: dict[int, int] = {}  # id(source) -> workers given it so far
+    keys: dict[tuple[str, int], list[int]] = {}  # (run, copy) -> workers drawing alike
+    for i, source in enumerate(sources):
+        copy = copies.get(id(source), 0)
+        copies[id(source)] = copy + 1
+        keys.setdefault((source.run_id, copy), []).append(i)
+    for columns in keys.values():
+        length = min(len(sources[i].residual) for i in columns)
         block = min(BLOCK, length)
-        blocks = -(-steps // block)
-        starts = rng.integers(0, length, size=(len(columns), blocks))
-        index = ((starts[:, :, None] + np.arange(block)) % length).reshape(len(columns), -1)
-        index = index[:, :steps].T  # steps x workers of this group
-        residual[:, columns] = source.residual[index]
-        after[:, columns] = source.after_ns[index]
-        gap[:, columns] = source.gap_ns[index]
-        ratio[:, columns] = source.ratios()[index]
-    # the exchange varies for all workers together: one draw per step (the first worker's),
-    # times each worker's own level
-    levels = np.array([c.sources[j].comm_level
-                       for c, j in zip(workers, assigned_sources(workers), strict=True)])
-    ratio = ratio[:, :1] * levels
-    return residual, after, gap, ratio
+        starts = rng.integers(0, length, size=-(-steps // block))
+        index = ((starts[:, None] + np.arange(block)) % length).ravel()[:steps]
+        for i in columns:
+            source = sources[i]
+            residual[:, i] = source.residual[index]
+            after[:, i] = source.after_ns[index]
+            gap[:, i] = source.gap_ns[index]
+            ratio[:, i] = source.ratios()[index]
+            deviation[:, i] = source.deviations()[index]
+    return residual, after, gap, ratio[:, :1] * deviation
 
 
 def slowdowns(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
@@ -182,7 +189,7 @@ def lines(workers: Sequence[DeviceClass]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
-                 sizes: Sequence[int] | None = None) -> np.ndarray:
+                 sizes: Sequence[int] | None = None, first: int = 0) -> np.ndarray:
     """`sizes` when given (bsp), equal, or (bsp-profiled) in proportion to each worker's
     typical throughput at its equal share, as the `profiled` policy measures it."""
     n = len(workers)
@@ -196,7 +203,7 @@ def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
     share = total / n
     # each worker's own level: its class's typical slowdown, its recorded worker's residual
     level = [typical_slowdown(c) * float(np.median(c.sources[j].residual))
-             for c, j in zip(workers, assigned_sources(workers), strict=True)]
+             for c, j in zip(workers, assigned_sources(workers, first), strict=True)]
     rate = [share / ((a[i] + b[i] * share) * level[i]) for i in range(n)]
     return np.array(largest_remainder(total, rate, minimum=1))
 
@@ -219,10 +226,10 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     # ps-async: fast workers take more steps than K; draw enough for the fastest
     rows = {"ps-async": _async_rows(workers, steps, comm),
             "backup": steps + 1}.get(scheme.name, steps)
-    residual, after, gap, ratio = draw(workers, rows, rng)
+    residual, after, gap, ratio = draw(workers, rows, rng, first=seed)
     factor = slowdowns(workers, rows, rng)
     a, b = lines(workers)
-    slices = np.broadcast_to(static_sizes(scheme, workers, global_batch, sizes),
+    slices = np.broadcast_to(static_sizes(scheme, workers, global_batch, sizes, seed),
                              (rows, len(workers))).copy()
     history = [{"step": 0, "sizes": slices[0].tolist(), "reason": f"{scheme.label}: initial"}]
     if scheme.name == "bsp-adaptive":

@@ -1,7 +1,10 @@
 """Straggler attribution: who makes the others wait, how often, and why.
 
 The straggler of a step is the worker whose gradients were ready last. Its *excess* is its
-compute time minus its own median compute time: how much slower than usual it was.
+compute time minus its typical compute for that step: its fitted cost model
+(analysis.costmodel) for the slice it had and the emulated slowdown of that step, at its
+median residual. How much slower than usual it was, not how much more work it had or how
+much its emulated device slowed down on schedule.
 
 The excess is split, in this order, over what the records can measure:
 
@@ -25,10 +28,12 @@ for a step only when it explains at least NAME_SHARE of that step's excess.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis import costmodel
 from analysis.metrics import (
     after_warmup,
     complete_steps,
@@ -63,7 +68,8 @@ def straggler_summary(steps: pd.DataFrame, warmup_steps: int = 0,
 
 def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
               slowdown: Mapping[int, float] | None = None,
-              per_step: pd.DataFrame | None = None) -> pd.DataFrame:
+              per_step: pd.DataFrame | None = None,
+              manifest: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per step with its straggler: step, rank, lead_ms, excess_ms, top_phase (the
     compute phase furthest above that worker's own median), one `<cause>_ms` column per
     cause in CAUSES, `cause` (the largest named cause, or 'none'), and the raw signals
@@ -84,6 +90,12 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
     cpu = d["compute_cpu_ns"] if has_cpu else pd.Series(np.nan, index=d.index)
+    # typical compute and emulated slowdown of each row's step (the schedule's, where the
+    # manifest gives one; else the constant `slowdown`)
+    fit = costmodel.fit(steps, manifest).rows.set_index(["rank", "step"])
+    key = pd.MultiIndex.from_arrays([d["rank"], d["step"]])
+    level = fit["residual"].groupby(level="rank").transform("median")
+    d["typical_ns"] = (fit["model_ns"] * level).reindex(key).to_numpy()
     # off the CPU: the main thread, which drives the step; CPU work: every thread's (an
     # intra-op pool doing more is on-CPU excess too), where recorded
     d["off_cpu_ns"] = (d["compute_ns"] - d["stretch_ns"] - cpu).clip(lower=0)
@@ -91,6 +103,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     d["cpu_ns"] = d["compute_cpu_all_ns"] if has_cpu and every_thread else cpu
     factors = pd.Series(slowdown or {}, dtype=float)
     factor_of_row = d["rank"].map(factors).fillna(1.0)
+    if manifest is not None:
+        factor_of_row = pd.Series(fit["slowdown"].reindex(key).to_numpy(), index=d.index)
+    d["factor"] = factor_of_row
     natural = d["compute_ns"] - d["stretch_ns"]
     d["overshoot_ns"] = (d["stretch_ns"] - (factor_of_row - 1.0) * natural).clip(lower=0)
 
@@ -102,9 +117,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     s = d[d["rank"] == straggler].reset_index(drop=True)
     s["lead_ms"] = s["step"].map(per_step["lead_ms"])
     m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
-    factor = s["rank"].map(factors).fillna(1.0)
+    factor = s["factor"]
 
-    excess = (s["compute_ns"] - m["compute_ns"]).clip(lower=0)
+    excess = (s["compute_ns"] - s["typical_ns"]).clip(lower=0)
     gc_part = (s["gc_ns"] - m["gc_ns"]).clip(lower=0)
     off = (s["off_cpu_ns"] - m["off_cpu_ns"]).clip(lower=0).fillna(0)
     on = ((s["cpu_ns"] - m["cpu_ns"]).clip(lower=0) - gc_part).clip(lower=0).fillna(0)

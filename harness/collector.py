@@ -226,7 +226,27 @@ def _naming(path: Path) -> Iterator[None]:
         raise OSError(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from exc
 
 
+# Which run a row belongs to, as columns of steps.parquet, so that rows of many runs can be
+# concatenated and still told apart (harness.results.load_steps adds them to runs recorded
+# before, or read from parts): run id, launch, repeat, and whether the step is warm-up.
+IDENTITY_COLUMNS = ("run_id", "launch", "repeat", "warmup")
+
+
+def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
+    """`frame` with IDENTITY_COLUMNS set from the run's manifest (in place, and returned)."""
+    warmup = int((meta.get("run") or {}).get("warmup_steps", 0))
+    frame["run_id"] = str(meta.get("run_id", ""))
+    frame["launch"] = str(meta.get("launch") or "unrecorded")
+    frame["repeat"] = int(meta.get("repeat", 0))
+    frame["warmup"] = frame["step"] < warmup if "step" in frame else False
+    return frame
+
+
 def write_steps(run_dir: Path, frame: Any) -> None:
+    """steps.parquet, with the identity columns of the run whose manifest is in run_dir."""
+    meta_path = run_dir / "manifest.json"
+    if meta_path.is_file():
+        with_identity(frame, json.loads(meta_path.read_text()))
     tmp = run_dir / f".{STEPS_FILE}.tmp"
     with _naming(run_dir / STEPS_FILE):
         frame.to_parquet(tmp, index=False)

@@ -62,6 +62,27 @@ def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
     return RunData(run_dir, meta, steps, read_evals(run_dir))
 
 
+def load_steps(*paths: str | os.PathLike[str]) -> pd.DataFrame:
+    """Every run at `paths` (run directories, or suite and results folders holding them) as
+    one tidy DataFrame, one row per (run, worker, step): the step records (README, Results)
+    after columns suite, run, run_id, launch, repeat and a `warmup` flag. Every launch
+    found is there: filter on `launch` to keep one, the column says which is which.
+
+        from harness.results import load_steps
+        steps = load_steps("results/variability")
+        steps[~steps.warmup].groupby(["run", "repeat"])["allreduce_ns"].median()
+    """
+    frames = []
+    for run_dir in find_runs([Path(p) for p in paths]):
+        data = load_run(run_dir)
+        frame = collector.with_identity(data.steps.copy(), data.manifest)
+        frame.insert(0, "suite", data.suite)
+        frame.insert(1, "run", str(data.manifest["run"]["name"]))
+        leading = ["suite", "run", *collector.IDENTITY_COLUMNS]
+        frames.append(frame[leading + [c for c in frame.columns if c not in leading]])
+    return pd.concat(frames, ignore_index=True)
+
+
 # -- step records ---------------------------------------------------------------------------
 
 TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")

@@ -115,6 +115,25 @@ def test_emulated_slowdown_multiplies_natural_delays_and_overshoot_is_its_own_ca
     assert a.loc[8, "emulation_ms"] == pytest.approx(1.0) and a.loc[8, "cause"] == "emulation"
 
 
+def test_a_scheduled_slowdown_is_not_straggler_excess() -> None:
+    # worker 1 emulates 1x until step 19, 3x from step 20 (2 ms natural, 6 ms after); on
+    # step 30 it is 1 ms slower than that
+    def ms(r: int, s: int) -> float:
+        if r == 0:
+            return 1.0
+        return (6.0 if s >= 20 else 2.0) + (1.0 if s == 30 else 0.0)
+
+    frame = steps_frame(40, ms)
+    schedule = {"run": {"seed": 0, "workers": [
+        {"slowdown": 1.0}, {"slowdown_at": [[19, 1.0], [20, 3.0]]}]}}
+    a = attribute(frame, manifest=schedule).set_index("step")
+    assert a.loc[30, "excess_ms"] == pytest.approx(1.0, abs=0.01)
+    assert a.drop(index=30)["excess_ms"].max() == pytest.approx(0.0, abs=0.01)
+    # read without the schedule, every step after the jump looks slow
+    unaware = attribute(frame).set_index("step")
+    assert (unaware.loc[21:39, "excess_ms"] > 1.0).all()
+
+
 def test_change_points_find_a_shift_and_not_noise() -> None:
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 0.05, size=(2, 300))
@@ -168,6 +187,11 @@ def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() ->
         {"slowdown_at": [[39, 1.0], [40, 2.0]]}, {"slowdown": 1.0}]}}
     assert costs(what_if(frame, 0, schedule))["cost_of_variability"] == pytest.approx(
         0.0, abs=1e-6)
+    # nor does its variability against the cost model, though its compute time varies
+    from analysis.costmodel import residual_cv
+
+    assert residual_cv(frame, schedule).max() == pytest.approx(0.0, abs=1e-6)
+    assert phase_stats(frame).query("phase == 'compute' and rank == 0")["cv"].iloc[0] > 0.2
     # read without the schedule, the jump looks like variability: worker 0's steps of 2.6
     # and 5.2 ms at 16 samples average 4.09 ms, which hides worker 1's 4 ms steps
     # (each step also spends 0.6 ms after the last arrival: exchange and update)

@@ -1,8 +1,9 @@
 """`hetbench simulate RESULTS... [--mix NAME:COUNT,...] [--scheme NAME] --out DIR`: fit
 device classes to recorded runs and simulate larger jobs under each scheme
 (analysis.simulate). Every simulated run is a run directory like a real one (manifest
-marked `simulated`), so report, figures and compare read it; beside them summary.csv and
-figures/scale.png (idle, throughput and staleness against the number of workers)."""
+marked `simulated`), so report, figures and compare read it; beside them summary-<launch>.csv and
+figures/scale-<launch>.png (idle, throughput and staleness against the number of workers);
+<launch> is the invocation's id, also in each run's manifest."""
 
 from __future__ import annotations
 
@@ -98,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     runs = _load(args.results, args.runs) if args.results else []
     classes, names = deviceclass.fit_classes(runs) if runs else ({}, {})
     comm = deviceclass.fit_comm(runs) if runs else None
-    if args.save_profiles:
-        _save_profiles(args.save_profiles, classes, comm, runs)
     from harness.results import writable_folder
 
     jobs = _jobs(runs, names, mixes, schemes, args)
@@ -108,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
                                                                profiles)
         job["comm"] = comm or profile_comm
     out = writable_folder(args.out / SUITE, "--out")
+    if args.save_profiles:
+        _save_profiles(args.save_profiles, classes, comm, runs)
     return _simulate_all(jobs, runs, out, args)
 
 
@@ -131,11 +132,11 @@ def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: lis
 
     first = runs[0] if runs else None
     recorded_sizes = None
-    if not mixes:
+    if not mixes:  # the recorded job: its workers, its slices, its scheme unless given
         mixes = [deviceclass.recorded_mix(runs, names)]
-        if not schemes and first is not None:
+        if first is not None:
             text, recorded_sizes = deviceclass.recorded_scheme(*first)
-            schemes = [parse_scheme(text)]
+            schemes = schemes or [parse_scheme(text)]
     schemes = schemes or [parse_scheme(s) for s in DEFAULT_SCHEMES]
     per_worker = None
     default_steps = 1000
@@ -180,7 +181,7 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
                          "repeat": repeat, **summary, "seconds": seconds, "run": written})
             print(_line(rows[-1]))
     table = pd.DataFrame(rows)
-    summary_path = out / "summary.csv"
+    summary_path = out / f"summary-{launch}.csv"  # one per invocation, none overwritten
     table.to_csv(summary_path, index=False)
     skipped = int((table["run"] == "").sum())
     if skipped:
@@ -193,7 +194,8 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
         classes = sorted({name.rpartition(":")[0] for mix in table["mix"].unique()
                           for name in mix.split(",")})
         paths = scale_figure(table, out / "figures", f"simulated: {table['workers'].min()} to "
-                             f"{table['workers'].max()} workers of {', '.join(classes)}")
+                             f"{table['workers'].max()} workers of {', '.join(classes)}",
+                             f"scale-{launch}")
         print(f"figure: {paths[0]}")
     return 0
 
@@ -258,8 +260,8 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
                                                               sim.workers}.values()},
                    "summary": summary})
     (run_dir / RUN_FILE).write_text(json.dumps({"suite": SUITE, "run": run}))
-    collector.write_steps(run_dir, collector.records_frame([records(sim)]))
     manifest.write(run_dir, meta)
+    collector.write_steps(run_dir, collector.records_frame([records(sim)]))
     return str(run_dir)
 
 
