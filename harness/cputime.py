@@ -6,8 +6,8 @@ the intra-op pool's threads are still running on other cores the process clock l
 up to a tick each, and one step's difference can come out *smaller* than the main thread's
 own CPU time (seen in CI on two cores). A thread's own CPU clock, read from another thread,
 makes the kernel bring that thread's runtime up to date first, so summing the per-thread
-clocks is exact. Reading them costs a few microseconds a step (eight threads: ~4 us, plus
-~2.5 us to notice whether threads came or went).
+clocks is exact. Reading them costs a few microseconds a step (eight threads: ~4 us a
+sample, plus ~2.5 us at the window's end to notice whether threads came or went).
 
 Threads that exit during a step take their CPU time with them (nothing can read it any
 more); a thread born during a step counts from its birth. Off Linux, the process clock.
@@ -46,11 +46,14 @@ class ThreadsCpuClock:
             self._pid, self._links = os.getpid(), links
             self._clocks = {int(tid): thread_clock_id(int(tid)) for tid in os.listdir(TASKS)}
 
-    def sample(self) -> dict[int, int]:
-        """Each living thread's CPU time in ns (key -1: the process clock, off Linux)."""
+    def sample(self, refresh: bool = True) -> dict[int, int]:
+        """Each living thread's CPU time in ns (key -1: the process clock, off Linux).
+        `refresh=False` reads the threads listed last time, without checking for new ones
+        (a window's first sample: a thread born after it counts from its birth anyway)."""
         if not self._exact:
             return {-1: time.process_time_ns()}
-        self._refresh()
+        if refresh or self._pid != os.getpid():
+            self._refresh()
         read, times = time.clock_gettime_ns, {}
         for tid, clock in self._clocks.items():
             try:

@@ -240,7 +240,7 @@ class Trainer:
         the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
         its threads, and what the aggregator's exchange did."""
         # the threads' sample outside the main thread's: all threads' time covers the main's
-        all_begin = self.threads_cpu.sample()
+        all_begin = self.threads_cpu.sample(refresh=False)
         cpu_begin = time.thread_time_ns()
         marks = [time.perf_counter_ns()]
         self.compute(step, lo, hi, marks)

@@ -78,3 +78,24 @@ def test_the_clock_id_is_the_one_the_kernel_gives_for_this_thread() -> None:
     # glibc's pthread_getcpuclockid, through Python, for the main thread
     own = time.pthread_getcpuclockid(threading.main_thread().ident)
     assert cputime.thread_clock_id(threading.get_native_id()) == own
+
+
+def test_a_sample_without_refresh_still_counts_a_thread_born_after_it() -> None:
+    clock = ThreadsCpuClock()
+    clock.sample()
+    done, leave = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        burn(0.02)
+        done.set()
+        leave.wait(10)
+
+    begin = clock.sample(refresh=False)  # the window opens before the thread exists
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert done.wait(10)
+    end = clock.sample()
+    leave.set()
+    thread.join(10)
+    assert thread.native_id not in begin and thread.native_id in end
+    assert clock.elapsed(begin, end) >= 20_000_000
