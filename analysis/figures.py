@@ -19,6 +19,9 @@ from analysis.stragglers import attribute, cause_shares, straggler_summary
 from analysis.whatif import what_if
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
+# (manifest, steps, micro-batches) of pipelined runs (analysis/pipeline.py)
+Pipelines = Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
+MAX_TIMELINES = 6  # panels of the pipeline timeline figure
 
 
 def _label(manifest: dict[str, Any]) -> str:
@@ -64,14 +67,16 @@ def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame
 
 # The all-reduce phase is shown as its two parts: idle (waiting for the last worker) and
 # communication (after the last worker arrived).
-BREAKDOWN = tuple(p for p in PHASE_COLUMNS if p != "allreduce") + ("idle", "comm")
+BREAKDOWN = tuple(p for p in PHASE_COLUMNS if p != "allreduce") + ("idle", "comm", "bubble")
 
 
 def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     stats = phase_stats(steps, _warmup(manifest))
     stats = stats[stats["phase"].isin(BREAKDOWN)]
-    return stats.assign(worker=worker_names(manifest, stats["rank"]),
-                        phase=stats["phase"].astype(str))
+    phase = stats["phase"].astype(str)
+    if (manifest.get("run") or {}).get("pipeline"):  # a stage's pack slot holds its bubble
+        phase = phase.replace("pack", "bubble")
+    return stats.assign(worker=worker_names(manifest, stats["rank"]), phase=phase)
 
 
 def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
@@ -124,9 +129,10 @@ def _facets(frame: pd.DataFrame) -> dict[str, Any]:
     return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
 
 
-def write_all(runs: Runs, out: Path, evals: Runs = ()) -> list[Path]:
+def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) -> list[Path]:
     """Every figure that the runs have data for; returns the files written. `evals`: the
-    runs' held-out evaluations as (manifest, eval frame)."""
+    runs' held-out evaluations as (manifest, eval frame); `micro`: their micro-batch records
+    as (manifest, steps, micro-batches), for the pipeline timeline."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,7 +223,55 @@ def write_all(runs: Runs, out: Path, evals: Runs = ()) -> list[Path]:
         counts = staleness_counts(runs)
         if len(counts) and counts["staleness"].max() > 0:
             paths += _staleness_figure(counts, out, scope)
+    paths += pipeline_figure(micro, out, scope)
     return paths
+
+
+def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
+    """HetPipe's picture: one wave of virtual worker 0 of each pipelined run (the first
+    repeat of each run name; the wave of median span after warm-up), a row per stage, a
+    box per micro-batch's forward (light) and backward (dark) labelled with its number;
+    the gaps are the bubble."""
+    import matplotlib.pyplot as plt
+
+    from analysis.pipeline import is_pipelined, timeline, typical_wave
+
+    chosen: dict[str, tuple[dict[str, Any], pd.DataFrame, int]] = {}
+    for manifest, steps, micro in runs:
+        name = manifest.get("run", {}).get("name", "?")
+        if name in chosen or not is_pipelined(manifest) or micro.empty:
+            continue
+        wave = typical_wave(manifest, steps)
+        if wave is not None:
+            chosen[name] = (manifest, timeline(manifest, micro, wave), wave)
+        if len(chosen) == MAX_TIMELINES:
+            break
+    if not chosen:
+        return []
+    figure, axes = plt.subplots(len(chosen), 1, figsize=(8, 1.4 + 0.9 * len(chosen)),
+                                squeeze=False)
+    colours = {False: "#9ecae1", True: "#3182bd"}
+    for ax, (manifest, frame, wave) in zip(axes[:, 0], chosen.values(), strict=True):
+        plan = manifest["pipeline"]
+        stages = len(plan["virtual_workers"][0])
+        for row in frame.itertuples(index=False):
+            ax.broken_barh([(row.start_ms, row.duration_ms)], (row.stage - 0.4, 0.8),
+                           facecolors=colours[bool(row.backward)], edgecolors="k",
+                           linewidth=0.3)
+            ax.text(row.start_ms + row.duration_ms / 2, row.stage, str(row.micro_batch),
+                    ha="center", va="center", size=6,
+                    color="white" if row.backward else "black")
+        ax.set_yticks(range(stages))
+        ax.set_yticklabels([f"stage {s} (rank {r})" for s, r in
+                            enumerate(plan["virtual_workers"][0])], size=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{_label(manifest)}: {plan['schedule']}, {plan['micro_batches']} "
+                     f"micro-batches, wave {wave}, split {plan['bounds'][0]}", size=8)
+    axes[-1, 0].set_xlabel("time from the wave's first micro-batch (ms); light: forward, "
+                           "dark: backward")
+    figure.suptitle(f"Pipeline timeline of virtual worker 0 — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "pipeline_timeline")
 
 
 def _tradeoff_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:

@@ -65,6 +65,15 @@ def instrumented(steps: pd.DataFrame) -> bool:
     return bool(len(steps)) and bool((steps["ready_ns"] > 0).all())
 
 
+def counted_samples(steps: pd.DataFrame) -> pd.Series:
+    """Each row's samples toward throughput: its batch size, except that the stages of a
+    virtual worker past the first carry the same samples (harness.collector.with_placement)
+    and count none."""
+    if "stage" not in steps:
+        return steps["batch_size"]
+    return steps["batch_size"].where(steps["stage"] == 0, 0)
+
+
 def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     """samples/s, mean step time (ms) and idle fraction over the steps after warm-up.
 
@@ -79,8 +88,8 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     if steps.empty:
         return {"steps": 0, "samples_per_s": np.nan, "mean_step_ms": np.nan,
                 "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
-    per_step = steps.groupby("step").agg(begin=("begin_ns", "min"), end=("end_ns", "max"),
-                                         samples=("batch_size", "sum"))
+    per_step = steps.assign(counted=counted_samples(steps)).groupby("step").agg(
+        begin=("begin_ns", "min"), end=("end_ns", "max"), samples=("counted", "sum"))
     wall_s = (per_step["end"].max() - per_step["begin"].min()) / 1e9
     summary = {
         "steps": int(len(per_step)),
@@ -106,10 +115,11 @@ def busy_shares(steps: pd.DataFrame) -> dict[str, float]:
 
 
 def _asynchronous_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
-    used = steps[~steps["dropped"].to_numpy(dtype=bool)]
+    counted = counted_samples(steps)
+    used = counted[~steps["dropped"].to_numpy(dtype=bool)]
     wall_s = (steps["end_ns"].max() - steps["begin_ns"].min()) / 1e9 if len(steps) else 0.0
-    samples = float(used["batch_size"].sum())
-    global_batch = float(steps.groupby("rank")["batch_size"].median().sum()) if len(steps) \
+    samples = float(used.sum())
+    global_batch = float(counted.groupby(steps["rank"]).median().sum()) if len(steps) \
         else np.nan
     summary = {"steps": int(steps["step"].nunique()),
                "samples_per_s": samples / wall_s if wall_s > 0 else np.nan,
@@ -213,7 +223,7 @@ def step_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
     second = ready[:, -2] if world > 1 else ready[:, -1]
     out = pd.DataFrame({
         "step": grid("step")[:, 0],
-        "samples": grid("batch_size").sum(axis=1),
+        "samples": counted_samples(d).to_numpy()[order].reshape(-1, world).sum(axis=1),
         "step_ms": (grid("end_ns").max(axis=1) - grid("begin_ns").min(axis=1)) / 1e6,
         "spread_ms": (ready[:, -1] - ready[:, 0]) / 1e6,
         "imbalance": compute.max(axis=1) / compute.mean(axis=1) - 1.0,

@@ -266,11 +266,33 @@ def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) ->
             markdown_table(view), ""]
 
 
+def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
+                     ) -> list[str]:
+    """Per stage of each pipelined run: measured against predicted time per micro-batch,
+    and the bubble; only when some run pipelined its model."""
+    from analysis.pipeline import pipeline_summary, pipeline_table
+
+    table = pipeline_summary(pipeline_table(runs))
+    if table.empty:
+        return []
+    return ["## Pipelines (virtual workers)", "",
+            "Per stage: its layers, the partitioner's predicted and the measured forward + "
+            "backward time of one micro-batch (median over waves after warm-up; error = "
+            "measured / predicted - 1), and the bubble fraction: the share of the schedule's "
+            "span the stage spent waiting for activations or gradients, or sending them "
+            "(mean over waves; ideal_bubble: GPipe's (S - 1) / (Nm + S - 1) for equal "
+            "stages); each the mean over repeats, layers the split chosen most often.", "",
+            markdown_table(table), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           figures: Sequence[str] = (), target_loss: float = 0.5,
-          evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = ()) -> tuple[str, str]:
+          evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = (),
+          micro: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]] = ()
+          ) -> tuple[str, str]:
     """(report.md text, terminal text) for the runs, given as (manifest, steps), with their
-    held-out evaluations as (manifest, evals)."""
+    held-out evaluations as (manifest, evals) and micro-batch records as (manifest, steps,
+    micro-batches)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
     overview = table[["run_id", "status", "partial", "oversubscribed", "heterogeneity",
@@ -314,6 +336,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     md += convergence
     repartition = repartition_section(runs, target_loss)
     md += repartition
+    pipelines = pipeline_section(micro)
+    md += pipelines
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
@@ -329,6 +353,11 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         terminal += ["", convergence[0].lstrip("# "), convergence[-2]]
     if repartition:
         terminal += ["", *(line for line in repartition if not line.startswith("Per "))]
+    if pipelines:
+        from analysis.pipeline import pipeline_summary, pipeline_table
+
+        terminal += ["", pipelines[0].lstrip("# "),
+                     text(pipeline_summary(pipeline_table(micro)))]
     return "\n".join(md), "\n".join(terminal)
 
 

@@ -26,11 +26,11 @@ SCHEME_METRICS = ("samples_per_s", "idle_fraction", "staleness_mean", "dropped_s
 
 def staleness_bound(run: dict[str, Any]) -> float:
     """How stale an update may be, in the scheme's own unit, for the trade-off figure:
-    0 for the synchronous schemes, s for ssp, H - 1 local steps for local SGD, infinity for
-    ps-async."""
+    0 for the synchronous schemes, s for ssp, D waves for wsp, H - 1 local steps for local
+    SGD, infinity for ps-async."""
     spec = run.get("aggregator") or {}
     name = aggregator_name(run)
-    if name == "ssp":
+    if name in ("ssp", "wsp"):
         return float(spec.get("staleness", 0))
     if name == "local-sgd":
         return float(spec.get("local_steps", 1) - 1)

@@ -119,5 +119,6 @@ def align(frame: Any, start: dict[str, Any], end: dict[str, Any] | None = None) 
         share = (local - start["at_ns"]) / (end["at_ns"] - start["at_ns"])
         offsets = first + share * (last - first)
     for column in INSTANTS:
-        frame[column] = frame[column] - np.rint(offsets).astype(np.int64)
+        if column in frame:  # micro-batch records have begin and end only
+            frame[column] = frame[column] - np.rint(offsets).astype(np.int64)
     return frame

@@ -55,6 +55,13 @@ RECORD_DTYPE = np.dtype(
        ("staleness", "<i8"), ("push_ns", "<i8"), ("wait_ns", "<i8"), ("pull_ns", "<i8"),
        ("asynchronous", "?"), ("dropped", "?")]
 )
+# A pipeline stage's micro-batches (virtual workers, harness/pipeline_worker.py): each
+# forward and backward of one micro-batch of one wave, stretched as the worker's slowdown
+# says (stretch_ns of it is the emulation's).
+MICRO_DTYPE = np.dtype(
+    [("rank", "<i4"), ("wave", "<i8"), ("micro_batch", "<i4"), ("backward", "?"),
+     ("begin_ns", "<i8"), ("end_ns", "<i8"), ("stretch_ns", "<i8")]
+)
 EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous", "dropped")
 # What rows written before aggregators existed hold in these fields: all-reduce steps.
 EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
@@ -64,6 +71,7 @@ RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
 STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
 EVAL_FILE = "eval.parquet"
+MICRO_FILE = "microbatches.parquet"
 PARTS_DIR = "parts"
 CLOCK_PART = "clock.json"
 PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
@@ -85,11 +93,17 @@ def part_path(run_dir: Path, rank: int) -> Path:
     return run_dir / PARTS_DIR / f"rank{rank}.bin"
 
 
+def micro_part_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / PARTS_DIR / f"micro-rank{rank}.bin"
+
+
 class RecordWriter:
     """Buffers record tuples and appends them to the rank's part file every few steps."""
 
-    def __init__(self, path: Path, flush_every: int = 16, flush_interval_s: float = 0.5) -> None:
+    def __init__(self, path: Path, flush_every: int = 16, flush_interval_s: float = 0.5,
+                 dtype: np.dtype = RECORD_DTYPE) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._dtype = dtype
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._pending: list[tuple[Any, ...]] = []
         self._written: list[np.ndarray] = []
@@ -105,7 +119,7 @@ class RecordWriter:
 
     def flush(self) -> None:
         if self._pending:
-            rows = np.array(self._pending, dtype=RECORD_DTYPE)
+            rows = np.array(self._pending, dtype=self._dtype)
             os.write(self._fd, rows.tobytes())
             self._written.append(rows)
             self._pending = []
@@ -114,7 +128,7 @@ class RecordWriter:
     def records(self) -> np.ndarray:
         self.flush()
         if not self._written:
-            return np.empty(0, dtype=RECORD_DTYPE)
+            return np.empty(0, dtype=self._dtype)
         return np.concatenate(self._written)
 
     def close(self) -> None:
@@ -122,11 +136,36 @@ class RecordWriter:
         os.close(self._fd)
 
 
-def read_part(path: Path) -> np.ndarray:
+def read_part(path: Path, dtype: np.dtype = RECORD_DTYPE) -> np.ndarray:
     """Every complete row of a part file; a torn last row (crash mid-write) is dropped."""
     data = path.read_bytes()
-    usable = len(data) - len(data) % RECORD_DTYPE.itemsize
-    return np.frombuffer(data[:usable], dtype=RECORD_DTYPE).copy()
+    usable = len(data) - len(data) % dtype.itemsize
+    return np.frombuffer(data[:usable], dtype=dtype).copy()
+
+
+def read_micro_parts(run_dir: Path) -> list[np.ndarray]:
+    folder = run_dir / PARTS_DIR
+    paths = sorted(folder.glob("micro-rank*.bin")) if folder.is_dir() else []
+    return [read_part(p, MICRO_DTYPE) for p in paths]
+
+
+def write_microbatches(run_dir: Path, arrays: list[np.ndarray],
+                       clock: dict[str, Any] | None = None) -> None:
+    """microbatches.parquet: one row per stage, wave, micro-batch and direction, when the
+    run pipelined its model (nothing otherwise)."""
+    import pandas as pd
+
+    arrays = [a for a in arrays if len(a)]
+    if not arrays:
+        return
+    frame = pd.DataFrame(np.concatenate(arrays))
+    if clock:
+        clocks.align(frame, clock["start"], clock.get("end"))
+    frame = frame.sort_values(["wave", "rank", "begin_ns"], kind="stable")
+    tmp = run_dir / f".{MICRO_FILE}.tmp"
+    with _naming(run_dir / MICRO_FILE):
+        frame.reset_index(drop=True).to_parquet(tmp, index=False)
+    tmp.replace(run_dir / MICRO_FILE)
 
 
 def part_files(run_dir: Path) -> list[Path]:
@@ -242,11 +281,28 @@ def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
     return frame
 
 
+def with_placement(frame: Any, meta: dict[str, Any]) -> Any:
+    """Where the run pipelined its model (virtual workers): columns `virtual_worker` and
+    `stage` of each row's rank (in place, and returned); nothing otherwise. Every stage of a
+    virtual worker records the virtual worker's slice: its samples count once, at stage 0
+    (analysis.metrics.counted_samples)."""
+    pipeline = (meta.get("run") or {}).get("pipeline")
+    if not pipeline or "rank" not in frame:
+        return frame
+    place = {r: (v, s) for v, ranks in enumerate(pipeline["virtual_workers"])
+             for s, r in enumerate(ranks)}
+    frame["virtual_worker"] = frame["rank"].map(lambda r: place[r][0]).astype("int32")
+    frame["stage"] = frame["rank"].map(lambda r: place[r][1]).astype("int32")
+    return frame
+
+
 def write_steps(run_dir: Path, frame: Any) -> None:
-    """steps.parquet, with the identity columns of the run whose manifest is in run_dir."""
+    """steps.parquet, with the identity (and placement) columns of the run whose manifest
+    is in run_dir."""
     meta_path = run_dir / "manifest.json"
     if meta_path.is_file():
-        with_identity(frame, json.loads(meta_path.read_text()))
+        meta = json.loads(meta_path.read_text())
+        with_placement(with_identity(frame, meta), meta)
     tmp = run_dir / f".{STEPS_FILE}.tmp"
     with _naming(run_dir / STEPS_FILE):
         frame.to_parquet(tmp, index=False)
@@ -307,10 +363,13 @@ def trace_slices(rows: Any, arrival: Any, origin: int) -> Iterator[dict[str, Any
 
 
 def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
-             clock: dict[str, Any] | None = None) -> int:
-    """Write steps.parquet and trace.json from the records; returns the number of rows."""
+             clock: dict[str, Any] | None = None,
+             micro: list[np.ndarray] | None = None) -> int:
+    """Write steps.parquet and trace.json from the records, and microbatches.parquet from
+    `micro` (None: the micro-batch parts on disk, if any); returns the number of rows."""
     frame = records_frame(arrays, clock)
     write_steps(run_dir, frame)
+    write_microbatches(run_dir, read_micro_parts(run_dir) if micro is None else micro, clock)
     write_trace(run_dir, frame, worker_labels)
     write_eval(run_dir)
     return len(frame)

@@ -42,7 +42,8 @@ from harness.errors import UsageError
 from harness.loader import KINDS, LoaderSpec
 from harness.manifest import NAME_PATTERN
 from harness.optim import DECAYS, OPTIMIZERS, OptimizerSpec
-from harness.partition import ADAPTIVE, POLICIES
+from harness.partition import ADAPTIVE, POLICIES, equal_sizes, largest_remainder
+from harness.virtual import ALLOCATIONS, PROFILED, SCHEDULES, PipelineSpec, allocate
 from workloads import DATASETS, WORKLOADS, get_workload
 from workloads.models import DEFAULT_SIZE, SIZES
 
@@ -162,6 +163,8 @@ class RunSpec:
     # torchrun mode, across hosts: the network interface every listener binds (gloo,
     # TensorPipe, NCCL, ps-lite); None: each library's own choice. A local run binds lo.
     interface: str | None = None
+    # virtual workers pipelining the model (HetPipe); None: every worker holds all of it
+    pipeline: PipelineSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -214,6 +217,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "loader": None,
     "on_worker_failure": "fail",
     "interface": None,
+    "virtual_workers": None,
+    "pipeline": None,
 }
 ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
@@ -229,6 +234,8 @@ OPTIMIZER_KEYS = {"name": OPTIMIZERS, "weight_decay": OPTIMIZERS, "warmup_steps"
                   "nesterov": ("momentum",), "beta1": ("adamw",), "beta2": ("adamw",),
                   "eps": ("adamw",)}
 TARGET_KEYS = {"metric", "value"}
+PIPELINE_KEYS = {"schedule", "micro_batches", "wave_bound", "split", "profile_steps"}
+MAX_MICRO_BATCHES = 4096
 LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment"}
 MAX_LOADER_WORKERS = 32
 MAX_PREFETCH = 256
@@ -416,9 +423,9 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
             at("global_batch"),
             f"{global_batch} is smaller than the number of workers ({len(workers)})",
         )
-    partition = _partition(
-        values.get("partition", {}), len(workers), global_batch, at("partition")
-    )
+    # the global batch is sliced over virtual workers where they pipeline the model
+    units = _units(values["virtual_workers"], len(workers))
+    partition = _partition(values.get("partition", {}), units, global_batch, at("partition"))
     if partition.adaptive and values["instrument"] is False:
         raise UsageError(at("instrument"), f"policy {partition.policy!r} measures compute "
                          "times: instrument must be true")
@@ -456,6 +463,15 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
                          "every eval_every steps)")
     loader = _loader(values["loader"], spec.loss == "classify", at("loader"))
+    pipeline = _pipeline(values, workers, global_batch, partition, aggregator.name, at)
+    if pipeline is not None:
+        _check_pipeline(pipeline, workload, size, values, at)
+        if pipeline.wave_bound:
+            aggregator = AggregatorSpec("wsp", staleness=pipeline.wave_bound,
+                                        servers=pipeline.stages(0))
+    elif aggregator.name == "wsp":
+        raise UsageError(at("aggregator"), "'wsp' is what virtual_workers with "
+                         "pipeline.wave_bound > 0 run; it takes no aggregator key")
     from workloads.data import sample_count  # numpy, no framework
 
     if global_batch > (samples := sample_count(dataset, workload)):
@@ -488,7 +504,143 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         on_worker_failure=on_failure,
         interface=None if values["interface"] is None else _interface(values["interface"],
                                                                        at("interface")),
+        pipeline=pipeline,
     )
+
+
+def _units(raw_groups: Any, workers: int) -> int:
+    """How many parts the global batch is cut into: one per virtual worker (as far as the
+    not yet checked key tells), else one per worker."""
+    if isinstance(raw_groups, list) and raw_groups:
+        return len(raw_groups)
+    if isinstance(raw_groups, dict) and isinstance(raw_groups.get("size"), int) \
+            and raw_groups["size"] > 0 and not isinstance(raw_groups["size"], bool):
+        return max(workers // raw_groups["size"], 1)
+    return workers
+
+
+def _pipeline(values: dict[str, Any], workers: Sequence[WorkerSpec], global_batch: int,
+              partition: PartitionSpec, aggregator: str, at: Any) -> PipelineSpec | None:
+    """`virtual_workers = [[0, 1], [2, 3]]` with `pipeline = { schedule = "1f1b",
+    micro_batches = 4, wave_bound = 0, split = "profiled" | [layers per stage] }`."""
+    raw_groups, raw = values["virtual_workers"], values["pipeline"]
+    if raw_groups is None:
+        if raw is not None:
+            raise UsageError(at("pipeline"), "needs virtual_workers (the ranks of each "
+                             "virtual worker, in stage order)")
+        return None
+    where = at("virtual_workers")
+    n = len(workers)
+    allocation = "given"
+    if isinstance(raw_groups, dict):
+        groups, allocation = _allocation(raw_groups, workers, where)
+    else:
+        if (not isinstance(raw_groups, list) or not raw_groups
+                or not all(isinstance(g, list) and g for g in raw_groups)):
+            raise UsageError(where, "must be a list of non-empty lists of worker ranks, e.g. "
+                             "[[0, 1], [2, 3]], or { allocation = ..., size = ... }")
+        groups = tuple(tuple(_int(r, where, 0, n - 1) for r in g) for g in raw_groups)
+    seen = sorted(r for g in groups for r in g)
+    if seen != list(range(n)):
+        raise UsageError(where, f"must name every worker rank 0 to {n - 1} exactly once, "
+                         f"not {[list(g) for g in groups]}")
+    raw = _table({} if raw is None else raw, at("pipeline"))
+    where = at("pipeline")
+    _check_keys(raw, PIPELINE_KEYS, where)
+    schedule = _choice(raw.get("schedule", "gpipe"), SCHEDULES, f"{where}.schedule")
+    micro = _int(raw.get("micro_batches", 4), f"{where}.micro_batches", minimum=1,
+                 maximum=MAX_MICRO_BATCHES)
+    wave_bound = _int(raw.get("wave_bound", 0), f"{where}.wave_bound", minimum=0,
+                      maximum=MAX_STEPS)
+    if wave_bound > 0 and len({len(g) for g in groups}) > 1:
+        raise UsageError(f"{where}.wave_bound", f"{wave_bound} needs virtual workers of "
+                         "equal size (one parameter server per stage); 0 runs with any")
+    raw_split = raw.get("split", PROFILED)
+    split: str | tuple[int, ...]
+    if isinstance(raw_split, str):
+        split = _choice(raw_split, (PROFILED,), f"{where}.split")
+    else:
+        stages = {len(g) for g in groups}
+        if len(stages) != 1:
+            raise UsageError(f"{where}.split", "a list of layer counts needs virtual workers "
+                             "of equal size; use 'profiled'")
+        split = _int_list_of(raw_split, f"{where}.split", stages.pop(), "one per stage")
+    if partition.adaptive:
+        raise UsageError(at("partition.policy"), f"{partition.policy!r} does not run with "
+                         "virtual workers (allowed: equal, sizes, weights)")
+    if partition.policy == "profiled":
+        raise UsageError(at("partition.policy"), "'profiled' does not run with virtual "
+                         "workers (allowed: equal, sizes, weights)")
+    if aggregator != "torch":
+        raise UsageError(at("aggregator"), f"{aggregator!r}: virtual workers exchange as "
+                         "pipeline.wave_bound says (0: all-reduce; D > 0: a parameter server "
+                         "per stage, scheme 'wsp'); leave aggregator unset")
+    for index, samples in enumerate(vw_slices(partition, global_batch, len(groups))):
+        if samples % micro:
+            raise UsageError(f"{where}.micro_batches", f"{micro} does not divide virtual worker "
+                             f"{index}'s slice of {samples} samples (micro-batches are equal)")
+    return PipelineSpec(groups, schedule, micro, wave_bound, split,
+                        _int(raw.get("profile_steps", 3), f"{where}.profile_steps",
+                             minimum=1, maximum=1000), allocation)
+
+
+def _allocation(raw: dict[str, Any], workers: Sequence[WorkerSpec], where: str
+                ) -> tuple[tuple[tuple[int, ...], ...], str]:
+    """`{ allocation = "same-kind" | "spread" | "hybrid", size = k }`: virtual workers of k
+    devices each, grouped by HetPipe's policy (harness/virtual.py)."""
+    _check_keys(raw, {"allocation", "size"}, where)
+    policy = _choice(raw.get("allocation", "spread"), ALLOCATIONS, f"{where}.allocation")
+    if "size" not in raw:
+        raise UsageError(f"{where}.size", "required: the devices (stages) of each virtual "
+                         "worker")
+    n = len(workers)
+    size = _int(raw["size"], f"{where}.size", minimum=1, maximum=n)
+    if n % size:
+        raise UsageError(f"{where}.size", f"{size} does not divide the {n} workers")
+    if policy == "hybrid" and size % 2:
+        raise UsageError(f"{where}.size", f"{size}: 'hybrid' takes half of each virtual "
+                         "worker from a fast kind and half from a slow one: an even size")
+    return allocate(workers, policy, size), policy
+
+
+def vw_slices(partition: PartitionSpec, global_batch: int, units: int) -> tuple[int, ...]:
+    """The global batch's slice of each virtual worker (a static policy)."""
+    if partition.policy == "sizes":
+        return tuple(partition.sizes or ())
+    if partition.policy == "weights":
+        return largest_remainder(global_batch, partition.weights or ())
+    return equal_sizes(global_batch, units)
+
+
+def _check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
+                    values: dict[str, Any], at: Any) -> None:
+    """What the workload and the rest of the run allow of a pipeline."""
+    spec = get_workload(workload)
+    piped = sorted(name for name in WORKLOADS if get_workload(name).layers is not None)
+    if spec.layers is None:
+        raise UsageError(at("workload"), f"{workload!r} has no layer sequence to pipeline "
+                         f"(allowed with virtual_workers: {', '.join(piped)})")
+    if values["framework"] != "pytorch" or any(
+            isinstance(w, dict) and w.get("framework", "pytorch") != "pytorch"
+            for w in values.get("workers") or []):
+        raise UsageError(at("framework"), "virtual workers run PyTorch stages "
+                         "(torch.distributed.pipelining) only: 'pytorch'")
+    layers = spec.layers(size)
+    longest = max(len(g) for g in pipeline.virtual_workers)
+    if longest > layers:
+        raise UsageError(at("virtual_workers"), f"{longest} stages exceed the {layers} layers "
+                         f"of {workload!r} at size {size!r}")
+    if isinstance(pipeline.split, tuple) and sum(pipeline.split) != layers:
+        raise UsageError(at("pipeline") + ".split", f"{list(pipeline.split)} covers "
+                         f"{sum(pipeline.split)} layers; {workload!r} at size {size!r} has "
+                         f"{layers}")
+    for key in ("loader", "calibrate"):
+        if values[key]:
+            raise UsageError(at(key), "does not run with virtual workers (their stages "
+                             "read the batch themselves)")
+    if values["instrument"] is False:
+        raise UsageError(at("instrument"), "virtual workers always time their micro-"
+                         "batches: true only")
 
 
 INTERFACE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,15}")  # Linux: IFNAMSIZ, 16 with the NUL
@@ -527,7 +679,17 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "optimizer": OptimizerSpec(**data.get("optimizer", {})),
         "target": TargetSpec(**target) if target else None,
         "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,
+        "pipeline": _pipeline_from_dict(data.get("pipeline")),
     })
+
+
+def _pipeline_from_dict(data: dict[str, Any] | None) -> PipelineSpec | None:
+    if not data:
+        return None
+    split = data["split"]
+    return PipelineSpec(**{**data, "virtual_workers": tuple(tuple(g) for g in
+                                                            data["virtual_workers"]),
+                           "split": split if isinstance(split, str) else tuple(split)})
 
 
 def _workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
@@ -883,6 +1045,13 @@ def _short(value: float) -> str:
     """A number as written, cut short when it has hundreds of digits (TOML integers may)."""
     text = str(value)
     return text if len(text) <= 30 else f"{text[:12]}...({len(text)} digits)"
+
+
+def _int_list_of(value: Any, where: str, length: int, what: str) -> tuple[int, ...]:
+    """A list of `length` positive integers."""
+    if not isinstance(value, list) or len(value) != length:
+        raise UsageError(where, f"must be a list of {length} integers, {what}")
+    return tuple(_int(v, where, 1, MAX_STEPS) for v in value)
 
 
 def _int_list(value: Any, where: str, length: int, minimum: int, maximum: int

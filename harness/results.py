@@ -9,6 +9,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +26,8 @@ class RunData:
     manifest: dict[str, Any]
     steps: pd.DataFrame
     evals: pd.DataFrame  # held-out evaluations (eval.parquet); empty without eval_every
+    # a pipelined run's micro-batches (microbatches.parquet); empty for other runs
+    micro: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
 
     @property
     def status(self) -> str:
@@ -59,7 +62,20 @@ def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
     problem = step_problem(steps, instrumented=meta["run"].get("instrument", True))
     if problem:
         raise UsageError(str(file_of_rank(problem.rank)), problem.message)
-    return RunData(run_dir, meta, steps, read_evals(run_dir))
+    return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+
+
+def read_micro(run_dir: Path) -> pd.DataFrame:
+    """A pipelined run's micro-batch records: microbatches.parquet, or the flushed parts
+    of a run that never finalised; empty for a run that pipelined nothing."""
+    path = run_dir / collector.MICRO_FILE
+    try:
+        if path.is_file():
+            return pd.read_parquet(path)
+        parts = [p for p in collector.read_micro_parts(run_dir) if len(p)]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(path), f"unreadable: {_one_line(exc)}") from None
+    return pd.DataFrame(np.concatenate(parts)) if parts else pd.DataFrame()
 
 
 def load_steps(*paths: str | os.PathLike[str]) -> pd.DataFrame:

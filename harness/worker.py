@@ -452,6 +452,11 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
 
 def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
     """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
+    if run.pipeline is not None:  # a stage of a virtual worker: its own loop
+        from harness.pipeline_worker import train_stage
+
+        train_stage(run, run_dir, rank, backend)
+        return
     aggregators.prepare(run, rank)
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     prefetcher = None
@@ -478,7 +483,6 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
 
 def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any,
            trainer: Trainer, data: Any) -> None:
-    import numpy as np
     import torch
 
     from harness import comm
@@ -551,25 +555,43 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
                                  {"aggregator": trainer.aggregator.describe(),
                                   "partition_history": trainer.partition_history})
         return
-    clock_end = clocks.measure().to_dict()
+    finish(run, run_dir, device, info, clock_start, writer.records(), adapter.parameters(),
+           backend, {"partition_history": trainer.partition_history, "standalone": standalone,
+                     "aggregator": trainer.aggregator.describe()})
 
-    # what each worker was and recorded, to rank 0: JSON and the records' fixed dtype
+
+def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
+           clock_start: dict[str, Any], records: Any, parameters: dict[str, Any] | None,
+           backend: str, closing: dict[str, Any], micro: Any = None) -> None:
+    """After training, every rank: what each worker was and recorded goes to rank 0 (JSON
+    and the records' fixed dtype), which writes steps.parquet, the trace, params.npz (its
+    `parameters`, the whole model's) and the completed manifest with `closing` in it.
+    `micro`: a pipeline stage's micro-batch records, gathered the same way."""
+    import numpy as np
+
+    from harness import comm
+
+    clock_end = clocks.measure().to_dict()
     gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
-    gathered_records = comm.gather_bytes(writer.records().tobytes(), device)
+    gathered_records = comm.gather_bytes(records.tobytes(), device)
+    gathered_micro = (None if micro is None
+                      else comm.gather_bytes(micro.tobytes(), device))
     if gathered_infos is None or gathered_records is None:
         return
     infos = [json.loads(g) for g in gathered_infos]
     same_clock = len({i["clock_domain"] for i in infos}) == 1
-    records = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
+    arrays = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
     clock = {"start": clock_start, "end": clock_end}
-    rows = collector.finalize(run_dir, records, [i["label"] for i in infos],
-                              None if same_clock else clock)
-    np.savez(run_dir / "params.npz", **adapter.parameters())
+    micro_arrays = (None if gathered_micro is None else
+                    [np.frombuffer(g, dtype=collector.MICRO_DTYPE) for g in gathered_micro])
+    rows = collector.finalize(run_dir, arrays, [i["label"] for i in infos],
+                              None if same_clock else clock, micro_arrays)
+    if parameters is not None:
+        np.savez(run_dir / "params.npz", **parameters)
     manifest.update(
-        run_dir, status="completed", end=manifest.now_iso(), workers=infos,
-        partition_history=trainer.partition_history, standalone=standalone, rows=rows,
+        run_dir, status="completed", end=manifest.now_iso(), workers=infos, rows=rows,
         clock={"same_clock": same_clock, "applied": not same_clock, **clock},
-        backend=backend, aggregator=trainer.aggregator.describe(),
+        backend=backend, **closing,
     )
     collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
 

@@ -91,9 +91,10 @@ def test_registry_names_every_scheme_of_the_issue_and_loads_lazily() -> None:
                  "backup", "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective"):
         assert name in AGGREGATORS
     assert {n for n, k in AGGREGATORS.items() if not k.lockstep} == {"ps-async", "ssp",
-                                                                     "backup", "mxnet-async"}
+                                                                     "backup", "mxnet-async",
+                                                                     "wsp"}
     assert {n for n, k in AGGREGATORS.items() if k.servers} == {"ps-sync", "ps-async", "ssp",
-                                                                "backup"}
+                                                                "backup", "wsp"}
     with pytest.raises(ValueError, match="unknown aggregator 'x'"):
         kind("x")
 

@@ -90,6 +90,9 @@ class Workload:
     # change the mathematics. prepare_heldout: the same, once, for the held-out split.
     prepare: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
     prepare_heldout: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
+    # size -> how many layers its PyTorch builder's `layers(model)` cuts the model into
+    # (pipeline stages hold consecutive layers); None: the workload cannot be pipelined
+    layers: Callable[[str], int] | None = None
 
     @property
     def default_dataset(self) -> str:

@@ -133,6 +133,11 @@ AGGREGATORS: dict[str, Kind] = {
     "ssp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness", "staleness_lr"),
                 lockstep=False, services=_PS_START,
                 summary="stale-synchronous: asynchronous within a staleness bound"),
+    "wsp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness"),
+                lockstep=False, services=_PS_START,
+                summary="wave-synchronous: virtual workers (pipelines) push each wave to "
+                "one server per stage, at most `staleness` waves apart (set by "
+                "pipeline.wave_bound)"),
     "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "backup"),
                    lockstep=False, services=_PS_START,
                    summary="synchronous over the first n - b gradients of each step"),

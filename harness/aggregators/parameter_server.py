@@ -23,6 +23,8 @@ Schemes (the server's `version` counts the updates it applied):
 - ssp: the same, but a worker that pushed its clock c (its c-th push, from 0) is answered
   only when every worker has pushed clock c - s: s = 0 is BSP (with plain SGD the same
   parameters), a larger s lets fast workers run up to s steps ahead.
+- wsp: ssp among virtual workers (harness/waves.py): one server per pipeline stage, a
+  push per stage and wave, s the wave bound D.
 The staleness of an update is the server's version when it is applied minus the version
 its gradient was computed on; under ps-async and ssp versions count single pushes, so even
 a lockstep round of n workers has staleness 0 to n - 1. `staleness_lr = "dynsgd"` scales
@@ -121,7 +123,7 @@ def start_servers(run: Any, free_port: Callable[[], int], logs: Path, run_dir: P
     return services
 
 
-def _rpc_options(timeout_s: float) -> rpc.TensorPipeRpcBackendOptions:
+def rpc_options(timeout_s: float) -> rpc.TensorPipeRpcBackendOptions:
     # TCP (libuv) only: TensorPipe's shared-memory transport polls in a busy loop, and a
     # spinning thread per process takes the cores the workers compute on. Loopback only
     # (issue 18): the rendezvous store (on worker 0) listens on 127.0.0.1 alone
@@ -154,11 +156,13 @@ class ShardServer:
         from harness.optim import Optimizer
 
         spec = run.aggregator
-        self.workers, self.global_batch, self.steps = run.world_size, run.global_batch, \
-            run.steps
+        # under wsp the pushers are virtual workers (each stage's server hears one stage
+        # of each), and `rank` in a push is the virtual worker's index
+        pushers = len(run.pipeline.virtual_workers) if run.pipeline else run.world_size
+        self.workers, self.global_batch, self.steps = pushers, run.global_batch, run.steps
         self.synchronous = spec.name in ("ps-sync", "backup")
         self.needed = self.workers - (spec.backup if spec.name == "backup" else 0)
-        self.bound = spec.staleness if spec.name == "ssp" else None
+        self.bound = spec.staleness if spec.name in ("ssp", "wsp") else None
         self.dynsgd = spec.staleness_lr == "dynsgd"
         self.params = values.to(torch.float32).clone()
         self.count = len(self.params)
@@ -266,6 +270,14 @@ def init_shard(values: torch.Tensor, has_loss: bool) -> int:
     return len(values)
 
 
+def pull() -> tuple[torch.Tensor, int]:
+    """The shard's parameters now and the global steps applied (an evaluation between
+    pushes: wsp's worker 0 reads the whole model from its servers)."""
+    assert _server is not None, "pull before init_shard"
+    with _server.lock:
+        return _server.params.clone(), _server._progress()
+
+
 @rpc.functions.async_execution
 def push(version: int, clock: int, rank: int, grads: torch.Tensor, samples: int
          ) -> torch.futures.Future[Any]:
@@ -286,7 +298,7 @@ def serve(run_dir: Path, index: int) -> int:
         {"server": f"ps{index}", "pid": os.getpid(), "host": socket.gethostname()}))
     torch.set_num_threads(1)
     rpc.init_rpc(f"ps{index}", rank=n + index, world_size=n + _run.aggregator.servers,
-                 rpc_backend_options=_rpc_options(_run.timeout_s))
+                 rpc_backend_options=rpc_options(_run.timeout_s))
     # The workers' shutdown is the end of the run; the launcher stops a server whose
     # workers never come (it watches the workers and stops every service after them).
     rpc.shutdown(graceful=True)
@@ -326,7 +338,7 @@ class ParameterServerClient:
         self.servers = [f"ps{k}" for k in range(spec.servers)]
         rpc.init_rpc(f"worker{self.rank}", rank=self.rank,
                      world_size=run.world_size + spec.servers,
-                     rpc_backend_options=_rpc_options(run.timeout_s))
+                     rpc_backend_options=rpc_options(run.timeout_s))
         if self.rank == 0:
             n = len(context.initial)
             for k, (lo, hi) in enumerate(self.ranges):

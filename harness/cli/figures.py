@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     for name, runs in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
         for path in write_all([(r.manifest, r.steps) for r in runs], out,
-                              [(r.manifest, r.evals) for r in runs]):
+                              [(r.manifest, r.evals) for r in runs],
+                              [(r.manifest, r.steps, r.micro) for r in runs]):
             print(path)
     return 0

@@ -44,12 +44,13 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None
 
     runs = [(r.manifest, r.steps) for r in loaded]
     evals = [(r.manifest, r.evals) for r in loaded]
+    micro = [(r.manifest, r.steps, r.micro) for r in loaded]
     figures: list[str] = []
     if not args.no_figures:
         from analysis.figures import write_all
 
-        figures = [p.name for p in write_all(runs, out, evals) if p.suffix == ".png"]
-    markdown, terminal = report.build(runs, figures, args.target_loss, evals)
+        figures = [p.name for p in write_all(runs, out, evals, micro) if p.suffix == ".png"]
+    markdown, terminal = report.build(runs, figures, args.target_loss, evals, micro)
     (out / "report.md").write_text(markdown)
     print(terminal)
     print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))

@@ -194,5 +194,6 @@ def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
     return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out,
-                                 [(d.manifest, d.evals) for d in loaded])
+                                 [(d.manifest, d.evals) for d in loaded],
+                                 [(d.manifest, d.steps, d.micro) for d in loaded])
             if p.suffix == ".png"]

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models import ModelSpec
+from workloads.torch_layers import Layer, flatten, relu_pool
 
 
 class CNN(nn.Module):
@@ -25,3 +26,9 @@ class CNN(nn.Module):
 
 def build(spec: ModelSpec) -> nn.Module:
     return CNN(spec)
+
+
+def layers(model: CNN) -> list[nn.Module]:
+    """conv1, conv2 (each with its ReLU and pooling), fc."""
+    return [Layer(model.conv1, after=relu_pool), Layer(model.conv2, after=relu_pool),
+            Layer(model.fc, flatten)]

@@ -19,4 +19,5 @@ def spec(size: str, sample_shape: tuple[int, ...], num_classes: int) -> ModelSpe
 
 
 WORKLOAD = Workload("mlp", ("digits", "synthetic", "scenes"), "classify", spec,
-                    "three dense layers on flattened images")
+                    "three dense layers on flattened images",
+                    layers=lambda size: 3)

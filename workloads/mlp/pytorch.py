@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models import ModelSpec
+from workloads.torch_layers import Layer, flatten
 
 
 class MLP(nn.Module):
@@ -22,3 +23,8 @@ class MLP(nn.Module):
 
 def build(spec: ModelSpec) -> nn.Module:
     return MLP(spec)
+
+
+def layers(model: MLP) -> list[nn.Module]:
+    """fc1, fc2, fc3 (harness/pipeline_worker.py cuts between them)."""
+    return [Layer(model.fc1, flatten, F.relu), Layer(model.fc2, after=F.relu), Layer(model.fc3)]

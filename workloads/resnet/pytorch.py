@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models import ModelSpec
+from workloads.torch_layers import Layer, global_average
 
 
 class Block(nn.Module):
@@ -42,3 +43,10 @@ class ResNet(nn.Module):
 
 def build(spec: ModelSpec) -> nn.Module:
     return ResNet(spec)
+
+
+def layers(model: ResNet) -> list[nn.Module]:
+    """The stem, each block, then global pooling and fc."""
+    return [Layer(model.stem, after=F.relu),
+            *(getattr(model, name) for name in model.block_names),
+            Layer(model.fc, global_average)]

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models import ModelSpec
+from workloads.torch_layers import Layer, flatten, relu_pool
 from workloads.vgg import POOL
 
 
@@ -41,3 +42,18 @@ class VGG(nn.Module):
 
 def build(spec: ModelSpec) -> nn.Module:
     return VGG(spec)
+
+
+def layers(model: VGG) -> list[nn.Module]:
+    """Each convolution with its ReLU (and the pooling after it), then each fully connected
+    layer (the first flattens its input)."""
+    out: list[nn.Module] = []
+    for name, following in zip(model.layers, [*model.layers[1:], None], strict=True):
+        if name != "pool":
+            out.append(Layer(getattr(model, name),
+                             after=relu_pool if following == "pool" else F.relu))
+    last = len(model.fc_names) - 1
+    for i, name in enumerate(model.fc_names):
+        out.append(Layer(getattr(model, name), flatten if i == 0 else None,
+                         F.relu if i < last else None))
+    return out

@@ -1,0 +1,86 @@
+"""Virtual workers (HetPipe, issue 14): what a suite says and where each rank stands.
+
+A virtual worker is a group of ranks that pipelines the model: its i-th rank runs stage i
+(consecutive layers). Virtual workers are data parallel with each other: each takes a slice
+of the global batch as the workers of a plain run do, in waves of `micro_batches` micro-
+batches. No framework is imported here (config reads it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SCHEDULES = ("gpipe", "1f1b")
+PROFILED = "profiled"
+# How devices are grouped into virtual workers (HetPipe's policies, on a device list sorted
+# fastest first): same-kind (NP: a node's devices, one kind per node), spread (ED: each
+# virtual worker an equal share of every kind), hybrid (HD: half from a fast kind, half
+# from a slow one, the fastest paired with the slowest). "given": ranks listed by hand.
+ALLOCATIONS = ("same-kind", "spread", "hybrid")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    virtual_workers: tuple[tuple[int, ...], ...]
+    schedule: str = "gpipe"
+    micro_batches: int = 4
+    wave_bound: int = 0  # D: waves a virtual worker may run ahead of the slowest
+    split: str | tuple[int, ...] = PROFILED  # or layers per stage, the same for every one
+    profile_steps: int = 3  # timed passes per layer when the split is profiled
+    allocation: str = "given"  # or one of ALLOCATIONS, which made virtual_workers
+
+    def place(self, rank: int) -> tuple[int, int]:
+        """(virtual worker, stage) of `rank`."""
+        for index, ranks in enumerate(self.virtual_workers):
+            if rank in ranks:
+                return index, ranks.index(rank)
+        raise ValueError(f"rank {rank} is in no virtual worker")
+
+    def stages(self, virtual_worker: int) -> int:
+        return len(self.virtual_workers[virtual_worker])
+
+
+def bounds_of(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """Layer counts per stage -> stage bounds (0, c0, c0 + c1, ...)."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return tuple(out)
+
+
+def kind_of(worker: Any) -> tuple[Any, ...]:
+    """What makes two workers (config.WorkerSpec) the same kind of device."""
+    return (worker.device, worker.threads, worker.slowdown, worker.slowdown_at, worker.jitter,
+            len(worker.cores or ()))
+
+
+def fastest_first(workers: Sequence[Any]) -> list[int]:
+    """Ranks from the nominally fastest device: GPUs first, then more threads over a larger
+    emulated slowdown; kinds stay together; ties by rank."""
+    def key(rank: int) -> tuple[Any, ...]:
+        w = workers[rank]
+        return (not w.is_cuda, -w.threads / w.slowdown_for(0), str(kind_of(w)), rank)
+
+    return sorted(range(len(workers)), key=key)
+
+
+def allocate(workers: Sequence[Any], policy: str, size: int) -> tuple[tuple[int, ...], ...]:
+    """Virtual workers of `size` devices each (len(workers) divisible by size; hybrid:
+    size even), each listed fastest first."""
+    order = fastest_first(workers)
+    count = len(order) // size
+    if policy == "same-kind":
+        groups = [order[i * size:(i + 1) * size] for i in range(count)]
+    elif policy == "spread":
+        groups = [order[i::count] for i in range(count)]
+    elif policy == "hybrid":
+        half = size // 2
+        groups = [order[i * half:(i + 1) * half]
+                  + order[len(order) - (i + 1) * half:len(order) - i * half][::-1]
+                  for i in range(count)]
+    else:
+        raise ValueError(f"unknown allocation {policy!r}")
+    rank_order = {r: i for i, r in enumerate(order)}
+    return tuple(tuple(sorted(g, key=rank_order.__getitem__)) for g in groups)
