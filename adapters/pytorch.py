@@ -8,6 +8,7 @@ SGD update is one fused add over all parameters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,26 @@ def hits(spec: ModelSpec, logits: torch.Tensor, y: torch.Tensor) -> tuple[float,
         return float(correct.sum()), float(y.numel())
     counted = y != IGNORE
     return float((correct & counted).sum()), float(counted.sum())
+
+
+TailCompute = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class RemoteTail(torch.autograd.Function):
+    """The loss of a tail computed elsewhere, forward and backward at once: the backward
+    hands on the gradient that came back with the loss."""
+
+    @staticmethod
+    def forward(ctx: Any, features: torch.Tensor, targets: torch.Tensor,
+                compute: TailCompute) -> torch.Tensor:
+        loss, grad = compute(features.detach(), targets)
+        ctx.save_for_backward(grad)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, upstream: torch.Tensor) -> tuple[Any, None, None]:
+        (grad,) = ctx.saved_tensors
+        return grad * upstream, None, None
 
 
 class TorchAdapter:
@@ -63,6 +84,10 @@ class TorchAdapter:
             param.grad = self.flat_grads[offset : offset + p.size].view(p.shape)
             offset += p.size
         self._host_buffer: torch.Tensor | None = None
+        # fc-on-server (harness/aggregators/placement.py): the layers before the tail, and
+        # what computes the tail elsewhere
+        self._head: torch.nn.Module | None = None
+        self._tail: TailCompute | None = None
 
     @staticmethod
     def versions() -> dict[str, str]:
@@ -94,7 +119,18 @@ class TorchAdapter:
 
     def forward(self, batch: Any) -> Any:
         x, y = batch
+        if self._tail is not None:
+            assert self._head is not None
+            return RemoteTail.apply(self._head(x), y, self._tail)
         return loss_sum(self.spec, self.model(x), y)
+
+    def place_tail(self, first_layer: int, compute: TailCompute) -> None:
+        """Layers from `first_layer` on (workloads' `layers`) are computed elsewhere: the
+        forward phase runs the ones before and hands their output and the labels to
+        `compute`, which returns the loss sum and the output's gradient."""
+        layers = builder(self.spec.workload, "pytorch").layers(self.model)
+        self._head = torch.nn.Sequential(*layers[:first_layer])
+        self._tail = compute
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
         with torch.no_grad():

@@ -285,6 +285,24 @@ def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataF
             markdown_table(table), ""]
 
 
+def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+    """Bytes on the wire per step under each layer placement on the parameter servers;
+    only when some run placed layers."""
+    from analysis.traffic import traffic_summary, traffic_table
+
+    table = traffic_summary(traffic_table(runs))
+    if table.empty:
+        return []
+    return ["## Layer placement on the parameter servers", "",
+            "MB of tensors on the wire per step (sent + received), per worker (mean, and "
+            "the busiest) and per server (mean, and the busiest: the one every step waits "
+            "for), with the mean step time and samples/s after warm-up; means over repeats. "
+            "data-parallel: tensors dealt round-robin over the servers; sharded: contiguous "
+            "shards balanced by bytes; fc-on-server: the fully connected layers computed on "
+            "the last server, their activations and gradients on the wire instead of their "
+            "weights.", "", markdown_table(table), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           figures: Sequence[str] = (), target_loss: float = 0.5,
           evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = (),
@@ -338,6 +356,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     md += repartition
     pipelines = pipeline_section(micro)
     md += pipelines
+    placements = placement_section(runs)
+    md += placements
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
@@ -353,6 +373,10 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         terminal += ["", convergence[0].lstrip("# "), convergence[-2]]
     if repartition:
         terminal += ["", *(line for line in repartition if not line.startswith("Per "))]
+    if placements:
+        from analysis.traffic import traffic_summary, traffic_table
+
+        terminal += ["", placements[0].lstrip("# "), text(traffic_summary(traffic_table(runs)))]
     if pipelines:
         from analysis.pipeline import pipeline_summary, pipeline_table
 

@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from adapters import FRAMEWORKS
-from harness.aggregators import AGGREGATORS, SPEC_KEYS, STALENESS_LR, AggregatorSpec
+from harness.aggregators import (
+    AGGREGATORS,
+    PLACEMENTS,
+    SPEC_KEYS,
+    STALENESS_LR,
+    AggregatorSpec,
+)
 from harness.aggregators import kind as aggregator_kind
 from harness.aggregators import problem as aggregator_problem
 from harness.builtin import builtin_suites, builtin_text
@@ -165,6 +171,8 @@ class RunSpec:
     interface: str | None = None
     # virtual workers pipelining the model (HetPipe); None: every worker holds all of it
     pipeline: PipelineSpec | None = None
+    # where a parameter-server aggregator puts the layers (PLACEMENTS); None: "sharded"
+    placement: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -219,6 +227,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "interface": None,
     "virtual_workers": None,
     "pipeline": None,
+    "placement": None,
 }
 ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
@@ -472,6 +481,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     elif aggregator.name == "wsp":
         raise UsageError(at("aggregator"), "'wsp' is what virtual_workers with "
                          "pipeline.wave_bound > 0 run; it takes no aggregator key")
+    placement = _placement(values, aggregator, workload, size, workers, at)
     from workloads.data import sample_count  # numpy, no framework
 
     if global_batch > (samples := sample_count(dataset, workload)):
@@ -505,7 +515,36 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         interface=None if values["interface"] is None else _interface(values["interface"],
                                                                        at("interface")),
         pipeline=pipeline,
+        placement=placement,
     )
+
+
+def _placement(values: dict[str, Any], aggregator: AggregatorSpec, workload: str, size: str,
+               workers: Sequence[WorkerSpec], at: Any) -> str | None:
+    """`placement = "data-parallel" | "sharded" | "fc-on-server"`: how a parameter-server
+    aggregator places the layers (harness/aggregators/parameter_server.py)."""
+    raw = values["placement"]
+    if raw is None:
+        return None
+    where = at("placement")
+    placement = _choice(raw, PLACEMENTS, where)
+    kind = aggregator_kind(aggregator.name)
+    if not kind.servers or aggregator.name == "wsp":
+        raise UsageError(where, f"places layers on parameter servers: it needs aggregator "
+                         f"ps-sync, ps-async, ssp or backup, not {aggregator.name!r}")
+    if placement == "fc-on-server":
+        if aggregator.name != "ps-sync":
+            raise UsageError(where, "'fc-on-server' updates the server's layers once per "
+                             f"step from every worker: aggregator 'ps-sync', not "
+                             f"{aggregator.name!r}")
+        if get_workload(workload).fc_layers is None:
+            placed = sorted(n for n in WORKLOADS if get_workload(n).fc_layers is not None)
+            raise UsageError(where, f"{workload!r} has no convolutional layers to keep on "
+                             f"the workers (allowed: {', '.join(placed)})")
+        if any(w.framework != "pytorch" for w in workers):
+            raise UsageError(where, "'fc-on-server' runs the workers' layers in PyTorch: "
+                             "every worker on framework 'pytorch'")
+    return placement
 
 
 def _units(raw_groups: Any, workers: int) -> int:

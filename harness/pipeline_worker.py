@@ -39,6 +39,7 @@ from harness.stages import Links, Profile, split_layers, stage_times
 from harness.virtual import bounds_of, kind_of
 from harness.waves import AllreduceWaves, ServerWaves, StageBuffers
 from harness.worker import Counters, Stretcher, finish, worker_label
+from workloads.torch_layers import parameter_range
 
 
 @dataclass(frozen=True)
@@ -97,25 +98,6 @@ def plan_split(run: RunSpec, times: list[list[float]], activation_bytes: list[fl
         bounds = [chosen] * len(profiles)
         predicted = [stage_times(p, Links(), chosen).stage_ns for p in profiles]
     return Plan(bounds, predicted)
-
-
-def parameter_range(spec: Any, model: Any, stage_layers: list[Any], torch_names: dict[str, str]
-                    ) -> tuple[int, int]:
-    """[lo, hi) of the stage's parameters in the flat spec-order buffer (a stage's layers
-    are consecutive, so are their parameters)."""
-    named = dict(model.named_parameters())
-    mine = {id(p) for layer in stage_layers for p in layer.parameters()}
-    spans, offset = [], 0
-    for p in spec.params:
-        if id(named[torch_names.get(p.name, p.name)]) in mine:
-            spans.append((offset, offset + p.size))
-        offset += p.size
-    if not spans:
-        return 0, 0
-    if any(a[1] != b[0] for a, b in zip(spans, spans[1:], strict=False)):
-        raise RuntimeError(f"{spec.workload}: a stage's parameters are not consecutive in "
-                           "the spec's order")
-    return spans[0][0], spans[-1][1]
 
 
 class MicroTimer:
@@ -458,6 +440,9 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         "allocation": pipe.allocation, "schedule": pipe.schedule,
         "micro_batches": pipe.micro_batches, "micro_batch_size": micro,
         "wave_bound": pipe.wave_bound,
+        # every micro-batch of a wave computes on the wave's parameters (the pipeline
+        # flushes): the last is Nm - 1 updates behind sequential SGD
+        "local_staleness": pipe.micro_batches - 1,
         "split": pipe.split if isinstance(pipe.split, str) else list(pipe.split),
         "sync": "stage" if plan.aligned else "world",
         "bounds": [list(b) for b in plan.bounds],

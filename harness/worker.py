@@ -555,6 +555,8 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
                                  {"aggregator": trainer.aggregator.describe(),
                                   "partition_history": trainer.partition_history})
         return
+    if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
+        info["traffic"] = traffic()  # bytes to and from each server (analysis/traffic.py)
     finish(run, run_dir, device, info, clock_start, writer.records(), adapter.parameters(),
            backend, {"partition_history": trainer.partition_history, "standalone": standalone,
                      "aggregator": trainer.aggregator.describe()})

@@ -22,3 +22,15 @@ def write_suite(tmp_path: Path):
 
 def hetbench_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness.cli.main", *args]
+
+
+def completed_runs(folder: Path, suite_text: str) -> dict[str, Path]:
+    """Run the suite `suite_text` once into `folder` (for a module fixture: several tests
+    read one launch); every run must complete. Run name -> run directory."""
+    from harness.config import load_suite
+    from harness.launch import run_suite
+
+    (folder / "suite.toml").write_text(suite_text)
+    results = run_suite(load_suite(str(folder / "suite.toml")), folder / "out")
+    assert all(r.status == "completed" for r in results), [r.reason for r in results]
+    return {r.run.name: r.run_dir for r in results}

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness.aggregators import AGGREGATORS, kind
-from harness.aggregators.parameter_server import ShardServer, placement, shard_ranges
+from harness.aggregators.parameter_server import ShardServer, placement
+from harness.aggregators.placement import segments
 from harness.config import parse_suite, run_from_dict
 from harness.errors import UsageError
 
@@ -126,12 +127,24 @@ def test_placement_is_contiguous_covers_everything_and_minimises_the_largest_sha
         assert largest == best_largest_shard(sizes, servers), (sizes, servers, shards)
 
 
-def test_shard_ranges_are_element_ranges_and_the_last_holds_the_loss_slot() -> None:
-    sizes = [16384, 256, 65536, 256, 2560, 10]  # the MLP
-    assert shard_ranges(sizes, 2) == [(0, 16640), (16640, 85003)]
-    assert shard_ranges(sizes, 1) == [(0, 85003)]
+def test_shard_segments_are_element_ranges_and_the_last_holds_the_loss_slot() -> None:
+    sizes = [16384, 256, 65536, 256, 2560, 10]  # mlp small: fc1.w, fc1.b, fc2.w, ...
+    assert segments("sharded", sizes, 2) == [[(0, 16640)], [(16640, 85002), (85002, 85003)]]
+    assert segments("sharded", sizes, 1) == [[(0, 85002), (85002, 85003)]]
+    # round-robin by tensor (TensorFlow's default): the server that draws fc2.w is busiest
+    assert segments("data-parallel", sizes, 2) == [
+        [(0, 16384), (16640, 82176), (82432, 84992)],
+        [(16384, 16640), (82176, 82432), (84992, 85002), (85002, 85003)]]
+    # fc-on-server, the tail from tensor 4 on: no shard holds it, the last server only
+    # computes it
+    assert segments("fc-on-server", sizes, 2, tail_start=4) == [
+        [(0, 82432), (85002, 85003)], []]
+    assert segments("fc-on-server", sizes, 3, tail_start=4) == [
+        [(0, 16640)], [(16640, 82432), (85002, 85003)], []]
     with pytest.raises(ValueError, match="7 servers for 6 parameters"):
         placement(sizes, 7)
+    with pytest.raises(ValueError, match="7 servers for 6 tensors"):
+        segments("data-parallel", sizes, 7)
 
 
 # -- the server's rules --------------------------------------------------------------------

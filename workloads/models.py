@@ -93,6 +93,9 @@ class Workload:
     # size -> how many layers its PyTorch builder's `layers(model)` cuts the model into
     # (pipeline stages hold consecutive layers); None: the workload cannot be pipelined
     layers: Callable[[str], int] | None = None
+    # size -> how many of those layers, at the end, are fully connected: what the
+    # fc-on-server placement computes on a parameter server; None: no such tail to place
+    fc_layers: Callable[[str], int] | None = None
 
     @property
     def default_dataset(self) -> str:

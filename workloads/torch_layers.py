@@ -10,6 +10,7 @@ two layers sends one activation tensor.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,3 +43,22 @@ def relu_pool(x: torch.Tensor) -> torch.Tensor:
 
 def global_average(x: torch.Tensor) -> torch.Tensor:
     return x.mean((2, 3))
+
+
+def parameter_range(spec: Any, model: Any, stage_layers: list[Any], torch_names: dict[str, str]
+                    ) -> tuple[int, int]:
+    """[lo, hi) of the stage's parameters in the flat spec-order buffer (a stage's layers
+    are consecutive, so are their parameters)."""
+    named = dict(model.named_parameters())
+    mine = {id(p) for layer in stage_layers for p in layer.parameters()}
+    spans, offset = [], 0
+    for p in spec.params:
+        if id(named[torch_names.get(p.name, p.name)]) in mine:
+            spans.append((offset, offset + p.size))
+        offset += p.size
+    if not spans:
+        return 0, 0
+    if any(a[1] != b[0] for a, b in zip(spans, spans[1:], strict=False)):
+        raise RuntimeError(f"{spec.workload}: a stage's parameters are not consecutive in "
+                           "the spec's order")
+    return spans[0][0], spans[-1][1]

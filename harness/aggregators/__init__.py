@@ -153,6 +153,10 @@ AGGREGATORS: dict[str, Kind] = {
                                   summary="TensorFlow's ring all-reduce "
                                   "(MultiWorkerMirroredStrategy)"),
 }
+# How a parameter-server aggregator places the layers (the run's `placement`): tensors
+# dealt round-robin over the servers (TensorFlow's default), contiguous shards balanced by
+# bytes (the default), or the fully connected tail computed on a server (arXiv 1901.05803).
+PLACEMENTS = ("data-parallel", "sharded", "fc-on-server")
 SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr")
 STALENESS_LR = ("none", "dynsgd")
 

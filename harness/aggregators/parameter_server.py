@@ -98,18 +98,6 @@ def placement(sizes: list[int], servers: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
-def shard_ranges(sizes: list[int], servers: int) -> list[tuple[int, int]]:
-    """Per server, its [lo, hi) elements of the flat buffer; the last shard also holds the
-    buffer's loss slot (one element past the parameters)."""
-    offsets = [0]
-    for size in sizes:
-        offsets.append(offsets[-1] + size)
-    ranges = [(offsets[a], offsets[b]) for a, b in placement(sizes, servers)]
-    lo, hi = ranges[-1]
-    ranges[-1] = (lo, hi + 1)
-    return ranges
-
-
 def start_servers(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
                   ) -> Services:
     env = {INIT_ENV: f"tcp://127.0.0.1:{free_port()}", "TP_SOCKET_IFNAME": "lo",
@@ -324,40 +312,72 @@ class ParameterServerClient:
         run = context.run
         spec = run.aggregator
         self.name, self.rank, self.steps = spec.name, context.rank, run.steps
-        self.buffer, self.timeout_s = context.buffer, run.timeout_s
+        self.buffer, self.timeout_s, self.run = context.buffer, run.timeout_s, run
         # a dead peer never joins a graceful shutdown: leave alone once the run goes on
         # without dead workers (every reply of ours has come)
         self.graceful = run.on_worker_failure != "continue"
         self.lockstep = spec.name == "ps-sync"
+        from harness.aggregators.placement import gather, offsets, segments
+
         params = context.adapter.spec.params
         sizes = [p.size for p in params]
-        cuts = placement(sizes, spec.servers)
-        self.ranges = shard_ranges(sizes, spec.servers)
-        self.placement = [{"server": f"ps{k}", "parameters": [p.name for p in params[a:b]],
-                           "elements": sum(sizes[a:b])} for k, (a, b) in enumerate(cuts)]
+        n = sum(sizes)
         self.servers = [f"ps{k}" for k in range(spec.servers)]
+        self.tail = (TailClient(run, context.adapter, self.servers[-1])
+                     if run.placement == "fc-on-server" else None)
+        self.segments = segments(run.placement or "sharded", sizes, spec.servers,
+                                 self.tail.first_tensor if self.tail else None)
+        starts = offsets(sizes)
+        self.placement = [{"server": server, "parameters": [
+            p.name for p, at in zip(params, starts, strict=False)
+            if any(lo <= at < hi for lo, hi in pieces)],
+            "elements": sum(min(hi, n) - lo for lo, hi in pieces if lo < n)}
+            for server, pieces in zip(self.servers, self.segments, strict=True)]
+        if self.tail is not None:
+            self.placement[-1]["computes"] = self.tail.names
+            self.placement[-1]["computed_elements"] = self.tail.hi - self.tail.lo
+        # bytes of tensors sent to and received from each server (issue 14's traffic)
+        self.sent = dict.fromkeys(self.servers, 0)
+        self.received = dict.fromkeys(self.servers, 0)
+        self.steps_taken = 0
         rpc.init_rpc(f"worker{self.rank}", rank=self.rank,
                      world_size=run.world_size + spec.servers,
                      rpc_backend_options=rpc_options(run.timeout_s))
         if self.rank == 0:
-            n = len(context.initial)
-            for k, (lo, hi) in enumerate(self.ranges):
-                rpc.rpc_sync(self.servers[k], init_shard,
-                             args=(context.initial[lo: min(hi, n)].clone(), hi > n))
+            initial = context.initial
+            for server, pieces in zip(self.servers, self.segments, strict=True):
+                if pieces:
+                    rpc.rpc_sync(server, init_shard, args=(
+                        gather(initial, [(lo, hi) for lo, hi in pieces if lo < n]).clone(),
+                        any(lo >= n for lo, _ in pieces)))
+            if self.tail is not None:
+                self.tail.start(initial)
+        if self.tail is not None:
+            context.adapter.place_tail(self.tail.first_layer, self.tail.compute)
         dist.barrier()  # no worker pushes before every shard has its parameters
         self.version = 0
         self.clock = 0
 
     def exchange(self, step: int, samples: int) -> Exchange:
+        from harness.aggregators.placement import gather, scatter
+
         start = time.perf_counter_ns()
+        pushing = [(server, pieces) for server, pieces in zip(self.servers, self.segments,
+                                                              strict=True) if pieces]
+        sums = [gather(self.buffer, pieces) for _, pieces in pushing]
         futures = [rpc.rpc_async(server, push, args=(
-            self.version, self.clock, self.rank, self.buffer[lo:hi].clone(), samples))
-            for server, (lo, hi) in zip(self.servers, self.ranges, strict=True)]
+            self.version, self.clock, self.rank, values, samples))
+            for (server, _), values in zip(pushing, sums, strict=True)]
         replies = []
-        for (lo, hi), future in zip(self.ranges, futures, strict=True):
+        for (server, pieces), pushed, future in zip(pushing, sums, futures, strict=True):
             values, reply = future.wait()
-            self.buffer[lo:hi].copy_(values)
+            scatter(values, self.buffer, pieces)
+            self.sent[server] += pushed.numel() * pushed.element_size()
+            self.received[server] += values.numel() * values.element_size()
             replies.append(reply)
+        if self.tail is not None:  # the tail's parameters: the server's when they are read
+            self.tail.fill(self.buffer, evaluated_after(self.run, step))
+        self.steps_taken += 1
         end = time.perf_counter_ns()
         last = replies[-1]  # the shard that holds the loss
         received = max(r.received_ns for r in replies)
@@ -382,6 +402,20 @@ class ParameterServerClient:
     def describe(self) -> dict[str, Any]:
         return {"servers": len(self.servers), "placement": self.placement}
 
+    def traffic(self) -> dict[str, Any]:
+        """Bytes of tensors this worker sent to and received from each server, and over
+        how many steps (analysis/traffic.py)."""
+        sent, received = dict(self.sent), dict(self.received)
+        read = dict.fromkeys(self.servers, 0)
+        if self.tail is not None:
+            server = self.servers[-1]
+            sent[server] += self.tail.sent
+            received[server] += self.tail.received
+            read[server] = self.tail.read
+        # `read`: the tail's parameters fetched for evaluations and the end, apart from
+        # the steps' own traffic
+        return {"steps": self.steps_taken, "sent": sent, "received": received, "read": read}
+
     def close(self, failed: bool = False) -> None:
         if failed or not self.graceful:
             rpc.shutdown(graceful=False)
@@ -390,6 +424,70 @@ class ParameterServerClient:
             rpc.shutdown(graceful=True, timeout=self.timeout_s)
         except Exception:  # noqa: BLE001 - a peer already gone: leave without it
             rpc.shutdown(graceful=False)
+
+
+def evaluated_after(run: Any, step: int) -> bool:
+    """Whether the parameters are read after `step`: a held-out evaluation or the end."""
+    done = step + 1
+    return done >= run.steps or bool(run.eval_every and done % run.eval_every == 0)
+
+
+class TailClient:
+    """A worker's side of fc-on-server (harness/aggregators/placement.py): the layers from
+    `first_layer` on are computed by `server`; the worker's copy of their parameters is
+    refreshed only when they are read."""
+
+    def __init__(self, run: Any, adapter: Any, server: str) -> None:
+        from workloads import get_workload
+        from workloads.models import builder
+        from workloads.torch_layers import parameter_range
+
+        workload = get_workload(run.workload)
+        assert workload.layers is not None and workload.fc_layers is not None
+        self.first_layer = workload.layers(run.size) - workload.fc_layers(run.size)
+        module = builder(run.workload, "pytorch")
+        layers = module.layers(adapter.model)
+        self.lo, self.hi = parameter_range(adapter.spec, adapter.model,
+                                           layers[self.first_layer:],
+                                           getattr(module, "PARAMETER_NAMES", {}))
+        from harness.aggregators.placement import offsets
+
+        starts = offsets([p.size for p in adapter.spec.params])
+        self.first_tensor = starts.index(self.lo)
+        self.names = [p.name for p in adapter.spec.params[self.first_tensor:]]
+        self.server, self.adapter = server, adapter
+        self.sent = self.received = self.read = 0
+
+    def start(self, initial: torch.Tensor) -> None:
+        from harness.aggregators.placement import init_tail
+
+        spec = self.adapter.spec
+        rpc.rpc_sync(self.server, init_tail, args=(
+            tuple(spec.sample_shape), spec.num_classes, self.first_layer,
+            initial[self.lo:self.hi].clone()))
+
+    def compute(self, features: torch.Tensor, targets: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        from harness.aggregators.placement import tail_step
+
+        loss, grad = rpc.rpc_sync(self.server, tail_step, args=(features.cpu(),
+                                                               targets.cpu()))
+        self.sent += (features.numel() * features.element_size()
+                      + targets.numel() * targets.element_size())
+        self.received += grad.numel() * grad.element_size() + loss.element_size()
+        return loss.to(features.device), grad.to(features.device)
+
+    def fill(self, buffer: torch.Tensor, pull: bool) -> None:
+        """The tail's part of the buffer the loop loads as parameters: the server's when
+        they are about to be read, else the worker's own copy, unchanged."""
+        if pull:
+            from harness.aggregators.placement import pull_tail
+
+            values = rpc.rpc_sync(self.server, pull_tail)
+            self.read += values.numel() * values.element_size()
+            buffer[self.lo:self.hi].copy_(values)
+        else:
+            buffer[self.lo:self.hi].copy_(self.adapter.flat_params[self.lo:self.hi])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,4 +19,5 @@ def spec(size: str, sample_shape: tuple[int, ...], num_classes: int) -> ModelSpe
 
 WORKLOAD = Workload("cnn", ("digits", "synthetic", "scenes"), "classify", spec,
                     "two conv+pool layers and a dense layer",
-                    layers=lambda size: 3)
+                    layers=lambda size: 3,
+                    fc_layers=lambda size: 1)

@@ -56,4 +56,5 @@ def spec(size: str, sample_shape: tuple[int, ...], num_classes: int) -> ModelSpe
 WORKLOAD = Workload("resnet", ("scenes", "synthetic"), "classify", spec,
                     "CIFAR-style norm-free ResNet (SkipInit), 3 stages",
                     synthetic_shape=(3, 32, 32),
-                    layers=lambda size: len(block_names(size)) + 2)  # stem, blocks, fc
+                    layers=lambda size: len(block_names(size)) + 2,  # stem, blocks, fc
+                    fc_layers=lambda size: 1)

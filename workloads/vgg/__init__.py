@@ -47,4 +47,5 @@ def spec(size: str, sample_shape: tuple[int, ...], num_classes: int) -> ModelSpe
 WORKLOAD = Workload("vgg", ("scenes", "synthetic"), "classify", spec,
                     "VGG-style conv stacks with large fully connected layers",
                     synthetic_shape=(3, 32, 32),
-                    layers=lambda size: sum(c != POOL for c in CONVS[size]) + len(FC[size]) + 1)
+                    layers=lambda size: sum(c != POOL for c in CONVS[size]) + len(FC[size]) + 1,
+                    fc_layers=lambda size: len(FC[size]) + 1)
