@@ -88,8 +88,8 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     if steps.empty:
         return {"steps": 0, "samples_per_s": np.nan, "mean_step_ms": np.nan,
                 "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
-    per_step = steps.assign(counted=counted_samples(steps)).groupby("step").agg(
-        begin=("begin_ns", "min"), end=("end_ns", "max"), samples=("counted", "sum"))
+    per_step = steps.groupby("step").agg(begin=("begin_ns", "min"), end=("end_ns", "max"))
+    per_step["samples"] = counted_samples(steps).groupby(steps["step"]).sum()
     wall_s = (per_step["end"].max() - per_step["begin"].min()) / 1e9
     summary = {
         "steps": int(len(per_step)),
