@@ -97,6 +97,8 @@ def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    if (manifest.get("run") or {}).get("pipeline"):  # no data-parallel batch to re-slice
+        return pd.DataFrame()
     return what_if(steps, _warmup(manifest), manifest)
 
 

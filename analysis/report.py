@@ -105,6 +105,8 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     lines += ["Change points: " + ("none" if cps.empty else ""), ""]
     if not cps.empty:
         lines += [markdown_table(cps), ""]
+    if run.get("pipeline"):  # the what-if re-slices a data-parallel batch
+        return lines
     what = tables["what_if"]
     c = costs(what)
     lines += ["What-if (total time of the measured steps):", "", markdown_table(what), "",
@@ -393,6 +395,8 @@ def _headline(groups: pd.DataFrame) -> list[str]:
         if "cost_of_variability" not in m.index:
             continue
         v, i = m.loc["cost_of_variability"], m.loc["cost_of_imbalance"]
+        if math.isnan(v["mean"]):  # a pipelined run: no data-parallel what-if
+            continue
         spread = (f" (95% interval ±{v['ci_high'] - v['mean']:.1%} over {int(v['n'])} repeats)"
                   if v["n"] > 1 else " (one repeat: no interval)")
         lines.append(f"- {run}: variability costs {v['mean']:.1%}{spread} beyond the mean "

@@ -20,7 +20,7 @@ from analysis.metrics import (
     with_derived,
 )
 from analysis.stragglers import straggler_summary
-from analysis.whatif import costs, what_if
+from analysis.whatif import COSTS, costs, what_if
 
 RUN_METRICS = ("samples_per_s", "mean_step_ms", "compute_share", "comm_share",
                "idle_fraction", "efficiency", "oracle_efficiency",
@@ -65,6 +65,9 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
                               columns=["rank", "samples_per_s"])
     expected_steps = int(run.get("steps", 0)) - warmup
     comm_ms = communication_ms(steps, warmup)
+    # the oracle and the what-if scenarios re-slice a data-parallel batch; a pipeline's
+    # stages do not share a batch that way (analysis/pipeline.py reads those runs)
+    sliced = not run.get("pipeline")
     return {
         "run_id": manifest.get("run_id", ""),
         "suite": manifest.get("suite", {}).get("name", ""),
@@ -89,12 +92,13 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "compute_share": summary["compute_share"],
         "comm_share": summary["comm_share"],
         "efficiency": heterogeneous_efficiency(summary["samples_per_s"], standalone),
-        "oracle_efficiency": oracle(steps, manifest, warmup)["oracle_efficiency"],
+        "oracle_efficiency": oracle(steps, manifest, warmup)["oracle_efficiency"] if sliced
+        else np.nan,
         "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
         "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
         "residual_cv_max": float(residual_cv(steps, manifest, warmup).max())
         if summary["steps"] else np.nan,
-        **costs(what_if(steps, warmup, manifest)),
+        **(costs(what_if(steps, warmup, manifest)) if sliced else dict.fromkeys(COSTS, np.nan)),
         "comm_p50_ms": comm_ms[0],
         "comm_p95_ms": comm_ms[1],
         "top_straggler_share": float(stragglers["share_last"].max()) if len(stragglers)
