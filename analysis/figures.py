@@ -12,7 +12,14 @@ from typing import Any
 import pandas as pd
 
 from analysis.deviceclass import short_name
-from analysis.metrics import PHASE_COLUMNS, after_warmup, instrumented, phase_stats, with_derived
+from analysis.metrics import (
+    PHASE_COLUMNS,
+    after_warmup,
+    complete_steps,
+    instrumented,
+    phase_stats,
+    with_derived,
+)
 from analysis.repartition import slices_over_steps
 from analysis.runs import runs_table, slowdowns
 from analysis.stragglers import attribute, cause_shares, straggler_summary
@@ -60,7 +67,7 @@ def worker_names(manifest: dict[str, Any], ranks: pd.Series) -> pd.Series:
 
 
 def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
-    d = with_derived(after_warmup(steps, _warmup(manifest)))
+    d = with_derived(complete_steps(after_warmup(steps, _warmup(manifest))))
     return pd.DataFrame({"worker": worker_names(manifest, d["rank"]), "step": d["step"],
                          "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
 

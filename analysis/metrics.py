@@ -151,14 +151,26 @@ def worker_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
 
 
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the steps that every worker of the run recorded."""
+    """Rows of the steps that every worker of the run recorded, without the rows of the
+    workers left out of a step (batch_size 0: they computed nothing and took no part in
+    the exchange, harness/membership.py). Where workers were left out, the rows kept get
+    a column `members`, the number of workers that computed their step, so that a frame
+    filtered once is recognised as complete again."""
     if steps.empty:
         return steps
+    if "members" in steps.columns:
+        counts = steps.groupby("step")["rank"].transform("size")
+        return steps if (counts == steps["members"]).all() else \
+            steps[counts == steps["members"]]
     world = steps["rank"].nunique()
-    if len(steps) == world * steps["step"].nunique():  # one row per (rank, step)
+    if len(steps) != world * steps["step"].nunique():  # not one row per (rank, step)
+        counts = steps.groupby("step")["rank"].transform("size")
+        steps = steps[counts == world]
+    computing = steps["batch_size"].to_numpy() > 0
+    if computing.all():
         return steps
-    counts = steps.groupby("step")["rank"].transform("size")
-    return steps[counts == world]
+    members = pd.Series(computing, index=steps.index).groupby(steps["step"]).transform("sum")
+    return steps[computing].assign(members=members[computing].to_numpy())
 
 
 PHASE_COLUMNS = ("load", "to_device", "forward", "backward", "pack", "allreduce", "unpack",
@@ -212,6 +224,8 @@ def step_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     d = with_derived(steps)
     world = int(d["rank"].nunique())
+    if len(d) != world * d["step"].nunique():  # workers left out of some steps
+        return _step_metrics_grouped(d)[columns]
     # Complete steps have one row per worker: sorted by (step, ready) the rows reshape to
     # (steps x workers), the last column being each step's straggler.
     order = np.lexsort((d["ready_ns"].to_numpy(), d["step"].to_numpy()))
@@ -233,6 +247,26 @@ def step_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
         "comm_ms": grid("comm_ns").mean(axis=1) / 1e6,
     })
     return out[columns]
+
+
+def _step_metrics_grouped(d: pd.DataFrame) -> pd.DataFrame:
+    """step_metrics for steps with different numbers of workers (some left out)."""
+    d = d.assign(samples=counted_samples(d)).sort_values(["step", "ready_ns"], kind="stable")
+    g = d.groupby("step", sort=True)
+    last = d[g.cumcount(ascending=False).to_numpy() == 0].set_index("step")
+    second = d[g.cumcount(ascending=False).to_numpy() == 1].set_index("step")["ready_ns"]
+    second = second.reindex(last.index).fillna(last["ready_ns"])  # a lone worker: no lead
+    out = pd.DataFrame({
+        "samples": g["samples"].sum(),
+        "step_ms": (g["end_ns"].max() - g["begin_ns"].min()) / 1e6,
+        "spread_ms": (g["ready_ns"].max() - g["ready_ns"].min()) / 1e6,
+        "imbalance": g["compute_ns"].max() / g["compute_ns"].mean() - 1.0,
+        "straggler": last["rank"],
+        "lead_ms": (last["ready_ns"] - second) / 1e6,
+        "idle_ms": g["idle_ns"].sum() / 1e6,
+        "comm_ms": g["comm_ns"].mean() / 1e6,
+    })
+    return out.reset_index()
 
 
 def worker_idle(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:

@@ -59,6 +59,7 @@ def recovery_steps(steps: pd.DataFrame, change_step: int, tolerance: float = 0.0
 def time_to_loss(steps: pd.DataFrame, target: float, window: int = 5) -> float:
     """Seconds from the first step's begin until the rolling mean global loss first reaches
     `target`; NaN if it never does."""
+    steps = complete_steps(steps)
     per_step = steps.groupby("step").agg(loss=("loss", "first"), end=("end_ns", "max"),
                                          begin=("begin_ns", "min"))
     rolling = per_step["loss"].rolling(window, min_periods=1).mean()

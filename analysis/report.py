@@ -60,6 +60,24 @@ def clock_lines(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
             f"(median; p95 {check['p95_abs_diff_ms']:.3f} ms).", ""]
 
 
+def membership_lines(manifest: dict[str, Any]) -> list[str]:
+    """Who was left out of the run (an empty slice) and taken back, and when, from the
+    partition history; nothing when every worker computed every step."""
+    events, before = [], None
+    for change in manifest.get("partition_history") or []:
+        out = {r for r, size in enumerate(change.get("sizes") or []) if size == 0}
+        if before is None:
+            if out:
+                events.append(f"worker(s) {sorted(out)} left out from the start")
+        elif out != before:
+            if left := sorted(out - before):
+                events.append(f"worker(s) {left} left out at step {change['step']}")
+            if back := sorted(before - out):
+                events.append(f"worker(s) {back} taken back at step {change['step']}")
+        before = out
+    return [f"**Membership**: {'; '.join(events)}.", ""] if events else []
+
+
 def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     run = manifest.get("run", {})
     warmup = int(run.get("warmup_steps", 0))
@@ -77,7 +95,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
         lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads on "
                   f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
                   "start): every timing includes waiting for a core.", ""]
-    lines += clock_lines(manifest, steps)
+    lines += clock_lines(manifest, steps) + membership_lines(manifest)
     table = first_steps_table(steps, warmup)
     if table.empty:
         return [*lines, "No instrumented steps to analyse.", ""]

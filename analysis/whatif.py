@@ -42,22 +42,24 @@ def what_if(steps: pd.DataFrame, warmup_steps: int = 0,
         return pd.DataFrame(columns=["scenario", "total_s", "slowdown"])
     d = with_derived(steps).sort_values(["step", "rank"])
     fit = costmodel.fit(d, manifest)
-    rows = fit.rows.sort_values(["step", "rank"])
-    world = len(fit.lines)
-    shape = (-1, world)
-    n = rows["batch_size"].to_numpy(float).reshape(shape)
-    level = rows.groupby("rank")["residual"].transform("median").to_numpy().reshape(shape)
-    factor = rows["slowdown"].to_numpy().reshape(shape) * level  # per (step, worker)
-    a = np.array([fit.lines[r].a_ns for r in sorted(fit.lines)])
-    b = np.array([fit.lines[r].b_ns for r in sorted(fit.lines)])
-    typical = (a + b * n) * factor
+    ranks = sorted(fit.lines)
+    rows = fit.rows.assign(level=fit.rows.groupby("rank")["residual"].transform("median"))
+    # (steps x workers) grids; NaN where a worker was left out of the step (no row)
+    n, slowdown, level = _grids(rows, ("batch_size", "slowdown", "level"), ranks)
+    computing = ~np.isnan(n)
+    n = np.where(computing, n, 0.0)
+    factor = np.where(computing, slowdown * level, 1.0)  # per (step, worker)
+    a = np.array([fit.lines[r].a_ns for r in ranks])
+    b = np.array([fit.lines[r].b_ns for r in ranks])
+    typical = np.where(computing, (a + b * n) * factor, 0.0)
+    per_sample = np.where(computing, typical / np.where(computing, n, 1.0), np.inf)
     g = d.groupby("step")
     step_ns = (g["end_ns"].max() - g["begin_ns"].min()).to_numpy(float)
     rest = step_ns - g["compute_ns"].max().to_numpy(float)
     scenario_compute = {
         "no_variability": typical.max(axis=1),
-        "balanced": _equal_finish(a * factor, b * factor, n.sum(axis=1)),
-        "fastest": (n * (typical / n).min(axis=1, keepdims=True)).max(axis=1),
+        "balanced": _equal_finish(a * factor, b * factor, n.sum(axis=1), computing),
+        "fastest": (n * per_sample.min(axis=1, keepdims=True)).max(axis=1),
     }
     totals = {"actual": float(step_ns.sum())}
     for name, compute in scenario_compute.items():
@@ -68,11 +70,24 @@ def what_if(steps: pd.DataFrame, warmup_steps: int = 0,
     return out
 
 
-def _equal_finish(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> np.ndarray:
+def _grids(rows: pd.DataFrame, columns: tuple[str, ...], ranks: list[int]
+           ) -> list[np.ndarray]:
+    """Each column as a (steps x workers) array in step and rank order, NaN where a worker
+    has no row (left out of the step)."""
+    if len(rows) == len(ranks) * rows["step"].nunique():  # every worker every step
+        ordered = rows.sort_values(["step", "rank"])
+        return [ordered[c].to_numpy(float).reshape(-1, len(ranks)) for c in columns]
+    return [rows.pivot(index="step", columns="rank", values=c).reindex(columns=ranks)
+            .sort_index().to_numpy(float) for c in columns]
+
+
+def _equal_finish(a: np.ndarray, b: np.ndarray, total: np.ndarray,
+                  computing: np.ndarray) -> np.ndarray:
     """Per step (rows), the time T at which slices n_i = (T - a_i) / b_i summing to the
-    step's samples all finish; a worker whose fixed cost alone exceeds T gets nothing (the
-    others share the batch: repeated until every share is non-negative)."""
-    use = np.ones_like(a, dtype=bool)
+    step's samples all finish, among the workers `computing` that step; a worker whose
+    fixed cost alone exceeds T gets nothing (the others share the batch: repeated until
+    every share is non-negative)."""
+    use = computing.copy()
     for _ in range(a.shape[1]):
         finish = (total + np.where(use, a / b, 0).sum(axis=1)) / np.where(
             use, 1 / b, 0).sum(axis=1)

@@ -67,6 +67,16 @@ EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous",
 EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
                      "asynchronous": False, "dropped": False}
 RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
+BEGIN_FIELD, READY_FIELD, REDUCED_FIELD = (RECORD_FIELDS.index(f"{name}_ns")
+                                           for name in ("begin", "ready", "reduced"))
+# A step a worker sat out (harness/membership.py): batch size 0, no timestamps, no loss.
+# Every step keeps a row per worker, so a step missing a row still means a record lost.
+_LEFT_OUT = tuple(float("nan") if RECORD_DTYPE[name].kind == "f" else
+                  False if RECORD_DTYPE[name].kind == "b" else 0 for name in RECORD_FIELDS)
+
+
+def left_out_record(rank: int, step: int) -> tuple[Any, ...]:
+    return (rank, step, *_LEFT_OUT[2:])
 
 STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
@@ -322,6 +332,7 @@ def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
         out.write(",\n".join(json.dumps({"ph": "M", "name": "process_name", "pid": rank,
                                          "tid": 0, "args": {"name": f"worker {rank} ({label})"}})
                              for rank, label in enumerate(worker_labels)))
+        frame = frame[frame["batch_size"] > 0]  # a worker left out of a step has no slices
         if len(frame):
             origin = int(frame["begin_ns"].min())
             arrival = frame.groupby("step")["ready_ns"].transform("max")

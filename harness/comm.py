@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -61,13 +62,15 @@ def all_gather_floats(value: float, device: torch.device) -> list[float]:
     return [v[0] for v in all_gather_vectors([value], device)]
 
 
-def all_gather_vectors(values: list[float], device: torch.device) -> list[list[float]]:
-    """Every rank's list of float64 values (all lists of the same length), in rank order."""
-    world = dist.get_world_size()
+def all_gather_vectors(values: list[float], device: torch.device, group: Any = None
+                       ) -> list[list[float]]:
+    """Every rank's list of float64 values (all lists of the same length), in rank order;
+    within `group` when given (its ranks' lists, in their order)."""
+    world = dist.get_world_size(group)
     mine = torch.tensor(values, dtype=torch.float64, device=device)
     gathered = [torch.zeros(len(values), dtype=torch.float64, device=device)
                 for _ in range(world)]
-    dist.all_gather(gathered, mine)
+    dist.all_gather(gathered, mine, group=group)
     return [t.tolist() for t in gathered]
 
 

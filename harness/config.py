@@ -121,10 +121,18 @@ class PartitionSpec:
     smoothing: float = 0.5
     max_ratio: float = 2.0
     reset: float = 0.3
+    # 'model' only: a worker whose slice does not pay for its cost and the exchange gets
+    # none (harness.partition.Repartitioner.membership)
+    leave_out: bool = False
 
     @property
     def adaptive(self) -> bool:
         return self.policy in ADAPTIVE
+
+    @property
+    def may_leave_out(self) -> bool:
+        """Some worker may compute nothing: an empty slice given, or decided at run time."""
+        return self.leave_out or 0 in (self.sizes or ())
 
 
 @dataclass(frozen=True)
@@ -235,7 +243,9 @@ SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs"}
 WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "jitter", "framework"}
 ADAPTIVE_KEYS = {"initial", "every", "dead_band", "max_move", "min_slice", "smoothing",
-                 "max_ratio", "reset"}
+                 "max_ratio", "reset", "leave_out"}
+# the aggregators whose exchange can leave a worker out (an all-reduce among the others)
+MEMBERSHIP_AGGREGATORS = ("torch", "allreduce-host")
 PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
 # optimizer key -> the optimizers it applies to
 OPTIMIZER_KEYS = {"name": OPTIMIZERS, "weight_decay": OPTIMIZERS, "warmup_steps": OPTIMIZERS,
@@ -443,6 +453,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         raise UsageError(at("partition.policy"), f"{partition.policy!r} repartitions every "
                          f"worker at the same steps: it needs a lockstep aggregator, not "
                          f"{aggregator.name!r}")
+    if partition.may_leave_out and aggregator.name not in MEMBERSHIP_AGGREGATORS:
+        what = "leave_out" if partition.leave_out else "sizes"
+        raise UsageError(at(f"partition.{what}"), "a worker left out (an empty slice) needs "
+                         f"an all-reduce aggregator ({', '.join(MEMBERSHIP_AGGREGATORS)}), "
+                         f"not {aggregator.name!r}")
     on_failure = _choice(values["on_worker_failure"], ON_WORKER_FAILURE, at("on_worker_failure"))
     if on_failure == "continue" and aggregator.name != "ps-async":
         raise UsageError(at("on_worker_failure"), "'continue' needs aggregator 'ps-async' "
@@ -607,6 +622,9 @@ def _pipeline(values: dict[str, Any], workers: Sequence[WorkerSpec], global_batc
     if partition.adaptive:
         raise UsageError(at("partition.policy"), f"{partition.policy!r} does not run with "
                          "virtual workers (allowed: equal, sizes, weights)")
+    if 0 in (partition.sizes or ()):
+        raise UsageError(at("partition.sizes"), "every virtual worker needs a slice (at "
+                         "least 1 each)")
     if partition.policy == "profiled":
         raise UsageError(at("partition.policy"), "'profiled' does not run with virtual "
                          "workers (allowed: equal, sizes, weights)")
@@ -823,7 +841,8 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
     if policy == "sizes":
         if "sizes" not in raw:
             raise UsageError(f"{where}.sizes", "required for policy 'sizes'")
-        sizes = _int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=1,
+        # 0 leaves a worker out: it computes nothing and takes no part in the exchange
+        sizes = _int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=0,
                           maximum=global_batch)
         if sum(sizes) != global_batch:
             raise UsageError(
@@ -851,6 +870,10 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
                              f"only allowed with an adaptive policy ({', '.join(ADAPTIVE)})")
         return PartitionSpec(policy=policy, sizes=sizes, weights=weights,
                              profile_steps=profile_steps)
+    leave_out = _bool(raw.get("leave_out", False), f"{where}.leave_out")
+    if leave_out and policy != "model":
+        raise UsageError(f"{where}.leave_out", f"needs policy 'model' (fitted lines predict "
+                         f"the step with and without a worker), not {policy!r}")
     min_slice = _int(raw.get("min_slice", 1), f"{where}.min_slice", minimum=1,
                      maximum=global_batch)
     if min_slice * n_workers > global_batch:
@@ -872,6 +895,7 @@ def _partition(raw: Any, n_workers: int, global_batch: int, where: str) -> Parti
                          maximum=MAX_SLICE_RATIO, strict=True),
         reset=_float(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0,
                      maximum=MAX_TOLERANCE, strict=True),
+        leave_out=leave_out,
     )
 
 

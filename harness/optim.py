@@ -115,6 +115,22 @@ class Optimizer:
             params.add_(grads, alpha=-lr)
         return lr
 
+    def state(self) -> list[Any]:
+        """Every tensor of the state, and the step count as a one-element tensor: what a
+        worker taken back into the run receives from one that kept training."""
+        import torch
+
+        tensors = [t for t in (self._params, self._velocity, self._m, self._v) if t is not None]
+        device = tensors[0].device if tensors else "cpu"
+        return [*tensors, torch.tensor([float(self._t)], dtype=torch.float64, device=device)]
+
+    def load_state(self, values: list[Any]) -> None:
+        """The state another worker's `state()` gave, in the same order."""
+        tensors = [t for t in (self._params, self._velocity, self._m, self._v) if t is not None]
+        for mine, theirs in zip(tensors, values[:-1], strict=True):
+            mine.copy_(theirs)
+        self._t = int(values[-1].item())
+
     def set_parameters(self, values: Any) -> None:
         """The parameters changed outside this optimizer (an average of workers' parameters):
         the shadow copy weight decay reads follows them."""

@@ -1,7 +1,9 @@
 """Batch partitioning: which contiguous slice of the global batch each worker computes.
 
-A partition is a tuple of slice sizes in rank order that sums to the global batch, each at
-least 1. It never changes the mathematics (DESIGN.md principle 4), only who computes what.
+A partition is a tuple of slice sizes in rank order that sums to the global batch. A slice
+is at least 1, except that a worker may be left out (0: it computes nothing and takes no
+part in the exchange). It never changes the mathematics (DESIGN.md principle 4), only who
+computes what.
 """
 
 from __future__ import annotations
@@ -157,20 +159,49 @@ class Damping:
 
 class Repartitioner:
     """The adaptive policies. Every rank holds one, feeds it the same all-gathered window
-    statistics and so computes the same new partition, with no extra coordination."""
+    statistics and so computes the same new partition, with no extra coordination.
+
+    With `leave_out` (policy 'model' only) a worker may get an empty slice: it is kept only
+    while the step predicted with it is shorter than without it (`membership`). A worker
+    left out computes nothing, so its window is empty and its fitted line stays as it was
+    last measured; it rejoins when the others' lines say it would pay for itself again."""
 
     def __init__(self, policy: str, total: int, world: int, damping: Damping,
-                 prior_intercepts_ns: Sequence[float] | None = None) -> None:
+                 prior_intercepts_ns: Sequence[float] | None = None,
+                 leave_out: bool = False) -> None:
         if policy not in ADAPTIVE:
             raise ValueError(f"{policy!r} is not an adaptive policy ({', '.join(ADAPTIVE)})")
+        if leave_out and policy != "model":
+            raise ValueError("leave_out needs the 'model' policy (fitted lines predict the "
+                             "step with and without a worker)")
         self.policy, self.total, self.world, self.damping = policy, total, world, damping
+        self.leave_out = leave_out
         self.rates: list[float] | None = None  # proportional: samples per ns, smoothed
-        self.fits = [WindowStats() for _ in range(world)]  # model: decayed sums
+        # model: decayed sums per worker, one set per number of workers computing
+        # together (fits[k - 1]: while k computed). On a shared host a worker computes
+        # slower beside others than alone, so a line measured alone does not predict it
+        # beside them (measured: a 2x slower partner predicted to save 10% cost 28%).
+        # Without leave_out only fits[world - 1] is ever used.
+        self.by_count = [[WindowStats() for _ in range(world)] for _ in range(world)]
+        self.fits = self.by_count[world - 1]  # those of the current number of members
         self.prior_a = list(prior_intercepts_ns or [0.0] * world)
+        # What a step of two or more workers costs beyond their slowest one's fitted
+        # compute: the exchange, and the cost of variability (the latest of several noisy
+        # workers arrives later than the typical one). Measured while two or more compute
+        # (smoothed over windows); a lone worker pays neither.
+        self.excess_ns = math.nan
+        # How often each worker was left out: taking one back on a line measured before
+        # (against the others' lines since) is a guess, so it needs twice the dead band,
+        # and twice more each time it was left out again (no flapping in and out on a
+        # machine whose speed drifts).
+        self.times_left_out = [0] * world
 
-    def update(self, sizes: Sequence[int], windows: Sequence[WindowStats]
+    def update(self, sizes: Sequence[int], windows: Sequence[WindowStats],
+               synchronized_ns: Sequence[float] | None = None
                ) -> tuple[tuple[int, ...], str] | None:
-        """New sizes and the reason, or None to keep the current partition."""
+        """New sizes and the reason, or None to keep the current partition.
+        `synchronized_ns`: each worker's mean time from a step's begin to the reduced sums
+        over the window (NaN where it computed nothing), which membership decisions need."""
         alpha, reset = self.damping.smoothing, self.damping.reset
         changed: list[int] = []
         if self.policy == "proportional":
@@ -183,35 +214,169 @@ class Repartitioner:
                 self.rates = [f if i in changed else alpha * f + (1 - alpha) * r
                               for i, (f, r) in enumerate(zip(fresh, self.rates, strict=True))]
         else:
+            self.fits = self.by_count[sum(1 for n in sizes if n > 0) - 1]
             for i, (history, window) in enumerate(zip(self.fits, windows, strict=True)):
                 predicted = predict(history, self.prior_a[i], window)
                 if window.count and predicted > 0 and abs(window.mean_t / predicted - 1) > reset:
                     changed.append(i)
-            self.fits = [window if i in changed else history.scaled(1 - alpha) + window
-                         for i, (history, window)
-                         in enumerate(zip(self.fits, windows, strict=True))]
-        means = [w.mean_t for w in windows]
+            # a worker that computed nothing this window (left out) keeps its line
+            self.fits[:] = [history if window.count <= 0 else
+                            window if i in changed else history.scaled(1 - alpha) + window
+                            for i, (history, window)
+                            in enumerate(zip(self.fits, windows, strict=True))]
+            for i in changed:  # a new speed is the best guess beside any number of workers
+                for fits in self.by_count:
+                    fits[i] = windows[i]
+        members = [i for i, size in enumerate(sizes) if size > 0]
+        if self.leave_out:
+            if len(members) > 1 and synchronized_ns is not None:
+                self._measure_excess(sizes, members, synchronized_ns)
+            if (decided := self.membership(members)) is not None:
+                joined, reason = decided
+                return self._sizes_for(joined), reason
+        means = [windows[i].mean_t for i in members]
         imbalance = max(means) / (sum(means) / len(means)) - 1.0
         if imbalance < self.damping.dead_band:
             return None
-        target = self._target()
+        target = self._target(members)
         if target is None:
             return None
-        new = limit_moves(sizes, target, self.damping.max_move * self.total,
-                          self.damping.min_slice, self.total, self.damping.max_ratio)
+        moved = limit_moves([sizes[i] for i in members], target,
+                            self.damping.max_move * self.total, self.damping.min_slice,
+                            self.total, self.damping.max_ratio)
+        new = [0] * len(sizes)
+        for i, size in zip(members, moved, strict=True):
+            new[i] = size
         if tuple(new) == tuple(sizes):
             return None
         speed = f", speed changed on worker(s) {changed}" if changed else ""
-        return new, f"{self.policy}: imbalance {imbalance:.1%}{speed}, target " \
-                    f"{[round(x, 1) for x in target]}"
+        return tuple(new), f"{self.policy}: imbalance {imbalance:.1%}{speed}, target " \
+                           f"{[round(x, 1) for x in target]}"
 
-    def _target(self) -> list[float] | None:
+    def state(self) -> list[float]:
+        """What a worker taken back needs to compute the same partitions as the others
+        from then on (policy 'model': the decayed sums and the measured exchange)."""
+        return [self.excess_ns, *map(float, self.times_left_out),
+                *(v for fits in self.by_count for f in fits for v in f.as_list())]
+
+    def load_state(self, values: Sequence[float]) -> None:
+        self.excess_ns = float(values[0])
+        self.times_left_out = [int(v) for v in values[1:1 + self.world]]
+        sums, width = values[1 + self.world:], len(WindowStats().as_list())
+        for k, fits in enumerate(self.by_count):
+            for i in range(self.world):
+                at = (k * self.world + i) * width
+                fits[i] = WindowStats.of(sums[at:at + width])
+
+    def _measure_excess(self, sizes: Sequence[int], members: Sequence[int],
+                        synchronized_ns: Sequence[float]) -> None:
+        measured = [synchronized_ns[i] for i in members if math.isfinite(synchronized_ns[i])]
+        if not measured:
+            return
+        lines = self._lines()
+        slowest = max(lines[i][0] + lines[i][1] * sizes[i] for i in members)
+        if not math.isfinite(slowest):
+            return
+        fresh = max(max(measured) - slowest, 0.0)
+        alpha = self.damping.smoothing
+        self.excess_ns = fresh if math.isnan(self.excess_ns) else \
+            alpha * fresh + (1 - alpha) * self.excess_ns
+
+    def _lines(self, count: int | None = None) -> list[tuple[float, float]]:
+        """Each worker's line while `count` workers compute (default: as many as now);
+        where it never computed beside that many, the line of the nearest count it did."""
+        return [fit_line(f, prior) for f, prior in zip(self._fits(count), self.prior_a,
+                                                       strict=True)]
+
+    def _fits(self, count: int | None) -> list[WindowStats]:
+        if count is None:
+            return self.fits
+        out = []
+        for i in range(self.world):
+            measured = [k for k in range(self.world) if self.by_count[k][i].count > 0]
+            nearest = min(measured, key=lambda k: (abs(k - (count - 1)), -k), default=count - 1)
+            out.append(self.by_count[nearest][i])
+        return out
+
+    def _target(self, members: Sequence[int]) -> list[float] | None:
+        """The members' target slice sizes, in member order."""
         if self.policy == "proportional":
             assert self.rates is not None
-            total_rate = sum(self.rates)
-            return [self.total * r / total_rate for r in self.rates] if total_rate > 0 else None
-        lines = [fit_line(f, prior) for f, prior in zip(self.fits, self.prior_a, strict=True)]
-        return equal_finish(self.total, lines, self.damping.min_slice)
+            rates = [self.rates[i] for i in members]
+            total_rate = sum(rates)
+            return [self.total * r / total_rate for r in rates] if total_rate > 0 else None
+        lines = self._lines(len(members))
+        return equal_finish(self.total, [lines[i] for i in members], self.damping.min_slice)
+
+    def predicted_step_ns(self, members: Sequence[int]) -> float:
+        """The step these members would take up to the reduced sums: their equal-finish
+        compute time, plus the measured excess of a step of several workers (exchange and
+        variability), none when one worker computes alone (no exchange, no one to wait
+        for)."""
+        fits = [self._fits(len(members))[i] for i in members]
+        lines = [fit_line(f, self.prior_a[i]) for f, i in zip(fits, members, strict=True)]
+        sizes = equal_finish(self.total, lines, self.damping.min_slice)
+        if sizes is None:
+            return math.inf
+        # Beyond the slices a line was fitted on, its intercept is a guess (fitted on a
+        # narrow range of slices it can be anything): there the line through the origin
+        # is taken where it predicts more, so that no worker is left out (or kept) on the
+        # strength of an extrapolated fixed cost.
+        careful = [through_origin(f) if f.count > 0 and n > f.n / f.count
+                   and through_origin(f)[1] * n > a + b * n else (a, b)
+                   for f, (a, b), n in zip(fits, lines, sizes, strict=True)]
+        finish = finish_time(self.total, careful, self.damping.min_slice)
+        return finish + (0.0 if len(members) == 1 else self.excess_ns)
+
+    def membership(self, members: Sequence[int]) -> tuple[tuple[int, ...], str] | None:
+        """The rule: keep a worker only if the step predicted with it is shorter than
+        without it. One worker at a time is left out or taken back, greedily, while the
+        prediction improves by more than the dead band (no flapping on noise); taking back
+        a worker left out k times needs 2^k dead bands."""
+        if not math.isfinite(self.excess_ns):
+            return None  # no step of several workers measured: nothing to weigh one against
+        alone = self._lines(1)
+        known = [i for i in range(self.world)
+                 if any(fits[i].count > 0 for fits in self.by_count) and alone[i][1] > 0]
+        current = tuple(members)
+        best, best_ns = current, self.predicted_step_ns(current)
+        start_ns = best_ns
+        band = self.damping.dead_band
+        for _ in range(self.world):
+            options = [(tuple(m for m in best if m != i), band)
+                       for i in best if len(best) > 1]
+            options += [(tuple(sorted((*best, j))),
+                         band * 2.0 ** self.times_left_out[j])
+                        for j in known if j not in best]
+            scored = [(predicted, option) for option, margin in options
+                      if all(i in known for i in option)
+                      and (predicted := self.predicted_step_ns(option)) < best_ns * (1 - margin)]
+            if not scored:
+                break
+            best_ns, best = min(scored)
+        if best == current:
+            return None
+        out = sorted(set(current) - set(best))
+        back = sorted(set(best) - set(current))
+        for i in out:
+            self.times_left_out[i] += 1
+        what = "; ".join(part for part in (f"left out worker(s) {out}" if out else "",
+                                           f"took back worker(s) {back}" if back else "")
+                         if part)
+        return best, (f"model: {what}: predicted step {best_ns / 1e6:.3f} ms against "
+                      f"{start_ns / 1e6:.3f} ms (a step of several workers costs "
+                      f"{self.excess_ns / 1e6:.3f} ms beyond their compute)")
+
+    def _sizes_for(self, members: Sequence[int]) -> tuple[int, ...]:
+        """The equal-finish slices of these members, zero for the others: a membership
+        change moves straight to its target (it was decided past the dead band)."""
+        target = self._target(members)
+        assert target is not None  # members have fitted lines (membership checks)
+        sizes = largest_remainder(self.total, target, self.damping.min_slice)
+        out = [0] * self.world
+        for i, size in zip(members, sizes, strict=True):
+            out[i] = size
+        return tuple(out)
 
 
 def predict(history: WindowStats, prior_a: float, window: WindowStats) -> float:
@@ -259,6 +424,19 @@ def equal_finish(total: int, lines: Sequence[tuple[float, float]], minimum: int
             return sizes
         free = [i for i in free if i not in low]
     return None
+
+
+def through_origin(s: WindowStats) -> tuple[float, float]:
+    """The line t = b*n through the origin and the window's mean."""
+    return 0.0, (s.t / s.n if s.n > 0 else math.nan)
+
+
+def finish_time(total: int, lines: Sequence[tuple[float, float]], minimum: int) -> float:
+    """When the last of these workers finishes its equal-finish slice (ns)."""
+    sizes = equal_finish(total, lines, minimum)
+    if sizes is None:
+        return math.inf
+    return max(a + b * n for (a, b), n in zip(lines, sizes, strict=True))
 
 
 def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,

@@ -38,8 +38,6 @@ from harness.errors import UsageError
 from harness.partition import (
     Damping,
     Repartitioner,
-    Window,
-    WindowStats,
     equal_sizes,
     largest_remainder,
     slice_bounds,
@@ -48,7 +46,6 @@ from harness.partition import (
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
-BEGIN_FIELD, READY_FIELD = 4, 5  # positions of begin_ns and ready_ns in a record
 # Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
 # counters.
 UNTIMED_TAIL = (*[0] * 11, float("nan"), float("nan"), *[0] * 7)
@@ -314,6 +311,8 @@ class Trainer:
 
     def solo_throughput(self, size: int, steps: int) -> float:
         """Samples/s of this worker computing `size` samples alone (no update applied)."""
+        if size == 0:  # left out: nothing to time
+            return 0.0
         durations = []
         for s in range(steps + 1):  # the first step warms caches and allocators
             marks = [time.perf_counter_ns()]
@@ -353,7 +352,8 @@ def make_repartitioner(run: RunSpec) -> Repartitioner | None:
     p = run.partition
     if not p.adaptive:
         return None
-    return Repartitioner(p.policy, run.global_batch, run.world_size, Damping.of(p))
+    return Repartitioner(p.policy, run.global_batch, run.world_size, Damping.of(p),
+                         leave_out=p.leave_out)
 
 
 def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
@@ -486,6 +486,8 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     import torch
 
     from harness import comm
+    from harness.membership import Membership
+    from harness.repartitioning import Repartitioning, sit_out
 
     worker = run.workers[rank]
     adapter = trainer.adapter
@@ -509,20 +511,30 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     if rank == 0:
         collector.write_partition_log(run_dir, trainer.partition_history, standalone)
     trainer.stretch.total_ns = 0
+    membership = None
+    if run.partition.may_leave_out:
+        membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
+        trainer.aggregator.set_members(membership.group(), len(membership.members))
     evaluator = make_evaluator(run, rank, adapter, run_dir, device)
     if evaluator:
         evaluator(0)
     comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
     counters = Counters()
+    repartitioner = make_repartitioner(run)
+    repartition = Repartitioning(run, rank, device, trainer, repartitioner, membership,
+                                 run_dir, standalone)
     try:
         step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
-        repartitioner, window = make_repartitioner(run), Window()
         if evaluator:
             evaluator.start_clock()
         following: int | None = 0
         while following is not None:
             step = following
+            if membership is not None and not membership.computing:
+                following = sit_out(membership, step, writer, evaluator, repartition)
+                lo, hi = repartition.bounds()
+                continue
             if worker.varies:
                 trainer.stretch.extra = worker.factor_at(step, run.seed, rank) - 1.0
             record, exchange = step_fn(step, lo, hi, counters)
@@ -530,24 +542,21 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
             following = exchange.next_step
             progress = step + 1 if exchange.progress is None else exchange.progress
             if evaluator and evaluator.due(progress):
+                if membership is not None:
+                    membership.announce_evaluation(step, progress, adapter)
                 evaluator(progress)
+            if membership is not None:
+                membership.keep_alive(step)
             if repartitioner is None:
                 continue
-            window.add(hi - lo, record[READY_FIELD] - record[BEGIN_FIELD])
+            repartition.measure(hi - lo, record)
             if (step + 1) % run.partition.every == 0 and step + 1 < run.steps:
-                # Between steps, outside any step's timing: one small all-gather.
-                windows = comm.all_gather_vectors(window.take().as_list(), device)
-                change = repartitioner.update(sizes, [WindowStats.of(v) for v in windows])
-                if change is not None:
-                    sizes, reason = change
-                    lo, hi = slice_bounds(sizes)[rank]
-                    trainer.partition_history.append(
-                        {"step": step + 1, "sizes": list(sizes), "reason": reason})
-                    if rank == 0:  # a run that fails later keeps its partition changes
-                        collector.write_partition_log(run_dir, trainer.partition_history,
-                                                      standalone)
+                repartition.between_steps(step)  # outside any step's timing
+                lo, hi = repartition.bounds()
     finally:
         writer.close()
+    if membership is not None and membership.computing:
+        membership.announce_end(run.steps - 1, adapter)  # rank 0 writes the members' model
     if run.on_worker_failure == "continue":
         # A peer may be gone: no collective after training. Each worker leaves what rank 0
         # would have written, and the launcher finishes the run directory from the parts.

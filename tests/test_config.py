@@ -150,9 +150,9 @@ BAD = {
     "sizes too long": (
         suite(run(partition={"policy": "sizes", "sizes": [64, 32, 32]})),
         "runs[0].partition.sizes", ["list of 2 integers, one per worker"]),
-    "size zero": (
-        suite(run(partition={"policy": "sizes", "sizes": [128, 0]})),
-        "runs[0].partition.sizes", ["0 is below the minimum 1"]),
+    "size negative": (
+        suite(run(partition={"policy": "sizes", "sizes": [-1, 129]})),
+        "runs[0].partition.sizes", ["-1 is below the minimum 0"]),
     "sizes missing for policy sizes": (
         suite(run(partition={"policy": "sizes"})),
         "runs[0].partition.sizes", ["required for policy 'sizes'"]),
@@ -495,7 +495,8 @@ def test_to_dict_is_plain_data() -> None:
     assert data["partition"] == {"policy": "sizes", "sizes": (100, 28), "weights": None,
                                  "profile_steps": 5, "initial": "equal", "every": 10,
                                  "dead_band": 0.05, "max_move": 0.25, "min_slice": 1,
-                                 "smoothing": 0.5, "max_ratio": 2.0, "reset": 0.3}
+                                 "smoothing": 0.5, "max_ratio": 2.0, "reset": 0.3,
+                                 "leave_out": False}
     assert data["workers"][0]["device"] == "cpu"
 
 

@@ -224,3 +224,100 @@ def test_report_says_how_many_repeats_settled_after_the_jump() -> None:
                                           0.5))
     row = next(line for line in text.splitlines() if line.startswith("| abrupt | model"))
     assert "| 1/2 |" in row
+
+
+# -- membership: a worker that does not pay for itself is left out ---------------------------
+
+
+def membership_update(r: Repartitioner, sizes: tuple[int, ...],
+                      lines: list[tuple[float, float]], comm_ns: float
+                      ) -> tuple[tuple[int, ...], str] | None:
+    """One update where every member computed at its line and the sums were back comm_ns
+    after the slowest arrived (every member's begin-to-reduced time: lockstep); left-out
+    workers (size 0) measured nothing."""
+    windows = [w if n > 0 else WindowStats()
+               for w, n in zip(windows_for(sizes, lines), sizes, strict=True)]
+    slowest = max(a + b * n for (a, b), n in zip(lines, sizes, strict=True) if n > 0)
+    synchronized = [slowest + comm_ns if n > 0 else float("nan") for n in sizes]
+    return r.update(sizes, windows, synchronized)
+
+
+def test_a_worker_that_costs_more_than_it_brings_is_left_out() -> None:
+    # worker 1 is 10x slower per sample; the exchange costs 0.5 ms. With it the step is
+    # 64/(1/b0 + 1/b1) ~ 58 samples' worth of worker 0 (1.16 ms) + 0.5 ms; without it 1.28 ms
+    lines = [(0.0, 20_000.0), (0.0, 200_000.0)]
+    r = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    change = membership_update(r, (32, 32), lines, 500_000.0)
+    assert change is not None
+    sizes, reason = change
+    assert sizes == (64, 0)
+    assert "left out worker(s) [1]" in reason and "predicted step 1.280 ms" in reason
+    # nothing changes while it stays the better choice
+    assert membership_update(r, sizes, lines, float("nan")) is None
+
+
+def test_a_worker_that_pays_for_itself_is_kept() -> None:
+    # a 2x (not 10x) slower worker and a 0.1 ms exchange: 0.85 ms + 0.1 ms against 1.28 ms
+    lines = [(0.0, 20_000.0), (0.0, 40_000.0)]
+    r = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    change = membership_update(r, (32, 32), lines, 100_000.0)
+    assert change is not None and 0 not in change[0]
+    assert change[0][0] > change[0][1]  # rebalanced, both kept
+
+
+def test_a_left_out_worker_is_taken_back_when_the_others_slow_down() -> None:
+    lines = [(0.0, 20_000.0), (0.0, 200_000.0)]
+    r = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    sizes = membership_update(r, (32, 32), lines, 500_000.0)[0]  # type: ignore[index]
+    assert sizes == (64, 0)
+    # worker 0 becomes 30x slower: worker 1's last line (10x) now pays for itself
+    slowed = [(0.0, 600_000.0), lines[1]]
+    change = membership_update(r, sizes, slowed, float("nan"))
+    assert change is not None
+    assert "took back worker(s) [1]" in change[1] and min(change[0]) > 0
+
+
+def test_no_worker_is_left_out_before_an_exchange_was_measured() -> None:
+    lines = [(0.0, 20_000.0), (0.0, 200_000.0)]
+    r = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    change = membership_update(r, (32, 32), lines, float("nan"))
+    assert change is not None and 0 not in change[0]  # only rebalanced
+    without = Repartitioner("model", 64, 2, Damping())  # leave_out off: never an empty slice
+    change = membership_update(without, (32, 32), lines, 500_000.0)
+    assert change is not None and min(change[0]) >= 1
+
+
+def test_leave_out_needs_the_model_policy() -> None:
+    with pytest.raises(ValueError, match="leave_out needs the 'model' policy"):
+        Repartitioner("proportional", 64, 2, Damping(), leave_out=True)
+
+
+def test_taking_a_worker_back_needs_twice_the_gain_and_twice_more_each_time() -> None:
+    r = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    slow = (0.0, 200_000.0)
+    # Beside worker 1, worker 0 computes at 20 us per sample (1.66 ms for the pair with the
+    # 0.5 ms excess; alone 1.28 ms): worker 1 is left out.
+    sizes = membership_update(r, (32, 32), [(0.0, 20_000.0), slow], 500_000.0)[0]  # type: ignore[index]
+    assert sizes == (64, 0)
+    # Alone it computes faster (17 us: no contention). The pair is still predicted from the
+    # lines measured beside each other: 1.66 ms against 1.09 ms, no reason to take it back.
+    assert membership_update(r, sizes, [(0.0, 17_000.0), slow], float("nan")) is None
+    # Worker 0 slows to 55 us (a new speed: its lines in every context restart from it):
+    # 3.52 ms alone, 3.26 ms with worker 1: 7.4% less is not enough (2 dead bands: 10%);
+    # then 70 us (65 us smoothed: 4.16 ms alone against 3.26 ms) is.
+    assert membership_update(r, sizes, [(0.0, 55_000.0), slow], float("nan")) is None
+    change = membership_update(r, sizes, [(0.0, 70_000.0), slow], float("nan"))
+    assert change is not None and "took back worker(s) [1]" in change[1]
+    # worker 1 slows to 2 ms per sample: left out a second time
+    change = membership_update(r, change[0], [(0.0, 70_000.0), (0.0, 2_000_000.0)], 500_000.0)
+    assert change is not None and change[0] == (64, 0) and "left out" in change[1]
+    # now 4 dead bands (20%): worker 0 at 300 and 500 us (10.4%, 18.4% less with worker 1)
+    # is not enough, at 700 us (24.8%) it is
+    for b in (300_000.0, 500_000.0):
+        assert membership_update(r, (64, 0), [(0.0, b), (0.0, 2e6)], float("nan")) is None
+    change = membership_update(r, (64, 0), [(0.0, 700_000.0), (0.0, 2e6)], float("nan"))
+    assert change is not None and "took back worker(s) [1]" in change[1]
+    # a worker taken back gets this state, and with it the same decisions
+    other = Repartitioner("model", 64, 2, Damping(), leave_out=True)
+    other.load_state(r.state())
+    assert other.state() == r.state() and other.times_left_out == [0, 2]

@@ -26,9 +26,17 @@ class Allreduce:
         self.buffer = context.buffer
         self.steps = context.run.steps
         self.global_batch = context.run.global_batch
+        self.group: Any = None  # the whole job's
+        self.alone = context.run.world_size == 1  # a job of one worker has nothing to sum
+
+    def set_members(self, group: Any, count: int) -> None:
+        """Only these workers compute (harness/membership.py): the all-reduce runs in their
+        group, and not at all for a lone worker, whose sums are already the batch's."""
+        self.group, self.alone = group, count == 1
 
     def exchange(self, step: int, samples: int) -> Exchange:
-        dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM)
+        if not self.alone:
+            dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM, group=self.group)
         return Exchange(Holds.SUMS, self.global_batch, next_step(step, self.steps))
 
     def describe(self) -> dict[str, Any]:

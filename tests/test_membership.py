@@ -1,0 +1,151 @@
+"""A worker left out (issue 16, membership): an empty slice, given in the suite or decided by
+the `model` policy with `leave_out`, changes who computes, never the parameters.
+
+Real multi-process training over gloo. The reference is the plain PyTorch loop of
+test_exactness (nn.Sequential, torch.optim.SGD with momentum) over the same global batches.
+Rank 0 is the worker left out in both runs, so the parameters it writes at the end and
+the held-out metrics it evaluates are right only if it received the members' parameters
+(before every evaluation, and at the end) and, once taken back, their optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.metrics import complete_steps, run_summary, step_metrics
+from analysis.runs import analyse_run
+from harness.results import load_run
+from tests.conftest import completed_runs
+from tests.test_exactness import plain_torch
+
+pytestmark = pytest.mark.slow
+STEPS, BATCH, LR, SEED = 30, 64, 0.05, 5
+ATOL = 2e-5
+
+SUITE = f"""
+[suite]
+name = "membership-exactness"
+
+[defaults]
+workload = "mlp"
+dataset = "digits"
+steps = {STEPS}
+global_batch = {BATCH}
+lr = {LR}
+seed = {SEED}
+optimizer = "momentum"
+eval_every = 10
+
+[[runs]]
+name = "rank0-out"
+partition = {{ policy = "sizes", sizes = [0, 40, 24] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }}, {{ device = "cpu" }} ]
+
+# Worker 0 is 20x slower: left out at the first update. From step 15 worker 1 is 60x
+# slower: worker 0 pays for itself again and is taken back.
+[[runs]]
+name = "out-and-back"
+partition = {{ policy = "model", every = 3, leave_out = true }}
+workers = [ {{ device = "cpu", slowdown = 20.0 }},
+            {{ device = "cpu", slowdown_at = [[14, 1.0], [15, 60.0]] }} ]
+
+# Worker 1 is left out for the whole run, which lasts a few times timeout_s: its wait
+# for the first member's word is kept alive.
+[[runs]]
+name = "out-longer-than-the-timeout"
+timeout_s = 1.0
+steps = 300
+eval_every = 300
+partition = {{ policy = "sizes", sizes = [{BATCH}, 0] }}
+workers = [ {{ device = "cpu", slowdown = 12.0 }}, {{ device = "cpu" }} ]
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return completed_runs(tmp_path_factory.mktemp("membership"), SUITE)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, np.ndarray]:
+    def momentum(params: Any) -> tuple[Any, None]:
+        return torch.optim.SGD(params, lr=LR, momentum=0.9), None
+
+    return plain_torch(SEED, STEPS, BATCH, momentum)[0]
+
+
+def test_a_worker_left_out_changes_no_parameter(runs: dict[str, Path],
+                                                reference: dict[str, np.ndarray]) -> None:
+    for name in ("rank0-out", "out-and-back"):
+        run_dir = runs[name]
+        params = dict(np.load(run_dir / "params.npz"))
+        for key, expected in reference.items():
+            np.testing.assert_allclose(params[key], expected, rtol=0, atol=ATOL,
+                                       err_msg=f"{name}: {key}")
+
+
+def test_the_policy_left_worker_0_out_and_took_it_back(runs: dict[str, Path]) -> None:
+    history = load_run(runs["out-and-back"]).manifest["partition_history"]
+    out = [h for h in history if "left out worker(s) [0]" in h["reason"]]
+    back = [h for h in history if "took back worker(s) [0]" in h["reason"]]
+    assert out and back, [h["reason"] for h in history]
+    assert out[0]["sizes"] == [0, BATCH] and out[0]["step"] < 15
+    assert back[0]["step"] > 15 and back[0]["sizes"][0] > 0
+
+
+def test_every_step_has_a_row_per_worker_and_the_analysis_reads_the_members(
+        runs: dict[str, Path]) -> None:
+    run = load_run(runs["out-and-back"])
+    steps = run.steps
+    assert len(steps) == 2 * STEPS  # a row per worker and step, sat out or not
+    assert (steps.groupby("step")["batch_size"].sum() == BATCH).all()
+    history = run.manifest["partition_history"]
+    sizes_at = {h["step"]: h["sizes"] for h in history}
+    current = history[0]["sizes"]
+    for step in range(STEPS):
+        current = sizes_at.get(step, current)
+        recorded = steps[steps["step"] == step].sort_values("rank")["batch_size"].tolist()
+        assert recorded == current, step
+    out_rows = steps[steps["batch_size"] == 0]
+    assert len(out_rows) and (out_rows[["begin_ns", "end_ns"]] == 0).all().all()
+    members = complete_steps(steps)
+    assert (members["batch_size"] > 0).all()
+    assert complete_steps(members).equals(members)  # a filtered frame is complete again
+    per_step = step_metrics(steps)
+    assert len(per_step) == STEPS and (per_step["samples"] == BATCH).all()
+    lone = per_step[per_step["step"].isin(out_rows["step"])]
+    assert (lone["straggler"] == 1).all() and (lone["idle_ms"] == 0).all()
+    summary = run_summary(steps)
+    assert summary["steps"] == STEPS and summary["samples_per_s"] > 0
+    tables = analyse_run(steps, 0, None, run.manifest)
+    assert len(tables["what_if"]) == 4 and tables["what_if"]["total_s"].notna().all()
+    # the trace has no slices for a step sat out
+    trace = json.loads((runs["out-and-back"] / "trace.json").read_text())["traceEvents"]
+    sat_out = {(int(r.rank), int(r.step)) for r in out_rows.itertuples()}
+    assert not [e for e in trace if e["ph"] == "X"
+                and (e["pid"], e["args"]["step"]) in sat_out]
+
+
+def test_a_wait_longer_than_the_timeout_is_kept_alive(runs: dict[str, Path]) -> None:
+    run = load_run(runs["out-longer-than-the-timeout"])
+    assert run.status == "completed"
+    computing = run.steps[run.steps["batch_size"] > 0]
+    span_s = (computing["end_ns"].max() - computing["begin_ns"].min()) / 1e9
+    assert span_s > 2 * run.manifest["run"]["timeout_s"]
+    assert (run.steps[run.steps["rank"] == 1]["batch_size"] == 0).all()
+
+
+def test_every_worker_evaluates_the_members_model(runs: dict[str, Path]) -> None:
+    for name in ("rank0-out", "out-and-back"):
+        evals = load_run(runs[name]).evals
+        assert list(evals["step"]) == [0, 10, 20, STEPS], name
+        assert evals["loss"].iloc[-1] < evals["loss"].iloc[0], name
+    # the same model evaluated with rank 0 out (the first run) and in (the second)
+    first, second = (load_run(runs[n]).evals for n in ("rank0-out", "out-and-back"))
+    np.testing.assert_allclose(first["loss"], second["loss"], rtol=1e-4)
