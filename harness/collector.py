@@ -320,43 +320,68 @@ def write_steps(run_dir: Path, frame: Any) -> None:
 
 
 TRACE_CHUNK_ROWS = 20_000  # rows turned into trace events at a time
+MIB = 1 << 20
+# compact, and no check for cycles a flat event cannot have: a third less time and size
+_TRACE_JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
-    """Chrome trace event JSON (Perfetto): one process per worker, one complete ('X') slice
-    per phase, the exchange split as the analysis splits it (`trace_slices`). Written a
-    chunk of rows at a time: the events of a long run are never all in memory at once."""
+    """Chrome trace event JSON (Perfetto, chrome://tracing), in microseconds.
+
+    One process per worker, pid rank + 1 (viewers treat pid 0 as the idle task), named
+    with the worker's label (framework, device, threads, slowdown). Per worker and step a
+    parent slice `step N` whose phases nest in it and tile it from begin to end
+    (`trace_slices`): the exchange split as the analysis splits it, idle before it and
+    communication apart. A flow arrow per step from the straggler (the last worker ready)
+    to every worker that waited for it, landing where its communication starts. Counter
+    tracks per worker: its slice size and resident memory, an event where they change.
+    Written a chunk of rows at a time: a long run's events are never all in memory."""
     tmp = run_dir / f".{TRACE_FILE}.tmp"
     with open(tmp, "w") as out:
         out.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
-        out.write(",\n".join(json.dumps({"ph": "M", "name": "process_name", "pid": rank,
+        out.write(",\n".join(json.dumps({"ph": "M", "name": "process_name", "pid": rank + 1,
                                          "tid": 0, "args": {"name": f"worker {rank} ({label})"}})
                              for rank, label in enumerate(worker_labels)))
         frame = frame[frame["batch_size"] > 0]  # a worker left out of a step has no slices
         if len(frame):
             origin = int(frame["begin_ns"].min())
             arrival = frame.groupby("step")["ready_ns"].transform("max")
+            last = frame.loc[frame.groupby("step")["ready_ns"].idxmax(), ["step", "rank"]]
+            straggler = frame["step"].map(dict(zip(last["step"], last["rank"], strict=True)))
+            counters: dict[tuple[int, str], float] = {}
             for start in range(0, len(frame), TRACE_CHUNK_ROWS):
-                rows = frame.iloc[start:start + TRACE_CHUNK_ROWS]
-                events = trace_slices(rows, arrival.iloc[start:start + TRACE_CHUNK_ROWS],
-                                      origin)
-                out.write("".join(",\n" + json.dumps(e) for e in events))
+                chunk = slice(start, start + TRACE_CHUNK_ROWS)
+                rows = frame.iloc[chunk]
+                events = [*trace_slices(rows, arrival.iloc[chunk], origin),
+                          *trace_flows(rows, arrival.iloc[chunk], straggler.iloc[chunk],
+                                       origin),
+                          *trace_counters(rows, origin, counters)]
+                out.write("".join(",\n" + _TRACE_JSON.encode(e) for e in events))
         out.write("\n]}\n")
     tmp.replace(run_dir / TRACE_FILE)
 
 
 def trace_slices(rows: Any, arrival: Any, origin: int) -> Iterator[dict[str, Any]]:
-    """The slices of each row, in order from its begin: the compute phases; the exchange
-    as `idle` (waiting for the last worker's gradients: arrival - ready) and `allreduce`
-    (the rest), or, where the worker took its exchange alone (`asynchronous`), as `push`,
-    `wait` (for others or a staleness bound) and `pull`; then unpack and apply."""
+    """Each row's parent slice, then its phases in order from its begin: the compute
+    phases; the exchange as `idle` (waiting for the last worker's gradients: arrival -
+    ready) and `allreduce` (the rest), or, where the worker took its exchange alone
+    (`asynchronous`), as `push`, `wait` (for others or a staleness bound) and `pull`; then
+    unpack and apply."""
     exchange = PHASES.index(Phase.ALLREDUCE)
-    columns = ["rank", "step", "begin_ns", "ready_ns", *(f"{p.value}_ns" for p in PHASES),
-               "push_ns", "wait_ns", "asynchronous"]
+    before = [p.value for p in PHASES[:exchange]]
+    after = [p.value for p in PHASES[exchange + 1:]]
+    columns = ["rank", "step", "batch_size", "begin_ns", "ready_ns", "end_ns",
+               *(f"{p.value}_ns" for p in PHASES), "push_ns", "wait_ns", "asynchronous"]
     for row, arrive in zip(rows[columns].itertuples(index=False), arrival, strict=True):
-        durations = row[4:4 + len(PHASES)]
-        parts = [(p.value, d) for p, d in zip(PHASES[:exchange], durations[:exchange],
-                                               strict=True)]
+        pid, step = row.rank + 1, row.step
+        yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0,
+               "ts": (row.begin_ns - origin) / 1000.0,
+               "dur": (row.end_ns - row.begin_ns) / 1000.0,
+               "args": {"step": step, "batch_size": row.batch_size}}
+        if row.ready_ns <= 0:
+            continue  # instrument = false: no phase was timed
+        durations = row[6:6 + len(PHASES)]
+        parts = list(zip(before, durations[:exchange], strict=True))
         total = durations[exchange]
         if row.asynchronous:
             pull = max(total - row.push_ns - row.wait_ns, 0)
@@ -364,13 +389,43 @@ def trace_slices(rows: Any, arrival: Any, origin: int) -> Iterator[dict[str, Any
         else:
             idle = min(max(arrive - row.ready_ns, 0), total)
             parts += [("idle", idle), ("allreduce", total - idle)]
-        parts += [(p.value, d) for p, d in zip(PHASES[exchange + 1:],
-                                                durations[exchange + 1:], strict=True)]
+        parts += zip(after, durations[exchange + 1:], strict=True)
         ts = row.begin_ns - origin
         for name, duration in parts:
-            yield {"ph": "X", "name": name, "cat": "step", "pid": row.rank, "tid": 0,
-                   "ts": ts / 1000.0, "dur": duration / 1000.0, "args": {"step": row.step}}
+            yield {"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": 0,
+                   "ts": ts / 1000.0, "dur": duration / 1000.0, "args": {"step": step}}
             ts += duration
+
+
+def trace_flows(rows: Any, arrival: Any, straggler: Any, origin: int
+                ) -> Iterator[dict[str, Any]]:
+    """Per waiting worker of a lockstep step: an arrow from the straggler's ready (where
+    its communication starts) to where the waiting worker's communication starts."""
+    columns = ["rank", "step", "ready_ns", "asynchronous"]
+    for row, arrive, last in zip(rows[columns].itertuples(index=False), arrival, straggler,
+                                 strict=True):
+        if row.asynchronous or row.rank == last or row.ready_ns <= 0:
+            continue
+        flow = {"name": "waits for", "cat": "straggler", "id": f"{row.step}-{row.rank}",
+                "tid": 0, "ts": (arrive - origin) / 1000.0}
+        yield {**flow, "ph": "s", "pid": int(last) + 1}
+        yield {**flow, "ph": "f", "bp": "e", "pid": row.rank + 1}
+
+
+def trace_counters(rows: Any, origin: int, last: dict[tuple[int, str], float]
+                   ) -> Iterator[dict[str, Any]]:
+    """A counter event where a worker's slice size or resident memory (MiB) changed;
+    `last` carries the values across chunks."""
+    columns = ["rank", "begin_ns", "batch_size", "rss_bytes"]
+    for row in rows[columns].itertuples(index=False):
+        for name, value in (("slice (samples)", float(row.batch_size)),
+                            ("rss (MiB)", round(row.rss_bytes / MIB, 1))):
+            key = (row.rank, name)
+            if name == "rss (MiB)" and value <= 0 or last.get(key) == value:
+                continue
+            last[key] = value
+            yield {"ph": "C", "name": name, "pid": row.rank + 1, "tid": 0,
+                   "ts": (row.begin_ns - origin) / 1000.0, "args": {"value": value}}
 
 
 def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],

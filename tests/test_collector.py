@@ -4,10 +4,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from analysis.metrics import run_summary, with_derived, worker_summary
 from harness import collector
 from harness.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
+from tests.trace_check import check_trace
 
 
 def record(rank: int, step: int, begin: int, ready: int, end: int, batch: int = 8) -> tuple:
@@ -39,21 +41,34 @@ def test_finalize_writes_parquet_and_a_chrome_trace(tmp_path: Path) -> None:
     rows = collector.finalize(tmp_path, arrays, ["fast", "slow"])
     assert rows == 6
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    events = check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
     names = {e["args"]["name"] for e in trace if e["ph"] == "M"}
     assert names == {"worker 0 (fast)", "worker 1 (slow)"}
-    slices = [e for e in trace if e["ph"] == "X"]
+    slices = [e for e in trace if e["ph"] == "X" and e["cat"] == "phase"]
     assert len(slices) == 6 * (len(PHASES) + 1)  # the exchange as idle, then all-reduce
-    assert {e["pid"] for e in slices} == {0, 1}
+    assert {e["pid"] for e in slices} == {1, 2}  # pid = rank + 1
+    steps = [e for e in trace if e["ph"] == "X" and e["cat"] == "step"]
+    assert sorted(e["name"] for e in steps) == ["step 0", "step 0", "step 1", "step 1",
+                                                "step 2", "step 2"]
     # idle is the wait for the last worker's gradients: worker 1 is ready 200 ns after
     # worker 0 at every step, and waits for no one
     idle = {(e["pid"], e["args"]["step"]): e["dur"] for e in slices if e["name"] == "idle"}
-    assert set(idle.values()) == {0.2, 0.0} and idle[(0, 1)] == 0.2 and idle[(1, 1)] == 0.0
+    assert set(idle.values()) == {0.2, 0.0} and idle[(1, 1)] == 0.2 and idle[(2, 1)] == 0.0
     # each row's slices tile it from begin to end, in order
-    row = [e for e in slices if e["pid"] == 0 and e["args"]["step"] == 2]
+    row = [e for e in slices if e["pid"] == 1 and e["args"]["step"] == 2]
     assert [e["name"] for e in row] == ["load", "to_device", "forward", "backward", "pack",
                                         "idle", "allreduce", "unpack", "apply"]
     assert all(a["ts"] + a["dur"] == b["ts"] for a, b in zip(row, row[1:], strict=False))
     assert row[-1]["ts"] + row[-1]["dur"] == 2.9  # end_ns 2900, origin 0
+    # one arrow a step from the straggler (worker 1) to worker 0, where its all-reduce
+    # starts (after its idle)
+    assert [(s["pid"], s["ts"]) for s in events["s"]] == [(2, 0.5), (2, 1.5), (2, 2.5)]
+    allreduce = {e["args"]["step"]: e["ts"] for e in slices
+                 if e["pid"] == 1 and e["name"] == "allreduce"}
+    assert [(f["pid"], f["ts"]) for f in events["f"]] == [(1, allreduce[s]) for s in range(3)]
+    # the slice size as a counter: one event per worker (it never changed); no rss recorded
+    assert [(c["pid"], c["name"], c["args"]["value"]) for c in events["C"]] == [
+        (1, "slice (samples)", 8.0), (2, "slice (samples)", 8.0)]
 
 
 def test_the_trace_is_written_in_chunks_and_splits_an_asynchronous_exchange(
@@ -64,12 +79,24 @@ def test_the_trace_is_written_in_chunks_and_splits_an_asynchronous_exchange(
     array["asynchronous"], array["push_ns"], array["wait_ns"] = True, 100, 250
     collector.finalize(tmp_path, [array], ["alone"])
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
     names = [e["name"] for e in trace if e["ph"] == "X" and e["args"]["step"] == 4]
-    assert names == ["load", "to_device", "forward", "backward", "pack", "push", "wait", "pull",
-                     "unpack", "apply"]
+    assert names == ["step 4", "load", "to_device", "forward", "backward", "pack", "push",
+                     "wait", "pull", "unpack", "apply"]
     pull = next(e for e in trace if e.get("name") == "pull" and e["args"]["step"] == 4)
     assert pull["dur"] == (590 - 100 - 250) / 1000  # the exchange 590 ns: ready to reduced
-    assert len([e for e in trace if e["ph"] == "X"]) == 5 * 10
+    assert len([e for e in trace if e["ph"] == "X"]) == 5 * 11
+    assert not [e for e in trace if e["ph"] in "sf"]  # no one waits for anyone alone
+
+
+def test_a_step_of_a_run_with_instrument_false_is_its_parent_slice_alone(tmp_path: Path) -> None:
+    array = np.array([record(r, s, 1000 * s, 0, 1000 * s + 900) for s in range(3)
+                      for r in range(2)], dtype=RECORD_DTYPE)
+    array["forward_ns"] = array["allreduce_ns"] = array["apply_ns"] = 0  # nothing timed
+    collector.finalize(tmp_path, [array], ["a", "b"])
+    events = check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
+    assert [e["name"] for e in events["X"] if e["pid"] == 1] == ["step 0", "step 1", "step 2"]
+    assert all(e["dur"] == 0.9 for e in events["X"]) and not events["s"]
 
 
 def test_idle_before_allreduce_follows_the_design_definition(tmp_path: Path) -> None:

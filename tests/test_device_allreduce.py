@@ -104,9 +104,13 @@ def test_strategy_two_ends_with_the_parameters_of_strategy_one(tmp_path: Path,
                                                                write_suite) -> None:
     from harness.config import load_suite
     from harness.launch import run_suite
+    from harness.results import load_run
+    from tests.trace_check import check_trace
 
     results = run_suite(load_suite(str(write_suite(GPU_SUITE))), tmp_path / "out")
     assert [r.status for r in results] == ["completed"] * 2, [r.reason for r in results]
+    for result in results:
+        check_trace(result.run_dir / "trace.json", load_run(result.run_dir).steps)
     host, device = (dict(np.load(r.run_dir / "params.npz")) for r in results)
     for name, value in host.items():
         # float32 sums in another order, and a GPU's kernels: a looser bound than on CPUs

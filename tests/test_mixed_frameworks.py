@@ -27,6 +27,7 @@ import torch
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
 from harness.aggregators import AGGREGATORS
 from tests.conftest import REPO, hetbench_command
+from tests.trace_check import check_trace
 
 STEPS = 12
 ATOL = 2e-5
@@ -150,6 +151,7 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
     run = load_run(results[1].run_dir)
     assert run.manifest["run"]["aggregator"]["name"] == strategy
     assert (run.steps["allreduce_ns"] > 0).all()
+    check_trace(results[1].run_dir / "trace.json", run.steps)
     for log in logs:  # the strategy's own processes ran, and the launcher waited for them
         assert (results[1].run_dir / "logs" / log).is_file()
 

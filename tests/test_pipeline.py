@@ -22,7 +22,9 @@ from analysis.metrics import run_summary
 from harness.config import parse_run
 from harness.errors import UsageError
 from harness.pipeline_worker import alike_times
+from harness.results import load_run
 from tests.conftest import completed_runs, hetbench_command
+from tests.trace_check import check_trace
 from workloads import get_workload
 from workloads.data import load_dataset
 from workloads.models import build_spec, builder
@@ -167,6 +169,7 @@ def test_wave_synchronous_pipelines_end_with_the_all_reduce_parameters(pipeline_
     reference = np.load(folders["dp"] / "params.npz")
     # one virtual worker pushing to its servers (wsp) is SGD on the global batch too
     for name in ("gpipe-1", "1f1b-4", "uneven", "wsp-one"):
+        check_trace(folders[name] / "trace.json", load_run(folders[name]).steps)
         params = np.load(folders[name] / "params.npz")
         assert sorted(params.files) == sorted(reference.files)
         for key in reference.files:
@@ -255,7 +258,6 @@ def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
     import time
 
     from harness import collector
-    from harness.results import load_run
     from tests.conftest import REPO
     from tests.test_faults import alive
 

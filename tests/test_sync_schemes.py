@@ -3,10 +3,12 @@ real parameter-server processes over torch.distributed.rpc, started and stopped 
 hetbench on 127.0.0.1.
 
 Exactness where it must hold (issue 13): ps-sync (over 2 servers), ssp with s = 0, backup
-with b = 0 and local SGD with H = 1 end with the parameters of the all-reduce run, within
+with b = 0, local SGD with H = 1 and allreduce-host end with the parameters of the
+all-reduce run, within
 float rounding (the float32 sums are added in another order: 2e-5 after 12 steps, as in
 test_exactness); ps-async with one worker is plain sequential SGD. The asynchronous
-schemes on a slowed worker record staleness, drops and the servers' placement.
+schemes on a slowed worker record staleness, drops and the servers' placement. Every
+scheme's trace is a well-formed Trace Event Format file (tests/trace_check.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from harness.launch import run_suite
 from harness.results import load_run
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive, finish, start_long_run
+from tests.trace_check import check_trace
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -65,14 +68,20 @@ aggregator = {{ name = "backup", backup = 0 }}
 [[runs]]
 name = "local1"
 aggregator = {{ name = "local-sgd", local_steps = 1 }}
+
+[[runs]]
+name = "host"
+aggregator = "allreduce-host"
 """
 
 
 def test_synchronous_limits_of_every_scheme_equal_the_allreduce_run(tmp_path: Path,
                                                                      write_suite) -> None:
     results = run_suite(load_suite(str(write_suite(SUITE))), tmp_path / "out")
-    assert [r.status for r in results] == ["completed"] * 5, [r.reason for r in results]
+    assert [r.status for r in results] == ["completed"] * 6, [r.reason for r in results]
     expected = dict(np.load(results[0].run_dir / "params.npz"))
+    for result in results:  # the trace of every scheme is a well-formed trace
+        check_trace(result.run_dir / "trace.json", load_run(result.run_dir).steps)
     for result in results[1:]:
         params = dict(np.load(result.run_dir / "params.npz"))
         for name, value in expected.items():
@@ -137,6 +146,8 @@ def test_asynchronous_schemes_record_staleness_and_drops(tmp_path: Path,
                                                          write_suite) -> None:
     one, slowed, backup = run_suite(load_suite(str(write_suite(ASYNC))), tmp_path / "out")
     assert [r.status for r in (one, slowed, backup)] == ["completed"] * 3
+    for result in (one, slowed, backup):
+        check_trace(result.run_dir / "trace.json", load_run(result.run_dir).steps)
     # one asynchronous worker is sequential SGD
     params = dict(np.load(one.run_dir / "params.npz"))
     for name, value in plain_torch_sgd(seed=5, steps=10, lr=0.1, batch=64).items():
@@ -316,6 +327,7 @@ def test_mxnet_dist_async_is_a_native_cross_check_of_ps_async(tmp_path: Path,
         np.testing.assert_allclose(params[name], value, rtol=0, atol=ATOL, err_msg=name)
     steps = load_run(two.run_dir).steps
     assert len(steps) == 20 and steps["asynchronous"].all()
+    check_trace(two.run_dir / "trace.json", steps)
     assert (steps["staleness"] == -1).all()  # MXNet does not report it
     for log in ("kvstore-scheduler.log", "kvstore-server.log"):
         assert (two.run_dir / "logs" / log).is_file()
