@@ -255,7 +255,8 @@ class Repartitioner:
 
     def state(self) -> list[float]:
         """What a worker taken back needs to compute the same partitions as the others
-        from then on (policy 'model': the decayed sums and the measured exchange)."""
+        from then on (policy 'model': the excess, how often each worker was left out, and
+        the decayed sums of every context)."""
         return [self.excess_ns, *map(float, self.times_left_out),
                 *(v for fits in self.by_count for f in fits for v in f.as_list())]
 
@@ -313,7 +314,8 @@ class Repartitioner:
         compute time, plus the measured excess of a step of several workers (exchange and
         variability), none when one worker computes alone (no exchange, no one to wait
         for)."""
-        fits = [self._fits(len(members))[i] for i in members]
+        every = self._fits(len(members))
+        fits = [every[i] for i in members]
         lines = [fit_line(f, self.prior_a[i]) for f, i in zip(fits, members, strict=True)]
         sizes = equal_finish(self.total, lines, self.damping.min_slice)
         if sizes is None:
