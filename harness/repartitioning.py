@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness import collector
+from harness import collector, comm
 from harness.collector import BEGIN_FIELD, READY_FIELD, REDUCED_FIELD, RecordWriter
 from harness.config import RunSpec
 from harness.membership import CHANGE, END, EVAL, Membership, members_of
@@ -23,9 +23,9 @@ from harness.partition import Repartitioner, Window, WindowStats, slice_bounds
 
 class Repartitioning:
     """The adaptive policies between steps: each computing worker's window of (slice,
-    compute) pairs and mean exchange time, gathered among the members every `every` steps
-    (a lone member needs no gather), the same new partition on every rank, and the left-out
-    workers told of it (harness/membership.py)."""
+    compute) pairs and its mean time from begin to the reduced sums, gathered among the
+    members every `every` steps (a lone member needs no gather), the same new partition
+    on every rank, and the left-out workers told of it (harness/membership.py)."""
 
     def __init__(self, run: RunSpec, rank: int, device: Any, trainer: Any,
                  repartitioner: Repartitioner | None, membership: Membership | None,
@@ -52,8 +52,6 @@ class Repartitioning:
         self.synchronized_sum += record[REDUCED_FIELD] - record[BEGIN_FIELD]
 
     def between_steps(self, step: int) -> None:
-        from harness import comm
-
         assert self.repartitioner is not None
         stats = self.window.take()
         synchronized = self.synchronized_sum / stats.count if stats.count else math.nan
