@@ -261,14 +261,24 @@ def _worker_reason(run_dir: Path, rank: int, code: int | None = None,
     """What ended a worker: the signal that killed it, else the error it recorded, else its
     log's last line. `named`: as a sentence about worker `rank`."""
     if code is not None and code < 0:
-        return f"worker {rank} killed by {_signal_name(-code)}"
+        killed = f"worker {rank} killed by {_signal_name(-code)}"
+        # a signal the process raised itself (an abort, a crash): its last words say why
+        last = _last_log_line(run_dir, rank) if -code in SELF_INFLICTED else None
+        return f"{killed} ({last})" if last else killed
     prefix = f"worker {rank} exited with status {code}: " if named else ""
     if error := collector.read_error(run_dir, rank):
         return prefix + error
+    return prefix + (_last_log_line(run_dir, rank) or "no message")
+
+
+SELF_INFLICTED = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+
+
+def _last_log_line(run_dir: Path, rank: int) -> str | None:
     log = run_dir / "logs" / f"rank{rank}.log"
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] \
         if log.is_file() else []
-    return prefix + (lines[-1].strip() if lines else "no message")
+    return lines[-1].strip() if lines else None
 
 
 def _signal_name(number: int) -> str:

@@ -35,6 +35,7 @@ from harness.collector import RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
 from harness.cputime import ThreadsCpuClock
 from harness.errors import UsageError
+from harness.exits import exit_skipping_teardown
 from harness.partition import (
     Damping,
     Repartitioner,
@@ -768,4 +769,4 @@ def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, r
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_skipping_teardown(main())

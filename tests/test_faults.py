@@ -304,3 +304,28 @@ def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Pa
     assert str(disk) in got["reason"]  # names where
     assert got["temporary"] == []  # the half-written files and the reserve are gone
     assert got["rows"] == got["flushed"] > 0  # every flushed row readable
+
+
+def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> None:
+    from harness.launch import _worker_reason
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank2.log").write_text(
+        "UserWarning: something earlier\nterminate called without an active exception\n\n")
+    assert _worker_reason(tmp_path, 2, -signal.SIGABRT) == (
+        "worker 2 killed by SIGABRT (terminate called without an active exception)")
+    # a signal sent from outside says nothing of the worker's log
+    assert _worker_reason(tmp_path, 2, -signal.SIGKILL) == "worker 2 killed by SIGKILL"
+
+
+def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown() -> None:
+    # the teardown is where native threads abort a finished worker (harness/exits.py)
+    program = ("import atexit, sys\n"
+               "from harness.exits import exit_skipping_teardown\n"
+               "atexit.register(lambda: print('teardown ran'))\n"
+               "print('written', end='')\n"
+               "sys.stderr.write('said')\n"
+               "exit_skipping_teardown(3)\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "written", "said")

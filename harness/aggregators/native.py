@@ -119,7 +119,16 @@ class KVStoreAllreduce:
         return {}
 
     def close(self, failed: bool = False) -> None:
-        pass
+        leave_kvstore(self, failed)
+
+
+def leave_kvstore(aggregator: Any, failed: bool) -> None:
+    """Free the kvstore now: its destructor is how ps-lite ends (a barrier of the workers,
+    then worker 0 stops the server, and the scheduler exits), and a worker ends without
+    the interpreter's teardown (harness/exits.py). After a failure the barrier could wait
+    forever for a dead peer (ps-lite has no timeout): the launcher stops the services."""
+    if not failed:
+        aggregator.kv = None
 
 
 class KVStoreAsync:
@@ -160,7 +169,7 @@ class KVStoreAsync:
         return {"servers": 1, "mode": ASYNC_KVSTORE_MODE}
 
     def close(self, failed: bool = False) -> None:
-        pass
+        leave_kvstore(self, failed)
 
 
 class TensorFlowCollective:

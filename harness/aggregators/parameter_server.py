@@ -60,6 +60,7 @@ import torch.distributed.rpc as rpc
 from harness import rendezvous
 from harness.aggregators import Context, Exchange, Holds, next_step
 from harness.aggregators.services import Services
+from harness.exits import exit_skipping_teardown
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 PR_SET_PDEATHSIG = 1
@@ -504,4 +505,4 @@ if __name__ == "__main__":
     # not from __main__, or the server state they read would be another module's
     from harness.aggregators import parameter_server
 
-    sys.exit(parameter_server.main())
+    exit_skipping_teardown(parameter_server.main())

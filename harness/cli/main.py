@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from harness import __version__, signals
 from harness.errors import UsageError
+from harness.exits import exit_skipping_teardown
 
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -74,14 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `hetbench` command: main(), then an exit that skips the interpreter's teardown.
-    Native libraries' threads (pyarrow's, read by report and compare) can abort a normal
-    exit with `terminate called without an active exception` (SIGABRT) once in a few runs,
-    after the command has finished and printed; every file is written and closed by then."""
-    status = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    """The `hetbench` command: main(), then an exit that skips the interpreter's teardown
+    (harness/exits.py says why)."""
+    exit_skipping_teardown(main())
 
 
 if __name__ == "__main__":
