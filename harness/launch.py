@@ -126,10 +126,15 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
         # server) and what its workers must be told (their addresses)
         services = aggregator_services.start(run, free_port, logs, run_dir)
+        manifest.update(run_dir, network=services.network)
+        if services.network.startswith("host ("):
+            print(f"   warning: listening on every interface: {services.network}",
+                  flush=True)
         for rank in range(run.world_size):
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "harness.worker", "--run-dir", str(run_dir)],
+                    services.worker_command([sys.executable, "-m", "harness.worker",
+                                             "--run-dir", str(run_dir)]),
                     env=worker_environment(run, rank, port) | services.env, stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))

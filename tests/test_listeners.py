@@ -9,9 +9,11 @@ list: rank 0's rendezvous store on 127.0.0.1:MASTER_PORT and a gloo listener in 
 worker; the RPC rendezvous store (ps-sync); ps-lite's scheduler on its root port and a
 listener in its server (mxnet-kvstore).
 
-Known exception: TensorFlow's gRPC servers (tensorflow-collective) listen on every
-interface whatever address they are given (TensorFlow binds "0.0.0.0:<port>" and has no
-setting for it): those ports, and only those, may be wildcards.
+TensorFlow's gRPC servers (tensorflow-collective) bind "0.0.0.0:<port>" whatever address
+they are given: that run's workers live in a network namespace of their own whose only
+interface is loopback (harness/netns.py), so a wildcard there is loopback too. Each
+process's sockets are read in its own namespace (/proc/PID/net), and a wildcard counts as
+loopback only in a namespace whose interfaces are `lo` alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Collection
 from datetime import timedelta
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import collector, rendezvous
+from harness import collector, netns, rendezvous
 from tests.conftest import REPO, hetbench_command
 from tests.test_mixed_frameworks import installed
 
@@ -75,13 +78,14 @@ def _address(field: str) -> tuple[str, int]:
     return socket.inet_ntop(family, words), int(hex_port, 16)
 
 
-def listening_sockets() -> dict[int, tuple[str, int]]:
-    """inode -> (address, port) of every listening TCP socket of this network namespace."""
+def listening_sockets(pid: int | str = "self") -> dict[int, tuple[str, int]]:
+    """inode -> (address, port) of every listening TCP socket of the network namespace
+    of process `pid`."""
     found = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
+        except OSError:  # no such table, or the process is gone
             continue
         for line in lines:
             fields = line.split()
@@ -114,9 +118,9 @@ def descendants(root: int) -> list[int]:
 
 
 def listeners_of(pids: list[int]) -> set[Listener]:
-    sockets = listening_sockets()
     found = set()
     for pid in pids:
+        sockets = listening_sockets(pid)
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
@@ -151,10 +155,11 @@ def port_of(address: str) -> int:
 
 
 def watch_run(tmp_path: Path, framework: str, aggregator: str
-              ) -> tuple[set[Listener], dict[int, dict[str, str]], Path, list[int]]:
+              ) -> tuple[set[Listener], dict[int, dict[str, str]], Path, list[int], set[int]]:
     """Start `hetbench run`, collect the listeners of its process tree while it trains,
     Ctrl-C it and wait until every process seen is gone. Returns the listeners, each
-    process's environment, the run directory and the workers' pids."""
+    process's environment, the run directory, the workers' pids and the processes that
+    lived where every interface is loopback."""
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.format(framework=framework, aggregator=aggregator))
     out = tmp_path / "out"
@@ -165,6 +170,7 @@ def watch_run(tmp_path: Path, framework: str, aggregator: str
     seen: dict[int, str] = {}  # pid -> start time, to stop a leftover (and only it)
     envs: dict[int, dict[str, str]] = {}
     found: set[Listener] = set()
+    isolated: set[int] = set()
     try:
         deadline = time.monotonic() + READY_S
         while True:
@@ -186,6 +192,8 @@ def watch_run(tmp_path: Path, framework: str, aggregator: str
                 if pid not in seen and (fields := _stat(pid)):
                     seen[pid] = fields[19]
                     envs[pid] = environ(pid)
+                    if loopback_only(pid):
+                        isolated.add(pid)
             found |= listeners_of(pids)
             time.sleep(0.1)
     finally:
@@ -204,13 +212,24 @@ def watch_run(tmp_path: Path, framework: str, aggregator: str
             os.kill(pid, signal.SIGKILL)
     assert not leftover, f"processes left after the run: {leftover}"
     assert proc.returncode == 130, proc.returncode
-    return found, envs, run_dir, workers
+    return found, envs, run_dir, workers, isolated
 
 
-def check(found: set[Listener], allowed_wildcard_ports: Collection[int] = ()) -> None:
+def loopback_only(pid: int) -> bool:
+    """The process lives in a network namespace of its own whose only interface is lo."""
+    try:
+        return (netns.namespace(pid) != netns.namespace()
+                and netns.interfaces(pid) == ["lo"])
+    except OSError:
+        return False
+
+
+def check(found: set[Listener], isolated: Collection[int] = ()) -> None:
+    """Every listener is on a loopback address, or in a process of `isolated` (which
+    loopback_only said live where every interface is loopback)."""
     assert found, "no listening socket seen: the check would be vacuous"
     exposed = sorted((pid, address, port) for pid, address, port in found
-                     if not is_loopback(address) and port not in allowed_wildcard_ports)
+                     if not is_loopback(address) and pid not in isolated)
     assert not exposed, f"listening beyond loopback (pid, address, port): {exposed}"
 
 
@@ -238,7 +257,7 @@ def test_the_check_sees_a_wildcard_and_a_loopback_listener() -> None:
         check({(me, "127.0.0.1", 1), (me, "::1", 2), (me, "::ffff:127.0.0.1", 3)})
         with pytest.raises(AssertionError, match="beyond loopback"):
             check(found)
-        check(found, {wild.getsockname()[1], wild6.getsockname()[1]})
+        check(found, {me})
         with pytest.raises(AssertionError, match="vacuous"):
             check(set())
 
@@ -277,13 +296,18 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
                                                  aggregator: str) -> None:
     if framework != "pytorch" and not installed(framework):
         pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
-    found, envs, run_dir, workers = watch_run(tmp_path, framework, aggregator)
-    wildcard: set[int] = set()
+    found, envs, run_dir, workers, isolated = watch_run(tmp_path, framework, aggregator)
     if aggregator == "tensorflow-collective":
-        wildcard = {port_of(w) for w in envs[workers[0]]["HETBENCH_TF_WORKERS"].split(",")}
-        assert all(any(q == port for _, _, q in found) for port in wildcard), \
+        # TensorFlow binds its servers on every interface: in the workers' own namespace
+        tf_ports = {port_of(w) for w in envs[workers[0]]["HETBENCH_TF_WORKERS"].split(",")}
+        assert all(any(q == port for _, _, q in found) for port in tf_ports), \
             "a TensorFlow server not seen"
-    check(found, wildcard)
+        assert set(workers) <= isolated, "the workers are not in a loopback-only namespace"
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["network"] == "private namespace, loopback only"
+    else:
+        assert not isolated  # only where a framework gives no choice
+    check(found, isolated)
     # what must be there, by address: rank 0's store, gloo in every worker
     store_port = int(envs[workers[0]]["MASTER_PORT"])
     assert any(p == workers[0] and q == store_port and a == "127.0.0.1"
@@ -303,3 +327,32 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
         root_port = int(envs[workers[0]]["DMLC_PS_ROOT_PORT"])
         assert any(listens(found, p, root_port) for p in services), "no ps-lite scheduler"
         assert all(listens(found, p) for p in services), "a ps-lite process listens on nothing"
+
+
+def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespace(
+        tmp_path: Path) -> None:
+    """harness/netns.py on its own: the holder's namespace has lo alone, up; a process
+    started through join lives there (a wildcard listener it opens is not in the host's
+    tables and takes a connection on 127.0.0.1); stopping the holder ends it."""
+    holder = netns.start_holder(tmp_path / "netns.log")
+    if isinstance(holder, str):
+        pytest.skip(f"no network namespace on this host: {holder}")
+    try:
+        assert netns.interfaces(holder.pid) == ["lo"] and loopback_only(holder.pid)
+        program = ("import socket\nfrom harness import netns\n"
+                   "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
+                   "socket.create_connection(('127.0.0.1', s.getsockname()[1])).close()\n"
+                   "print(netns.namespace(), s.getsockname()[1])\n")
+        done = subprocess.run(netns.join_command(holder.pid, [sys.executable, "-c", program]),
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        namespace, port = done.stdout.split()
+        assert namespace == netns.namespace(holder.pid) != netns.namespace()
+        assert int(port) not in {q for _, q in listening_sockets().values()}
+    finally:
+        netns.stop_holder(holder)
+    assert holder.returncode == 0
+    gone = subprocess.run(netns.join_command(holder.pid, [sys.executable, "-c", "pass"]),
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 1
+    assert gone.stderr.startswith("hetbench: error: cannot enter the run's network namespace")

@@ -16,10 +16,11 @@ offsets, barriers, the records) still goes through torch.distributed.
   its task `worker:<rank>` before TensorFlow runs any op (prepare), as TensorFlow requires.
   The torch buffer enters TF zero-copy (DLPack) and the sum is copied back into it, so
   the exchange phase of this aggregator includes one copy of the buffer.
-  Not loopback only: TensorFlow's gRPC server listens on "0.0.0.0:<port>" (every
-  interface, IPv6 included) whatever host the cluster spec names; TensorFlow has no
-  setting for the address it binds (issue 18). Its ports are reachable from other hosts
-  for the length of the run.
+  TensorFlow's gRPC server listens on "0.0.0.0:<port>" (every interface, IPv6 included)
+  whatever host the cluster spec names, and has no setting for the address it binds
+  (issue 18): the launcher starts these workers in a network namespace of their own whose
+  only interface is loopback (harness/netns.py). Where namespaces are not allowed the run
+  goes on in the host's network, with a warning and the reason in the manifest.
 
 This module imports no framework at module level: the launcher uses it too.
 """
@@ -46,9 +47,13 @@ _PS_ROLE = ("import numpy\nif 'bool' not in vars(numpy):\n    numpy.bool = bool\
 
 def start_tensorflow_ports(run: Any, free_port: Callable[[], int], logs: Path,
                            run_dir: Path) -> Services:
-    """Each worker's TF server listens on its own port; the workers find each other there."""
+    """Each worker's TF server listens on its own port; the workers find each other there.
+    TensorFlow binds those ports on every interface: the workers get a network namespace
+    of their own, where every interface is loopback."""
     workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(run.world_size))
-    return Services(env={TF_WORKERS_ENV: workers})
+    services = Services(env={TF_WORKERS_ENV: workers})
+    services.isolate_network(logs)
+    return services
 
 
 def start_kvstore(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path

@@ -27,6 +27,28 @@ class Services:
 
     env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # the holder of the workers' private network namespace (harness/netns.py), if any
+    holder: subprocess.Popen[bytes] | None = None
+    network: str = "host"  # what the manifest records of the workers' network
+
+    def isolate_network(self, logs: Path) -> None:
+        """Start the workers in a network namespace of their own with loopback only (for
+        listeners that bind every interface); where that is not allowed, say why in
+        `network` and leave them in the host's."""
+        from harness import netns
+
+        started = netns.start_holder(logs / "netns.log")
+        if isinstance(started, str):
+            self.network = f"host (no private namespace: {started})"
+        else:
+            self.holder, self.network = started, "private namespace, loopback only"
+
+    def worker_command(self, command: list[str]) -> list[str]:
+        """How to start a worker running `command`: inside the private namespace if any."""
+        from harness import netns
+
+        return command if self.holder is None else netns.join_command(self.holder.pid,
+                                                                      command)
 
     def start(self, name: str, command: list[str], env: dict[str, str], logs: Path) -> None:
         """One process in its own session (so a signal to its group reaches only it), its
@@ -53,6 +75,10 @@ class Services:
         for p in self.procs.values():
             _wait_or_signal(p, grace_s, signal.SIGKILL)
             p.wait()
+        if self.holder is not None:  # the workers are gone: nothing uses the namespace
+            from harness import netns
+
+            netns.stop_holder(self.holder)
 
 
 def _die_with_parent() -> None:
