@@ -302,9 +302,11 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
         tf_ports = {port_of(w) for w in envs[workers[0]]["HETBENCH_TF_WORKERS"].split(",")}
         assert all(any(q == port for _, _, q in found) for port in tf_ports), \
             "a TensorFlow server not seen"
+        network = json.loads((run_dir / "manifest.json").read_text())["network"]
+        if network.startswith("host ("):  # the run said so, with a warning
+            pytest.skip(f"this host forbids network namespaces: {network}")
+        assert network == "private namespace, loopback only"
         assert set(workers) <= isolated, "the workers are not in a loopback-only namespace"
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        assert manifest["network"] == "private namespace, loopback only"
     else:
         assert not isolated  # only where a framework gives no choice
     check(found, isolated)
