@@ -28,7 +28,16 @@ from analysis.whatif import what_if
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # (manifest, steps, micro-batches) of pipelined runs (analysis/pipeline.py)
 Pipelines = Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
-MAX_TIMELINES = 6  # panels of the pipeline timeline figure
+MAX_TIMELINES = 6  # panels of the pipeline timeline figure (and of the step timeline)
+DPI = 300  # PNGs print sharp in a paper's column
+# One colour per phase in every figure (stacked bars, step timeline): idle red,
+# communication blue, compute phases greens, the rest muted.
+PHASE_COLOURS = {
+    "load": "#8c564b", "to_device": "#e7ba52", "forward": "#74c476", "backward": "#238b45",
+    "bubble": "#bdbdbd", "pack": "#bcbddc", "idle": "#d62728", "comm": "#1f77b4",
+    "push": "#6baed6", "wait": "#fd8d3c", "pull": "#08519c", "unpack": "#9e9ac8",
+    "apply": "#54278f",
+}  # in the order a step runs them (legends follow it)
 
 
 def _label(manifest: dict[str, Any]) -> str:
@@ -73,8 +82,10 @@ def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame
 
 
 # The all-reduce phase is shown as its two parts: idle (waiting for the last worker) and
-# communication (after the last worker arrived).
-BREAKDOWN = tuple(p for p in PHASE_COLUMNS if p != "allreduce") + ("idle", "comm", "bubble")
+# communication (after the last worker arrived); in the order a step runs them.
+BREAKDOWN = ("load", "to_device", "forward", "backward", "bubble", "pack", "idle", "comm",
+             "unpack", "apply")
+assert set(BREAKDOWN) == set(PHASE_COLUMNS) - {"allreduce"} | {"idle", "comm", "bubble"}
 
 
 def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +132,7 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
     try:
         for path in paths:
             try:
-                figure.savefig(path, bbox_inches="tight", dpi=120)
+                figure.savefig(path, bbox_inches="tight", dpi=DPI)
             except OSError as exc:  # Pillow's name no file: say which (a full disk)
                 raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
@@ -151,15 +162,16 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
     paths: list[Path] = []
     compute = per_run_frame(runs, compute_frame)
     if len(compute):
+        # panels share their axes: runs are read against each other
         grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
-                           linewidth=0.8, facet_kws={"sharey": False}, **_facets(compute))
+                           linewidth=0.8, **_facets(compute))
         grid.set_axis_labels("step", "compute time per batch (ms)")
         grid.set_titles("{col_name}", size=8)
         grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
         paths += _save(grid.figure, out, "compute_per_step")
 
         grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
-                           facet_kws={"sharex": False}, **_facets(compute))
+                           **_facets(compute))
         grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
         grid.set_titles("{col_name}", size=8)
         grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
@@ -167,18 +179,12 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
 
     phases = per_run_frame(runs, phase_frame)
     if len(phases):
-        grid = sns.catplot(data=phases, x="worker", y="mean_ms", hue="phase", kind="bar",
-                           order=_workers(phases), hue_order=list(BREAKDOWN), sharey=False,
-                           **_facets(phases))
-        grid.set_axis_labels("worker", "mean time per step (ms)")
-        grid.set_titles("{col_name}", size=8)
-        grid.figure.suptitle(f"Phase breakdown per worker — {scope}", y=1.02, size=10)
-        paths += _save(grid.figure, out, "phase_breakdown")
+        paths += _phase_bars(phases, out, scope)
 
     causes = per_run_frame(runs, cause_frame)
     if len(causes):
         grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
-                           order=_workers(causes), sharey=False, **_facets(causes))
+                           order=_workers(causes), **_facets(causes))
         grid.set_axis_labels("worker", "share of steps last x share of excess")
         grid.set_titles("{col_name}", size=8)
         grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02,
@@ -187,14 +193,7 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
 
     whatif = per_run_frame(runs, whatif_frame)
     if len(whatif):
-        grid = sns.catplot(data=whatif, x="scenario", y="total_s", kind="bar", sharey=False,
-                           **_facets(whatif))
-        grid.set_axis_labels("scenario", "total time of measured steps (s)")
-        grid.set_titles("{col_name}", size=8)
-        grid.tick_params(axis="x", rotation=20)
-        grid.figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
-                             y=1.02, size=10)
-        paths += _save(grid.figure, out, "what_if")
+        paths += _whatif_bars(whatif, out, scope)
 
     slices = per_run_frame(runs, slices_frame)
     if len(slices) and slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1:
@@ -211,10 +210,14 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
         import matplotlib.pyplot as plt
 
         figure, ax = plt.subplots(figsize=(7, 3.2))
-        table["group"] = table["framework"] + " " + table["workload"] + "\n" + table["devices"]
+        # a group is one configuration (a run of a suite) and its points are its repeats:
+        # runs that differ in anything (the partition too) are never pooled
+        several = table["suite"].nunique() > 1
+        table["group"] = ((table["suite"] + ": " if several else "") + table["run"]
+                          + "\n" + table["devices"])
         sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
         sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
-        ax.set_xlabel("framework, workload, devices (each point: one repeat)")
+        ax.set_xlabel("run, devices (each point: one repeat)")
         ax.set_ylabel("largest worker CV of compute time")
         ax.tick_params(axis="x", labelsize=7)
         ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
@@ -233,7 +236,170 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
         if len(counts) and counts["staleness"].max() > 0:
             paths += _staleness_figure(counts, out, scope)
     paths += pipeline_figure(micro, out, scope)
+    paths += step_timeline_figure(runs, out, scope)
+    paths += batch_table_figure(runs, out, scope)
     return paths
+
+
+def _panels(count: int, width: float, height: float, **kwargs: Any) -> tuple[Any, list[Any]]:
+    """A grid of `count` panels, at most three a row (the unused ones hidden)."""
+    import matplotlib.pyplot as plt
+
+    cols = min(3, count)
+    rows = -(-count // cols)
+    figure, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows),
+                                squeeze=False, **kwargs)
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return figure, flat[:count]
+
+
+def _legend_right(figure: Any, axes: list[Any]) -> None:
+    """One legend for every panel, right of them: each label once, phases in the order a
+    step runs them (PHASE_COLOURS' order)."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    order = list(PHASE_COLOURS)
+    labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
+    figure.legend([entries[x] for x in labels], labels, loc="upper left",
+                  bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
+
+
+def phase_stack(phases: pd.DataFrame) -> pd.DataFrame:
+    """One run's phase_frame as the stacked bars draw it: a row per worker (rank order), a
+    column per phase that took any time (the order a step runs them), mean ms per step.
+    A row's sum is the worker's mean step, begin to end."""
+    table = phases.pivot_table(index="worker", columns="phase", values="mean_ms",
+                               aggfunc="sum")
+    table = table.reindex(sorted(table.index, key=lambda w: int(w.split()[0]))).fillna(0.0)
+    return table[[p for p in BREAKDOWN if p in table and table[p].sum() > 0]]
+
+
+def _phase_bars(phases: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """A stacked bar per worker: its mean time per step in each phase, in the order the
+    step runs them, idle before the all-reduce and communication apart. The bar's height
+    is the worker's mean step; panels share the time axis."""
+    runs = list(dict.fromkeys(phases["run"]))
+    figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
+    for ax, name in zip(axes, runs, strict=True):
+        stack = phase_stack(phases[phases["run"] == name])
+        bottom = pd.Series(0.0, index=stack.index)
+        for phase in stack.columns:
+            ax.bar(stack.index, stack[phase], bottom=bottom, color=PHASE_COLOURS[phase],
+                   label=phase, width=0.6)
+            bottom += stack[phase]
+        ax.set_title(name, size=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_xlabel("worker")
+    axes[0].set_ylabel("mean time per step (ms)")
+    _legend_right(figure, axes)
+    figure.suptitle(f"Phase breakdown per worker — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "phase_breakdown")
+
+
+def _whatif_bars(whatif: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each scenario's total time as a share of the measured total (panels share that
+    axis), each bar labelled with its seconds."""
+    runs = list(dict.fromkeys(whatif["run"]))
+    figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
+    for ax, name in zip(axes, runs, strict=True):
+        part = whatif[whatif["run"] == name]
+        actual = float(part.loc[part["scenario"] == "actual", "total_s"].iloc[0])
+        bars = ax.bar(part["scenario"], part["total_s"] / actual, color="0.6", width=0.6)
+        ax.bar_label(bars, [f"{t:.3g} s" for t in part["total_s"]], fontsize=6, padding=1)
+        ax.set_title(name, size=8)
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+    axes[0].set_ylabel("total time / measured")
+    figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
+                    size=10)
+    figure.tight_layout()
+    return _save(figure, out, "what_if")
+
+
+def _first_of_each_run(runs: Runs) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """The first repeat of each run name (at most MAX_TIMELINES): the close-up figures
+    show one example of each configuration."""
+    chosen: dict[str, tuple[dict[str, Any], pd.DataFrame]] = {}
+    for manifest, steps in runs:
+        name = manifest.get("run", {}).get("name", "?")
+        if name not in chosen and len(chosen) < MAX_TIMELINES:
+            chosen[name] = (manifest, steps)
+    return list(chosen.values())
+
+
+def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
+    """A few consecutive steps after warm-up of each run: a row per worker, its phases as
+    coloured spans on one time axis, so the idle before each all-reduce (red) shows who
+    waited for whom."""
+    from analysis.timeline import STEPS_SHOWN, step_spans
+
+    shown = [(m, spans) for m, s in _first_of_each_run(runs)
+             if len(spans := step_spans(s, _warmup(m)))]
+    if not shown:
+        return []
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(shown), 1, figsize=(9, 1.2 + 0.35 * sum(
+        spans["rank"].nunique() + 1 for _, spans in shown)), squeeze=False)
+    flat = list(axes[:, 0])
+    for ax, (manifest, spans) in zip(flat, shown, strict=True):
+        ranks = sorted(spans["rank"].unique())
+        for phase, part in spans.groupby("phase", sort=False):
+            for rank, rows in part.groupby("rank"):
+                ax.broken_barh(list(zip(rows["start_ms"], rows["duration_ms"], strict=True)),
+                               (ranks.index(rank) - 0.4, 0.8),
+                               facecolors=PHASE_COLOURS.get(str(phase), "0.5"),
+                               label=str(phase))
+        names = worker_names(manifest, pd.Series(ranks))
+        ax.set_yticks(range(len(ranks)), list(names), size=7)
+        ax.invert_yaxis()
+        first, last = spans["step"].min(), spans["step"].max()
+        ax.set_title(f"{_label(manifest)}: steps {first}-{last}", size=8)
+    flat[-1].set_xlabel(f"time from the first step's begin (ms); {STEPS_SHOWN} steps after "
+                        "warm-up")
+    _legend_right(figure, flat)
+    figure.suptitle(f"Step timeline per worker — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "step_timeline")
+
+
+def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
+    """Choi's table as a figure: each worker's compute time per batch for consecutive
+    batches after warm-up, a cell per (worker, batch), the straggler of each batch (the
+    worker ready last) outlined."""
+    from matplotlib.patches import Rectangle
+
+    from analysis.timeline import batch_times
+
+    shown = []
+    for manifest, steps in _first_of_each_run(runs):
+        table, straggler = batch_times(steps, _warmup(manifest))
+        if len(table):
+            shown.append((manifest, table, straggler))
+    if not shown:
+        return []
+    import seaborn as sns
+
+    figure, axes = _panels(len(shown), 4.2, 0.9 + 0.45 * max(len(t) for _, t, _ in shown))
+    for ax, (manifest, table, straggler) in zip(axes, shown, strict=True):
+        sns.heatmap(table, annot=True, fmt=".1f", cmap="Greys", cbar=False, ax=ax,
+                    annot_kws={"size": 7}, linewidths=0.5, linecolor="white")
+        for col, step in enumerate(table.columns):
+            row = list(table.index).index(straggler[step])
+            ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="#d62728", lw=1.5))
+        ax.set_yticks([i + 0.5 for i in range(len(table))],
+                      list(worker_names(manifest, pd.Series(table.index))), size=7, rotation=0)
+        ax.set_xlabel("batch (step)", size=8)
+        ax.set_ylabel("")
+        ax.set_title(_label(manifest), size=8)
+    figure.suptitle(f"Compute time per batch (ms), the straggler of each outlined — {scope}",
+                    size=10)
+    figure.tight_layout()
+    return _save(figure, out, "batch_times")
 
 
 def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
@@ -401,3 +567,27 @@ def scale_figure(summary: pd.DataFrame, out: Path, title: str, name: str = "scal
         sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     figure.suptitle(title)
     return _save(figure, out, name)
+
+
+def history_figure(history: pd.DataFrame, out: Path) -> list[Path]:
+    """The committed baselines over commits (analysis/html_report.history_table): median
+    samples/s and step time of each snapshot, oldest left."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if history.empty:
+        return []
+    labels = [f"{d}\n{c[:7]}" for d, c in zip(history["date"], history["commit"], strict=True)]
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.0))
+    for ax, (column, label) in zip(axes, (("samples_per_s", "samples/s (median of runs)"),
+                                          ("mean_step_ms", "mean step (ms, median of runs)")),
+                                   strict=True):
+        ax.plot(range(len(history)), history[column], marker="o")
+        ax.set_xticks(range(len(history)), labels, size=7)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    figure.suptitle("Committed baselines (suite ci) over commits", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "regression_history")

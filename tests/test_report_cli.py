@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,121 @@ def test_an_unknown_schema_is_refused(suite_folder: Path, capsys) -> None:
     assert main(["report", str(suite_folder / "pair-r0")]) == 2
     err = capsys.readouterr().err.strip()
     assert "schema_version 99 is not supported" in err and err.count("\n") == 0
+
+
+def test_paper_writes_every_figure_and_the_study_table(suite_folder: Path, tmp_path: Path,
+                                                       capsys) -> None:
+    import numpy as np
+    from scipy import stats
+
+    from analysis.metrics import run_summary
+    from harness.results import load_run
+
+    out = tmp_path / "paper"
+    assert main(["paper", str(suite_folder), "--out", str(out)]) == 0
+    for name in (*FIGURES, "step_timeline", "batch_times"):
+        assert (out / f"{name}.png").is_file() and (out / f"{name}.pdf").is_file()
+    lines = (out / "table.md").read_text().splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:4] == ["run", "devices", "repeats", "samples/s"]
+    assert "het. efficiency" in header  # the runs recorded standalone rates
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]
+            if line.startswith("|")]
+    assert [r[0] for r in rows] == ["pair"]  # the failed run is not a configuration
+    assert rows[0][2] == "3"
+    # samples/s: mean and 95% t half-interval over the three repeats
+    values = np.array([run_summary(load_run(suite_folder / f"pair-r{k}").steps)["samples_per_s"]
+                       for k in range(3)])
+    half = stats.t.ppf(0.975, 2) * values.std(ddof=1) / np.sqrt(3)
+    mean_text, half_text = rows[0][3].split(" ± ")
+    assert float(mean_text) == pytest.approx(values.mean(), abs=0.5)
+    assert float(half_text) == pytest.approx(half, rel=0.05)
+    tex = (out / "table.tex").read_text()
+    assert r"\begin{tabular}{llrrr" in tex and r"$\pm$" in tex and r"\toprule" in tex
+    assert "het. efficiency: samples/s over the sum" in tex
+
+
+CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (path := shutil.which(name))), None)
+# Added to a copy of the page before the test opens it: what loaded, and any error
+CHECK = """<script>
+const errors = [];
+window.addEventListener("error", e => errors.push(String(e.message || e.target.src)), true);
+window.addEventListener("load", () => {
+  const images = [...document.images];
+  const shown = images.filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.dataset.check = `images=${images.length} shown=${shown} errors=${errors.length}`;
+});
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get "
+                    "install chromium; .ci/run installs it)")
+def test_the_html_report_stands_alone_loads_without_errors_and_shows_every_figure(
+        suite_folder: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report"
+    assert main(["report", str(suite_folder), "--out", str(out), "--html"]) == 0
+    text = (out / "report.html").read_text()
+    figures = sorted(p.name for p in out.glob("*.png") if p.stem != "regression_history")
+    assert len(figures) >= len(FIGURES)
+    # self-contained: every image inline, nothing fetched, no script of its own
+    sources = re.findall(r'<img src="([^"]*)"', text)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "<script" not in text and "<link" not in text
+    for section in ("Configuration", "Environment", "Regression history", "Straggler"):
+        assert section in text
+    page = tmp_path / "checked.html"
+    page.write_text(text.replace("</head>", CHECK + "</head>", 1))
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-check="images=(\d+) shown=(\d+) errors=(\d+)"', done.stdout)
+    assert found, done.stderr[-2000:]
+    images, shown, errors = map(int, found.groups())
+    # every figure of the folder, and the history's where there are committed baselines
+    assert images == shown >= len(figures) and errors == 0, (images, shown, errors)
+
+
+def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Path) -> None:
+    """A git repository whose baselines changed twice (a 2 ms, then a 4 ms compute step)
+    and once elsewhere: two snapshots, oldest first, each with its own runs."""
+    from analysis.html_report import history_table
+    from harness import baselines
+    from harness.results import find_runs, load_run
+
+    repo = tmp_path / "repo"
+    folder = repo / baselines.BASELINE_DIR
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                               "user.email=t@t", *args], capture_output=True, text=True,
+                              check=True, timeout=60).stdout.strip()
+
+    repo.mkdir()
+    git("init", "-q")
+    commits = []
+    for compute in (2.0, 4.0):
+        shutil.rmtree(folder, ignore_errors=True)
+        for repeat in range(3):
+            write_run(folder, steps_frame(12, lambda r, s, c=compute: c), name="pair",
+                      repeat=repeat)
+        git("add", "-A")
+        git("commit", "-q", "-m", f"baselines at {compute} ms")
+        commits.append(git("rev-parse", "HEAD"))
+    (repo / "other.txt").write_text("not a baseline")
+    git("add", "-A")
+    git("commit", "-q", "-m", "elsewhere")
+    with baselines.snapshots(repo) as found:
+        assert [s.commit for s in found] == commits
+        assert [s.subject for s in found] == ["baselines at 2.0 ms", "baselines at 4.0 ms"]
+        points = [(s.commit, s.date, s.subject,
+                   [(r.manifest, r.steps) for r in map(load_run, find_runs([s.folder]))])
+                  for s in found]
+        extracted = found[0].folder
+    assert not extracted.exists()  # the extracted copies are gone after use
+    history = history_table(points)
+    assert list(history["runs"]) == [3, 3]
+    # a step: compute, 0.5 ms of communication, 0.1 ms of update (tests/synthetic.py)
+    assert list(history["mean_step_ms"]) == pytest.approx([2.6, 4.6], abs=0.01)
+    with baselines.snapshots(tmp_path) as none:  # not a repository: no history, no error
+        assert none == []

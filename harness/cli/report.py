@@ -17,6 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for report.md and figures (default: report/ beside "
                              "the first path)")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
+    parser.add_argument("--html", action="store_true",
+                        help="also report.html: one self-contained page (figures embedded, "
+                             "configuration, environment, regression history of the "
+                             "committed baselines)")
     parser.add_argument("--target-loss", type=float, default=0.5,
                         help="loss for the time-to-target column of repartitioning runs "
                              "(default 0.5)")
@@ -54,3 +58,27 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None
     (out / "report.md").write_text(markdown)
     print(terminal)
     print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))
+    if args.html:
+        write_html(runs, markdown, out)
+        print(f"html: {out / 'report.html'}")
+
+
+def write_html(runs: list[Any], markdown: str, out: Path) -> None:
+    """report.html beside report.md: the page, with the committed baselines' history."""
+    from analysis.figures import history_figure
+    from analysis.html_report import history_table, page
+    from harness import baselines
+    from harness.results import find_runs, load_finished_runs
+
+    with baselines.snapshots() as found:
+        points = []
+        for snapshot in found:
+            loaded = load_finished_runs(find_runs([snapshot.folder]))
+            points.append((snapshot.commit, snapshot.date, snapshot.subject,
+                           [(r.manifest, r.steps) for r in loaded]))
+    history = history_table(points)
+    drawn = history_figure(history, out)
+    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    text = page(f"hetbench report: {', '.join(suites)}", markdown, out, runs, history,
+                drawn[0] if drawn else None)
+    (out / "report.html").write_text(text)

@@ -1,0 +1,96 @@
+"""A study's table for a paper: one row per configuration (a run of the suite), the
+headline metrics as mean ± 95% t half-interval over its repeats, written as Markdown and as
+LaTeX (booktabs). `hetbench paper` writes it beside every figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from analysis.report import markdown_table
+from analysis.runs import group_table, runs_table
+
+# (metric of analysis.runs.run_row, column heading, format of the mean, definition)
+PAPER_METRICS = (
+    ("samples_per_s", "samples/s", ".0f", ""),
+    ("mean_step_ms", "step (ms)", ".3g", ""),
+    ("idle_fraction", "idle fraction", ".2f",
+     "the workers' idle time before the all-reduce over their busy time"),
+    ("compute_cv_max", "compute CV (max)", ".2f",
+     "the largest worker coefficient of variation of compute time"),
+    ("efficiency", "het. efficiency", ".2f",
+     "samples/s over the sum of the workers' standalone samples/s"),
+    ("oracle_efficiency", "of the oracle", ".2f",
+     "the step time of the best static partition (fitted cost models, no variability) "
+     "over the run's mean step time"),
+)
+
+
+def _cell(row: pd.Series | None, fmt: str) -> str:
+    """mean ± half-interval; the mean alone for one repeat; empty without a value."""
+    if row is None or not math.isfinite(row["mean"]):
+        return ""
+    if not math.isfinite(row["ci_high"]):
+        return format(row["mean"], fmt)
+    half = float(f"{row['ci_high'] - row['mean']:.2g}")  # two significant digits, as 150
+    return f"{format(row['mean'], fmt)} ± {half:g}"
+
+
+def study_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+    """A row per run name in the suite's order: its devices, repeats and PAPER_METRICS."""
+    table = runs_table(runs)
+    table = table[table["status"] == "completed"]
+    if table.empty:
+        return pd.DataFrame()
+    metrics = [m for m, _, _, _ in PAPER_METRICS]
+    groups = group_table(table, ("run",), metrics).set_index(["run", "metric"])
+    rows = []
+    for name, part in table.groupby("run", sort=False):
+        row: dict[str, Any] = {"run": name, "devices": part["devices"].iloc[0],
+                               "repeats": len(part)}
+        for metric, heading, fmt, _ in PAPER_METRICS:
+            key = (name, metric)
+            row[heading] = _cell(groups.loc[key] if key in groups.index else None, fmt)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    # a metric no run has (no standalone rates: no efficiency) is left out
+    return out[[c for c in out.columns if (out[c] != "").any()]]
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                  "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text: str) -> str:
+    escaped = "".join(LATEX_SPECIALS.get(c, c) for c in text)
+    return escaped.replace("±", r"$\pm$")
+
+
+def latex_table(table: pd.DataFrame, caption: str) -> str:
+    """A booktabs table environment (needs \\usepackage{booktabs})."""
+    align = "l" * 2 + "r" * (len(table.columns) - 2)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(_latex_escape(str(c)) for c in table.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(_latex_escape(str(v)) for v in row) + r" \\"
+              for row in table.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(caption)}}}",
+              r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def caption(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]], table: pd.DataFrame) -> str:
+    """What the table shows, with the definition of each of its metrics that needs one."""
+    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    defined = [f"{heading}: {definition}" for _, heading, _, definition in PAPER_METRICS
+               if definition and heading in table.columns]
+    return (f"Suite {', '.join(suites)}: mean ± 95% t half-interval over repeats, after "
+            "warm-up. " + "; ".join(defined) + ("." if defined else ""))
+
+
+def markdown(table: pd.DataFrame, text: str) -> str:
+    return f"{markdown_table(table)}\n\n{text}\n"

@@ -1,0 +1,42 @@
+"""`hetbench paper RESULTS... --out DIR`: every figure of a study and its table (Markdown and
+LaTeX), regenerated in one command from the recorded runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli import launches
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    launches.add_arguments(parser)
+    parser.add_argument("paths", nargs="+", type=Path,
+                        help="run directories, or suite/results folders holding them")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for the figures and table.md / table.tex")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis import paper
+    from analysis.figures import write_all
+    from harness.results import finished_runs_by_suite, writable_folder
+
+    suites = finished_runs_by_suite(args.paths, f"each in {args.out}/SUITE",
+                                    launches.choice(args))
+    writable_folder(args.out, "--out")
+    for name, loaded in suites.items():
+        out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
+        runs = [(r.manifest, r.steps) for r in loaded]
+        for path in write_all(runs, out, [(r.manifest, r.evals) for r in loaded],
+                              [(r.manifest, r.steps, r.micro) for r in loaded]):
+            print(path)
+        table = paper.study_table(runs)
+        if table.empty:
+            continue
+        text = paper.caption(runs, table)
+        (out / "table.md").write_text(paper.markdown(table, text))
+        (out / "table.tex").write_text(paper.latex_table(table, text))
+        print(out / "table.md")
+        print(out / "table.tex")
+    return 0

@@ -1,0 +1,96 @@
+"""The figures' data (issue 17): the step timeline's spans, Choi's table and the stacked phase
+bars, checked against step records whose answers are known by construction; and the files:
+every figure at 300 dpi with TrueType fonts."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.figures import DPI, phase_frame, phase_stack, write_all
+from analysis.timeline import batch_times, step_spans
+from tests.synthetic import steps_frame, write_run
+
+WARMUP = 2
+
+
+def compute_ms(rank: int, step: int) -> float:
+    """Worker 1 is the straggler, except at step 4 where worker 0 takes 6 ms."""
+    if rank == 0:
+        return 6.0 if step == 4 else 2.0
+    return 3.5 if step == 5 else 3.0
+
+
+@pytest.fixture
+def steps() -> pd.DataFrame:
+    return steps_frame(10, compute_ms)
+
+
+def test_the_timeline_tiles_every_step_and_shows_who_waited_how_long(steps) -> None:
+    spans = step_spans(steps, WARMUP, count=4)
+    assert sorted(spans["step"].unique()) == [2, 3, 4, 5]  # after warm-up, consecutive
+    assert spans["start_ms"].min() == 0.0  # from the window's first begin
+    for (rank, step), part in spans.groupby(["rank", "step"]):
+        row = steps[(steps["rank"] == rank) & (steps["step"] == step)].iloc[0]
+        # the spans follow each other without gap and cover begin to end
+        ends = (part["start_ms"] + part["duration_ms"]).to_numpy()
+        assert part["start_ms"].to_numpy()[1:] == pytest.approx(ends[:-1])
+        assert part["duration_ms"].sum() == pytest.approx((row.end_ns - row.begin_ns) / 1e6)
+        idle = part.loc[part["phase"] == "idle", "duration_ms"].sum()
+        waited = max(compute_ms(1 - rank, step) - compute_ms(rank, step), 0.0)
+        assert idle == pytest.approx(waited)  # 1 ms mostly; worker 1 waits 3 ms at step 4
+        assert part.loc[part["phase"] == "comm", "duration_ms"].sum() == pytest.approx(0.5)
+    assert list(spans[(spans["rank"] == 1) & (spans["step"] == 3)]["phase"]) == [
+        "forward", "backward", "comm", "apply"]  # no idle span for the straggler
+
+
+def test_chois_table_holds_each_batch_time_and_its_straggler(steps) -> None:
+    table, straggler = batch_times(steps, WARMUP, count=5)
+    assert list(table.columns) == [2, 3, 4, 5, 6] and list(table.index) == [0, 1]
+    for step in table.columns:
+        for rank in table.index:
+            assert table.loc[rank, step] == pytest.approx(compute_ms(rank, step))
+    assert straggler.to_dict() == {2: 1, 3: 1, 4: 0, 5: 1, 6: 1}
+
+
+def test_a_stacked_bar_is_the_workers_mean_step_with_idle_and_comm_apart(steps) -> None:
+    manifest = {"run": {"name": "pair", "warmup_steps": WARMUP,
+                        "workers": [{"device": "cpu"}, {"device": "cpu", "slowdown": 1.5}]}}
+    stack = phase_stack(phase_frame(manifest, steps))
+    assert list(stack.index) == ["0 cpu", "1 cpu-1.5x"]
+    assert list(stack.columns) == ["forward", "backward", "idle", "comm", "apply"]
+    after = steps[steps["step"] >= WARMUP]
+    for rank, name in enumerate(stack.index):
+        mine = after[after["rank"] == rank]
+        assert stack.loc[name].sum() == pytest.approx(
+            ((mine["end_ns"] - mine["begin_ns"]) / 1e6).mean())
+        waited = [max(compute_ms(1 - rank, s) - compute_ms(rank, s), 0.0) for s in mine["step"]]
+        assert stack.loc[name, "idle"] == pytest.approx(sum(waited) / len(waited))
+
+
+def _png_dpi(path: Path) -> float:
+    """Pixels per inch from the PNG's pHYs chunk (pixels per metre)."""
+    data = path.read_bytes()
+    at = data.index(b"pHYs") + 4
+    per_metre, _, unit = struct.unpack(">IIB", data[at:at + 9])
+    assert unit == 1  # metres
+    return per_metre * 0.0254
+
+
+def test_every_figure_is_written_at_300_dpi_with_truetype_fonts(tmp_path: Path, steps) -> None:
+    runs = []
+    for name in ("pair", "other"):
+        run_dir = write_run(tmp_path / "runs", steps, name=name, slowdown=(1.0, 1.5))
+        runs.append((json.loads((run_dir / "manifest.json").read_text()), steps))
+    paths = write_all(runs, tmp_path / "figures")
+    names = {p.stem for p in paths}
+    assert {"phase_breakdown", "what_if", "step_timeline", "batch_times"} <= names
+    for path in paths:
+        if path.suffix == ".png":
+            assert _png_dpi(path) == pytest.approx(DPI, abs=1)
+        else:
+            assert b"/Type3" not in path.read_bytes()
