@@ -9,9 +9,15 @@ much its emulated device slowed down on schedule.
 The excess is split, in this order, over what the records can measure:
 
 - gc:        time in the cyclic garbage collector above the worker's median (gc.callbacks);
-- preempted: time off the CPU (compute wall - stretch - main-thread CPU time) above the
-             median, in a step with more involuntary context switches than the worker's
-             median: another process or thread took the core;
+- interference: time off the CPU (compute wall - stretch - main-thread CPU time) and CPU
+             time above the median, in a step during which processes outside the run (or
+             the hypervisor's steal) kept at least INTERFERENCE_CORES more cores busy than
+             during the worker's median step (the launcher's samples of the host,
+             harness/system.py): waiting for a core, and running slower beside another
+             process (caches, memory bandwidth);
+- preempted: off-CPU time, without such interference, in a step with more involuntary
+             context switches than the worker's median: another of the run's processes or
+             threads took the core;
 - off_cpu:   time off the CPU with no extra involuntary switches (blocked, page faults,
              I/O; voluntary switches say which);
 - on_cpu:    more CPU time than usual that no recorded signal explains (cache, memory,
@@ -42,8 +48,9 @@ from analysis.metrics import (
     with_derived,
 )
 
-CAUSES = ("gc", "preempted", "off_cpu", "on_cpu", "emulation", "unexplained")
+CAUSES = ("gc", "interference", "preempted", "off_cpu", "on_cpu", "emulation", "unexplained")
 NAME_SHARE = 0.2
+INTERFERENCE_CORES = 0.25  # others' extra busy cores during a step that count as interference
 COMPUTE_PHASES = ("load", "to_device", "forward", "backward", "pack")
 
 
@@ -85,7 +92,8 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     derived = with_derived(steps)
     needed = ["step", "rank", "compute_ns", "stretch_ns", "gc_ns", "ctx_involuntary",
               "ctx_voluntary", "rss_bytes", *(f"{p}_ns" for p in COMPUTE_PHASES),
-              *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns") if c in derived]]
+              *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns", "others_cores",
+                            "steal_cores") if c in derived]]
     d = derived[needed].sort_values(["rank", "step"])
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
@@ -109,8 +117,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     natural = d["compute_ns"] - d["stretch_ns"]
     d["overshoot_ns"] = (d["stretch_ns"] - (factor_of_row - 1.0) * natural).clip(lower=0)
 
+    host = [c for c in ("others_cores", "steal_cores") if c in d]  # sampled, local runs
     medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
-                                 "ctx_involuntary", *(f"{p}_ns" for p in COMPUTE_PHASES)]
+                                 "ctx_involuntary", *host, *(f"{p}_ns" for p in COMPUTE_PHASES)]
                                 ].median()
     per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
     straggler = d["step"].map(per_step["straggler"])
@@ -123,10 +132,17 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     gc_part = (s["gc_ns"] - m["gc_ns"]).clip(lower=0)
     off = (s["off_cpu_ns"] - m["off_cpu_ns"]).clip(lower=0).fillna(0)
     on = ((s["cpu_ns"] - m["cpu_ns"]).clip(lower=0) - gc_part).clip(lower=0).fillna(0)
-    preempted_signal = s["ctx_involuntary"] > m["ctx_involuntary"]
+    interfered = pd.Series(False, index=s.index)
+    for column in host:  # NaN (a step outside the sampled span) is no evidence
+        interfered |= (s[column] - m[column]) >= INTERFERENCE_CORES
+    preempted_signal = (s["ctx_involuntary"] > m["ctx_involuntary"]) & ~interfered
+    # beside a process that keeps a core busy, a worker both waits for the core and, on
+    # it, runs slower (caches, memory bandwidth, shared cores): both delays are its doing
     parts = pd.DataFrame({
-        "gc": gc_part, "preempted": off.where(preempted_signal, 0.0),
-        "off_cpu": off.where(~preempted_signal, 0.0), "on_cpu": on,
+        "gc": gc_part, "interference": (off + on).where(interfered, 0.0),
+        "preempted": off.where(preempted_signal, 0.0),
+        "off_cpu": off.where(~preempted_signal & ~interfered, 0.0),
+        "on_cpu": on.where(~interfered, 0.0),
     }).mul(factor, axis=0)
     # The overshoot is added once, after the stretch: it is not multiplied by the factor.
     parts["emulation"] = (s["overshoot_ns"] - m["overshoot_ns"]).clip(lower=0)
@@ -151,7 +167,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     out["ctx_voluntary"] = s["ctx_voluntary"]
     out["rss_growth_bytes"] = s["rss_growth_bytes"]
     if not has_cpu:  # without CPU time, off- and on-CPU delays cannot be told apart
-        out[["preempted_ms", "off_cpu_ms", "on_cpu_ms"]] = np.nan
+        out[["interference_ms", "preempted_ms", "off_cpu_ms", "on_cpu_ms"]] = np.nan
     return out.sort_values("step").reset_index(drop=True)[columns]
 
 

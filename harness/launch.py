@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import missing_framework
-from harness import collector, manifest, procfs, signals
+from harness import collector, manifest, procfs, signals, system
 from harness.aggregators import services as aggregator_services
 from harness.config import RunSpec, SuiteSpec, cpu_list
 from harness.errors import DeviceUnavailable
@@ -113,6 +113,7 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
     procs: list[subprocess.Popen[bytes]] = []
     services = aggregator_services.Services()
+    sampler: system.Sampler | None = None
     status, reason = "failed", ""
     dropped: list[dict[str, Any]] = []
     # Services end by themselves once every worker has left them cleanly; after a failure or
@@ -138,6 +139,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                     env=worker_environment(run, rank, port) | services.env, stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
+        sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs),
+                                          *(p.pid for p in services.procs.values())]).start()
         status, reason, dropped = _watch(procs, run, run_dir, progress, services)
         if status == "completed" and dropped:
             reason = "; ".join(f"worker {d['rank']} dropped after {d['steps']} steps "
@@ -156,6 +159,11 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                   file=sys.stderr, flush=True)
         _stop(procs)
         services.stop(grace_s)
+        if sampler is not None:
+            try:
+                system.write(run_dir, sampler.stop())
+            except OSError:  # a full disk: the step records matter more (close_run says)
+                pass
         result = close_run(run_dir, run, status, reason, repeat, dropped)
     if raised is not None:
         raise raised

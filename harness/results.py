@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from harness import collector, manifest, procfs
+from harness import collector, manifest, procfs, system
 from harness.errors import UsageError
 
 
@@ -62,7 +62,24 @@ def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
     problem = step_problem(steps, instrumented=meta["run"].get("instrument", True))
     if problem:
         raise UsageError(str(file_of_rank(problem.rank)), problem.message)
+    if (samples := read_system(run_dir)) is not None:
+        steps = system.join_to_steps(steps, samples)
     return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+
+
+def read_system(run_dir: Path) -> pd.DataFrame | None:
+    """The launcher's samples of the host (harness/system.py), or None where the run has
+    none (torchrun mode, a simulated run, a run recorded before them)."""
+    path = run_dir / system.SYSTEM_FILE
+    if not path.is_file():
+        return None
+    try:
+        samples = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(path), f"unreadable: {_one_line(exc)}") from None
+    if missing := [c for c in system.COLUMNS if c not in samples.columns]:
+        raise UsageError(str(path), f"missing columns {', '.join(missing)}")
+    return samples
 
 
 def read_micro(run_dir: Path) -> pd.DataFrame:

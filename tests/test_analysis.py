@@ -86,6 +86,49 @@ def test_straggler_excess_is_attributed_to_the_signal_that_explains_it() -> None
     assert everyone["unexplained"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_off_cpu_time_while_other_processes_took_the_cores_is_interference() -> None:
+    """The same preempted step 7 and off-CPU step 11 as above, and a step 15 with 1 ms more
+    CPU time; the host's samples say that processes outside the run kept 1.5 more cores
+    busy during steps 7 and 15 (and 13, where worker 1 lost nothing: nothing to attribute)."""
+    extra = {5: 3.0, 9: 3.0, 7: 2.0, 11: 1.5, 15: 1.0}
+    frame = steps_frame(20, lambda r, s: 2.0 if r == 0 else 3.0 + extra.get(s, 0.0),
+                        edit=gc_and_preemption)
+    others = frame["step"].map({7: 1.6, 13: 1.6, 15: 1.6}).fillna(0.1)
+    frame = frame.assign(others_cores=others, steal_cores=0.0)
+    a = attribute(frame).set_index("step")
+    assert a.loc[7, "cause"] == "interference"
+    assert a.loc[7, "interference_ms"] == pytest.approx(2.0) and a.loc[7, "preempted_ms"] == 0
+    # running slower beside another process (more CPU time) is interference too
+    assert a.loc[15, "cause"] == "interference" and a.loc[15, "on_cpu_ms"] == 0
+    assert a.loc[15, "interference_ms"] == pytest.approx(1.0)
+    assert a.loc[11, "cause"] == "off_cpu" and a.loc[11, "interference_ms"] == 0
+    assert a.loc[13, "cause"] == "none"
+    quiet = attribute(frame.assign(others_cores=0.1)).set_index("step")
+    assert quiet.loc[15, "cause"] == "on_cpu" and quiet.loc[7, "cause"] == "preempted"
+    # the hypervisor's steal counts as interference too
+    stolen = frame.assign(others_cores=0.1, steal_cores=frame["step"].map({11: 0.5}).fillna(0.0))
+    b = attribute(stolen).set_index("step")
+    assert b.loc[11, "cause"] == "interference" and b.loc[7, "cause"] == "preempted"
+
+
+def test_host_samples_are_joined_to_each_step_by_time() -> None:
+    """Samples at 100, 200 and 300 ms with others busy on 1 core only between 100 and 200:
+    a step inside that interval gets 1.0, one straddling its start 0.5 (half of it), one
+    beyond the last sample NaN."""
+    import pandas as pd
+
+    from harness.system import join_to_steps
+
+    samples = pd.DataFrame({"t_ns": [100 * MS, 200 * MS, 300 * MS],
+                            "others_cores": [0.0, 1.0, 0.0], "steal_cores": [0.0, 0.0, 0.5]})
+    steps = pd.DataFrame({"begin_ns": [120 * MS, 50 * MS, 250 * MS, 210 * MS],
+                          "ready_ns": [150 * MS, 150 * MS, 350 * MS, 290 * MS]})
+    joined = join_to_steps(steps, samples)
+    assert joined["others_cores"].tolist()[:2] == pytest.approx([1.0, 0.5])
+    assert np.isnan(joined["others_cores"][2]) and joined["others_cores"][3] == 0.0
+    assert joined["steal_cores"][3] == pytest.approx(0.5)
+
+
 def test_unmeasured_excess_stays_unexplained_and_names_no_cause() -> None:
     frame = steps_frame(20, lambda r, s: 2.0 if r == 0 else (6.0 if s == 4 else 3.0),
                         edit=lambda rows: rows["compute_cpu_ns"].__setitem__(Ellipsis, 0))

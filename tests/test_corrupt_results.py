@@ -174,7 +174,7 @@ def test_steps_of_the_wrong_kind_are_one_line(run_dir: Path, column: str,
     assert f"column {column} holds " in line and expected in line
 
 
-@pytest.mark.parametrize("name", ["steps.parquet", "eval.parquet"])
+@pytest.mark.parametrize("name", ["steps.parquet", "eval.parquet", "system.parquet"])
 def test_a_table_that_is_not_parquet_is_one_line(run_dir: Path, name: str) -> None:
     (run_dir / name).write_bytes(b"PAR1 this is not parquet\n" * 20)
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)), run_dir / name)
@@ -186,6 +186,13 @@ def test_evaluations_without_their_columns_are_one_line(run_dir: Path) -> None:
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
                       run_dir / "eval.parquet")
     assert "lacks column(s) step, samples, wall_s, train_s and 1 more" in line
+
+
+def test_host_samples_without_their_columns_are_one_line(run_dir: Path) -> None:
+    pd.DataFrame({"t_ns": [1, 2]}).to_parquet(run_dir / "system.parquet")
+    line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
+                      run_dir / "system.parquet")
+    assert "missing columns busy_cores, run_cores, others_cores" in line
 
 
 # -- parts of a run that never finalised ------------------------------------------------------

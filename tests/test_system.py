@@ -1,0 +1,84 @@
+"""Interference by other processes, named (issue 16): while a real two-worker run trains, the
+test starts two CPU-bound processes outside the run for a second. The launcher's samples of
+the host (system.parquet) show them, joined to the steps, and the straggler steps they
+delayed are attributed to interference, not to the workers' own preemption."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.stragglers import attribute
+from harness import collector, system
+from harness.results import load_run
+from tests.conftest import REPO, hetbench_command
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")]
+
+SUITE = """
+[suite]
+name = "host"
+
+[[runs]]
+name = "pair"
+workload = "mlp"
+dataset = "digits"
+steps = 1200
+global_batch = 64
+timeout_s = 60
+workers = [ { device = "cpu" }, { device = "cpu" } ]
+"""
+HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
+HOG_S = 1.0
+
+
+def test_processes_outside_the_run_are_seen_and_named_as_interference(tmp_path: Path) -> None:
+    (tmp_path / "suite.toml").write_text(SUITE)
+    run = subprocess.Popen(hetbench_command("run", str(tmp_path / "suite.toml"), "--out",
+                                            str(tmp_path / "out"), "--no-progress"),
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not (dirs := list((tmp_path / "out" / "host").glob("pair-*"))) \
+                or collector.steps_done(dirs[0], 2) < 150:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        started = time.perf_counter_ns()
+        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+        time.sleep(HOG_S)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        stopped = time.perf_counter_ns()
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err
+    data = load_run(dirs[0])
+    samples = pd.read_parquet(dirs[0] / system.SYSTEM_FILE)
+    assert list(samples.columns) == list(system.COLUMNS)
+    assert samples["t_ns"].is_monotonic_increasing and len(samples) >= 10
+    during = samples[(samples["t_ns"] > started + 2e8) & (samples["t_ns"] < stopped)]
+    before = samples[samples["t_ns"] < started]
+    assert len(during) >= 4
+    # two processes spinning beside two workers on the host's cores: their share is busy
+    # outside the run, on top of whatever else ran here before
+    usual = before["others_cores"].median()
+    assert during["others_cores"].mean() - usual > 0.4
+    assert samples["run_cores"].median() > 0.5  # the workers' own time is the run's
+    # joined to the steps: those computed while the hogs ran saw them
+    steps = data.steps
+    hit = steps[(steps["begin_ns"] > started + 2e8) & (steps["ready_ns"] < stopped)]
+    assert len(hit) and hit["others_cores"].mean() - usual > 0.4
+    # and the delays they caused are interference
+    causes = attribute(steps, manifest=data.manifest).set_index("step")
+    window = causes.loc[causes.index.isin(hit["step"])]
+    assert (window["cause"] == "interference").sum() >= 1
+    own = window[["preempted_ms", "off_cpu_ms", "on_cpu_ms"]].sum().sum()
+    assert window["interference_ms"].sum() > own
