@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
 from harness import comm
-from workloads.models import mlp_spec
+from workloads.models import build_spec
 
 ROUNDS = 25
 
@@ -26,7 +26,7 @@ def main() -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    spec = mlp_spec((1, 196, 196), 10)  # fc1 alone is 38416 x 256: 9.9M floats in all
+    spec = build_spec("mlp", (1, 196, 196), 10)  # fc1 alone is 38416 x 256: 9.9M floats in all
     adapter = TorchAdapter(spec, "cpu", 1)
     buffer = adapter.comm_buffer(False)
     raw = torch.ones(buffer.numel())

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from adapters.pytorch import TorchAdapter
-from workloads.models import mlp_spec
+from workloads.models import build_spec
 
-# (sample shape, classes): the MLP on digits (83k floats) and one of 9.9M floats
+# (sample shape, classes): the MLP on digits (85k floats) and one of 9.9M floats
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 
@@ -25,7 +25,7 @@ def model(request: pytest.FixtureRequest) -> str:
 @pytest.mark.parametrize("device", DEVICES)
 def test_pack(benchmark: Any, model: str, device: str) -> None:
     torch.set_num_threads(1)
-    adapter = TorchAdapter(mlp_spec(*MODELS[model]), device, 1)
+    adapter = TorchAdapter(build_spec("mlp", *MODELS[model]), device, 1)
     adapter.comm_buffer(on_device=False)
     loss = torch.tensor(1.0, device=device)
 
@@ -40,7 +40,7 @@ def test_pack(benchmark: Any, model: str, device: str) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_unpack(benchmark: Any, model: str, device: str) -> None:
     torch.set_num_threads(1)
-    adapter = TorchAdapter(mlp_spec(*MODELS[model]), device, 1)
+    adapter = TorchAdapter(build_spec("mlp", *MODELS[model]), device, 1)
     adapter.comm_buffer(on_device=False)
 
     def unpack() -> None:

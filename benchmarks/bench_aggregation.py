@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
 from harness import comm
-from workloads.models import mlp_spec
+from workloads.models import build_spec
 
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}
 
@@ -24,7 +24,7 @@ def model(request: pytest.FixtureRequest) -> str:
 
 def test_hetbench_aggregation(benchmark: Any, gloo_world_of_one: None, model: str) -> None:
     torch.set_num_threads(1)
-    adapter = TorchAdapter(mlp_spec(*MODELS[model]), "cpu", 1)
+    adapter = TorchAdapter(build_spec("mlp", *MODELS[model]), "cpu", 1)
     buffer = adapter.comm_buffer(on_device=False)
     loss = torch.tensor(1.0)
 
@@ -39,6 +39,6 @@ def test_hetbench_aggregation(benchmark: Any, gloo_world_of_one: None, model: st
 
 def test_raw_all_reduce(benchmark: Any, gloo_world_of_one: None, model: str) -> None:
     torch.set_num_threads(1)
-    raw = torch.ones(mlp_spec(*MODELS[model]).num_elements + 1)
+    raw = torch.ones(build_spec("mlp", *MODELS[model]).num_elements + 1)
     benchmark.group = f"aggregation {model} ({raw.numel():,} floats)"
     benchmark(dist.all_reduce, raw)

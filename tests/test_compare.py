@@ -479,3 +479,25 @@ def test_cli_leads_with_the_verdict_and_lists_the_largest_changes_first(
     assert "nan" not in out.split("metrics);")[1]  # no interval printed as nan-nan
     listed_all = hetbench_compare(capsys, str(groups["base"]), str(groups["slow"]), "--all")[1]
     assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 23
+
+
+def test_the_gate_reports_the_committed_baseline_without_gating_on_it(tmp_path: Path,
+                                                                       capsys) -> None:
+    """A working tree 1.3x slower than the committed baseline (a drift HEAD~1 cannot show):
+    the regression is reported beside the gate's own verdict, whose exit status it leaves
+    alone; a missing baseline is one line."""
+    from analysis.compare import Settings
+    from harness.cli.ci import against_baseline
+
+    baseline = write_group(tmp_path / "baseline", 12, seed=31)
+    current = write_group(tmp_path / "current", 12, seed=32, factor=1.3)
+    against_baseline(baseline, current, Settings(), as_json=False)
+    captured = capsys.readouterr()
+    assert "against the committed baseline" in captured.out
+    assert "verdict: REGRESSED" in captured.out
+    assert "regressed (step_time_ms x1.2" in captured.err and "not gating" in captured.err
+    against_baseline(baseline, current, Settings(), as_json=True)  # stdout stays one JSON
+    captured = capsys.readouterr()
+    assert captured.out == "" and "regressed" in captured.err
+    against_baseline(tmp_path / "none", current, Settings(), as_json=False)
+    assert "no committed baseline at" in capsys.readouterr().err

@@ -25,6 +25,7 @@ import time
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from harness.cli.compare import add_statistics_arguments, report, settings_from
 from harness.errors import UsageError
@@ -53,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds, i.e. launches per side (default: the suite's repeats)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where both sides' results go (default: results/ci/<UTC time>)")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="committed runs of the suite to compare the working tree's "
+                             "against too (default: results/baselines/SUITE of the checkout, "
+                             "where it exists); reported, never failing the gate")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the comparison with the committed baseline")
     add_statistics_arguments(parser, metrics=GATE_METRICS)
 
 
@@ -90,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(worktree, ignore_errors=True)
     comparison = compare_paths(out / "base", out / "current", settings)
     report(comparison, out / "base", out / "current", args.json)
+    if not args.no_baseline:
+        against_baseline(args.baseline or repo / "results" / "baselines" / suite.name,
+                         out / "current", settings, args.json)
     if failed_launches:
         # compare leaves failed runs out, so they could pass as `inconclusive`: a tree whose
         # training runs fail has regressed, whatever the timings of the rest say.
@@ -97,6 +107,26 @@ def run(args: argparse.Namespace) -> int:
             f"not complete (logs in {out / 'logs'}): counted as a regression")
         return 1
     return int(comparison.exit_status)
+
+
+def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool) -> None:
+    """The working tree's runs against the committed baseline: a drift that HEAD~1 cannot
+    show (a series of small slowdowns). Reported only: the baseline was recorded in another
+    session, and sessions of one machine class differ by more than a threshold (README,
+    "Regression gate"). With --json, its verdict goes to stderr."""
+    from analysis.compare import compare_paths
+
+    if not baseline.is_dir():
+        say(f"hetbench ci: no committed baseline at {baseline}: not compared")
+        return
+    comparison = compare_paths(baseline, current, settings)
+    ratios = ", ".join(f"{r.metric} x{r.ratio:.3g}" for r in comparison.table.itertuples()
+                       if r.worker < 0)
+    say(f"hetbench ci: against the committed baseline {baseline}: "
+        f"{comparison.verdict} ({ratios or 'no run-wide metric'}; reported, not gating)")
+    if not as_json:
+        print(f"\n-- against the committed baseline ({baseline}; reported, not gating) --")
+        report(comparison, baseline, current, False)
 
 
 def say(text: str) -> None:
@@ -148,6 +178,7 @@ RUNNER = """
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 from harness.config import load_suite
 from harness.errors import UsageError
 from harness.launch import run_suite

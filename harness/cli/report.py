@@ -68,12 +68,17 @@ def write_html(runs: list[Any], markdown: str, out: Path) -> None:
     from analysis.figures import history_figure
     from analysis.html_report import history_table, page
     from harness import baselines
-    from harness.results import find_runs, load_finished_runs
+    from harness.errors import UsageError
+    from harness.results import find_runs, load_finished_runs, note
 
     with baselines.snapshots() as found:
         points = []
         for snapshot in found:
-            loaded = load_finished_runs(find_runs([snapshot.folder]))
+            try:
+                loaded = load_finished_runs(find_runs([snapshot.folder]))
+            except UsageError as exc:  # a snapshot this version cannot read: left out, said
+                note(f"regression history: commit {snapshot.commit[:10]} left out: {exc}")
+                continue
             points.append((snapshot.commit, snapshot.date, snapshot.subject,
                            [(r.manifest, r.steps) for r in loaded]))
     history = history_table(points)
