@@ -21,26 +21,13 @@ from analysis.stragglers import attribute
 from harness import collector, system
 from harness.results import load_run
 
-SUITE = """
-[suite]
-name = "host"
-
-[[runs]]
-name = "pair"
-workload = "mlp"
-dataset = "digits"
-steps = 1200
-global_batch = 64
-timeout_s = 60
-workers = [ { device = "cpu" }, { device = "cpu" } ]
-"""
+SUITE = Path(__file__).with_name("interference.toml")
 HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
 HOGS, HOG_S, SETTLE_NS = 2, 1.0, 200_000_000
 
 
 def one(folder: Path) -> dict[str, float]:
-    (folder / "suite.toml").write_text(SUITE)
-    run = subprocess.Popen(["hetbench", "run", str(folder / "suite.toml"), "--out",
+    run = subprocess.Popen(["hetbench", "run", str(SUITE), "--out",
                             str(folder / "out"), "--no-progress"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120

@@ -21,26 +21,13 @@ from tests.conftest import REPO, hetbench_command
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")]
 
-SUITE = """
-[suite]
-name = "host"
-
-[[runs]]
-name = "pair"
-workload = "mlp"
-dataset = "digits"
-steps = 1200
-global_batch = 64
-timeout_s = 60
-workers = [ { device = "cpu" }, { device = "cpu" } ]
-"""
+SUITE = REPO / "benchmarks" / "interference.toml"
 HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
 HOG_S = 1.0
 
 
 def test_processes_outside_the_run_are_seen_and_named_as_interference(tmp_path: Path) -> None:
-    (tmp_path / "suite.toml").write_text(SUITE)
-    run = subprocess.Popen(hetbench_command("run", str(tmp_path / "suite.toml"), "--out",
+    run = subprocess.Popen(hetbench_command("run", str(SUITE), "--out",
                                             str(tmp_path / "out"), "--no-progress"),
                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hogs: list[subprocess.Popen[bytes]] = []
