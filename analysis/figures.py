@@ -133,8 +133,15 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
         for path in paths:
             try:
                 figure.savefig(path, bbox_inches="tight", dpi=DPI)
-            except OSError as exc:  # Pillow's name no file: say which (a full disk)
-                raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+            except Exception as exc:  # noqa: BLE001 - a full disk, whatever the writer says
+                # Pillow's OSError names no file; matplotlib's PDF writer answers a full disk
+                # with an AttributeError raised while handling the OSError: say which file
+                cause: BaseException | None = exc
+                while cause is not None and not isinstance(cause, OSError):
+                    cause = cause.__context__
+                if cause is None:
+                    raise
+                raise OSError(cause.errno, cause.strerror or str(cause), str(path)) from exc
     finally:
         plt.close(figure)
     return paths

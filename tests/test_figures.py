@@ -94,3 +94,51 @@ def test_every_figure_is_written_at_300_dpi_with_truetype_fonts(tmp_path: Path, 
             assert _png_dpi(path) == pytest.approx(DPI, abs=1)
         else:
             assert b"/Type3" not in path.read_bytes()
+
+
+FILL_AND_SAVE = """
+import io, os, sys
+from pathlib import Path
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from analysis.figures import DPI, _save
+disk, fail_on = Path(sys.argv[1]), sys.argv[2]
+figure, ax = plt.subplots()
+ax.plot(range(2000))
+buffer = io.BytesIO()
+figure.savefig(buffer, format="png", bbox_inches="tight", dpi=DPI)
+page = 4096
+# room for nothing, or for the PNG's pages and no more: the PDF after it fails
+room = 0 if fail_on == "png" else -(-len(buffer.getvalue()) // page) * page
+stat = os.statvfs(disk)
+(disk / "filler").write_bytes(bytes(stat.f_bavail * stat.f_frsize - room))
+try:
+    _save(figure, disk, "f")
+except OSError as exc:
+    print("OSError", exc.errno, exc.filename)
+"""
+
+
+@pytest.mark.parametrize("fail_on", ["png", "pdf"])
+def test_a_full_disk_is_an_os_error_naming_the_figure(tmp_path: Path, fail_on: str) -> None:
+    """On a small tmpfs (its own user and mount namespace) filled to leave no room, or room
+    for the PNG alone: whichever file the disk fills on, the error is an OSError naming it
+    (matplotlib's PDF writer raises an AttributeError there)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    disk, program = tmp_path / "disk", tmp_path / "fill_and_save.py"
+    disk.mkdir()
+    program.write_text(FILL_AND_SAVE)
+    script = (f"mount -t tmpfs -o size=1m full {disk} && "
+              f"{sys.executable} {program} {disk} {fail_on}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    if "mount" in done.stderr and done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    kind, errno, filename = done.stdout.split()
+    assert (kind, int(errno), filename) == ("OSError", 28, str(disk / f"f.{fail_on}"))
