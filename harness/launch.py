@@ -186,6 +186,13 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
         gone = {d["rank"] for d in dropped}
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0) and r not in gone]
         living = [r for r, c in enumerate(codes) if c is None]
+        if failed and services is not None and (dead := services.failed()) is not None \
+                and dead[1] < 0:
+            # a service killed by a signal, seen in the same poll as the workers that lost
+            # it: the cause is the service (a worker's RPC error is what followed)
+            _stop(procs)
+            return "failed", f"{dead[0]} exited with status {dead[1]} while the workers ran", \
+                dropped
         if failed and run.on_worker_failure == "continue" and living:
             for rank, code in failed:
                 dropped.append({"rank": rank, "status": code,
