@@ -50,7 +50,9 @@ class Source:
     run_id: str
     rank: int
     # the run's exchange after the last arrival, per step (the median over its workers),
-    # over its median: what varies from step to step for every worker together
+    # over the typical exchange of all the runs fitted with its world size and bytes: what
+    # varies for every worker together, from step to step and with the run's host (a
+    # repeat whose exchange ran slow on a busy host keeps its level, as its compute does)
     comm_ratio: np.ndarray | None = None
     # this worker's own exchange over the step's median, per step: its place in the ring
     # and its own luck (one finishes earlier than another, and starts its next step earlier)
@@ -167,10 +169,13 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
     shares: dict[str, list[np.ndarray]] = {}
     workers_of: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}
-    for index, (meta, steps) in enumerate(runs):
+    for meta, steps in runs:
         problem = fit_problem(meta, steps)
         if problem:
             raise UsageError(f"run {meta.get('run_id')}", problem)
+    exchange = comm_points(runs)
+    typical = exchange.groupby(["world", "bytes"])["comm_ns"].transform("median").clip(lower=1.0)
+    for index, (meta, steps) in enumerate(runs):
         warmup = int(meta["run"].get("warmup_steps", 0))
         fit = costmodel.fit(steps, meta, warmup)
         d = with_derived(complete_steps(after_warmup(steps, warmup))).sort_values(
@@ -195,7 +200,7 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
                 residual=rows["residual"].to_numpy(float),
                 after_ns=(mine["end_ns"] - mine["reduced_ns"]).to_numpy(float),
                 gap_ns=np.maximum(gaps, 0).astype(float), run_id=str(meta["run_id"]),
-                rank=rank, comm_ratio=step_comm / float(per_step.median()),
+                rank=rank, comm_ratio=step_comm / float(typical.iloc[index]),
                 comm_deviation=mine["comm_ns"].to_numpy(float) / step_comm))
             phases = mine[[f"{p.value}_ns" for p in COMPUTE_PHASES]].to_numpy(float)
             shares.setdefault(label, []).append(phases.sum(axis=0) / max(phases.sum(), 1.0))
@@ -240,17 +245,22 @@ def fit_problem(meta: dict[str, Any], steps: pd.DataFrame) -> str:
     return ""
 
 
-def fit_comm(runs: Sequence[Run]) -> CommModel:
-    """The ring model from the runs' communication (median over each run's steps of the
-    exchange after the last arrival): least squares over the distinct (world size, bytes)
-    points when there are two or more, else the one point split with DEFAULT_ALPHA_NS."""
+def comm_points(runs: Sequence[Run]) -> pd.DataFrame:
+    """One row per run, in order: its world size, gradient bytes and exchange after the
+    last arrival (the median over its steps after warm-up)."""
     rows = []
     for meta, steps in runs:
         d = with_derived(complete_steps(after_warmup(
             steps, int(meta["run"].get("warmup_steps", 0)))))
         rows.append((int(d["rank"].nunique()), _bytes(meta), float(d["comm_ns"].median())))
-    frame = pd.DataFrame(rows, columns=["world", "bytes", "comm_ns"])
-    frame = frame.groupby(["world", "bytes"], as_index=False)["comm_ns"].median()
+    return pd.DataFrame(rows, columns=["world", "bytes", "comm_ns"])
+
+
+def fit_comm(runs: Sequence[Run]) -> CommModel:
+    """The ring model from the runs' communication (comm_points): least squares over the
+    distinct (world size, bytes) points, each the median of its runs, when there are two
+    or more, else the one point split with DEFAULT_ALPHA_NS."""
+    frame = comm_points(runs).groupby(["world", "bytes"], as_index=False)["comm_ns"].median()
     size = int(frame["bytes"].iloc[0])
     if len(frame) >= 2:
         from scipy.optimize import nnls

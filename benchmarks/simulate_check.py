@@ -3,7 +3,8 @@
 Fits the device classes on the 2-worker runs of a `scaleout` suite result (`pair` for the
 steady classes, `pair-abrupt` for the class whose slowdown jumps), simulates the
 configuration of every other run (same classes, slices and steps, warm-up included, 5
-simulated repeats), and compares with the real runs, averaged over their repeats: mean
+simulated repeats per recorded repeat, so that each recorded repeat weighs the same), and
+compares with the real runs, averaged over their repeats: mean
 step time, idle fraction, p99 step time. Targets (issue 15): 10% on the mean step time, 3
 points of idle fraction.
 
@@ -29,7 +30,7 @@ from harness import collector
 from harness.results import find_runs, load_run
 
 FITTED_ON = {"pair": ("trio", "quad", "six"), "pair-abrupt": ("quad-abrupt",)}
-SIMULATED_REPEATS = 5
+SIMULATED_PER_RECORDED = 5
 
 
 def measured(runs: list[Any]) -> dict[str, float]:
@@ -53,7 +54,8 @@ def predicted(fit_runs: list[Any], target: Any) -> dict[str, float]:
     _, sizes = deviceclass.recorded_scheme(target.manifest, target.steps)
     run = target.manifest["run"]
     rows = []
-    for seed in range(SIMULATED_REPEATS):
+    # simulated repeat r keeps to recorded repeat r mod len(fit_runs)
+    for seed in range(SIMULATED_PER_RECORDED * len(fit_runs)):
         sim = simulate.simulate(workers, comm, simulate.Scheme("bsp"), run["steps"],
                                 run["global_batch"], seed=seed, sizes=sizes)
         frame = collector.records_frame([simulate.records(sim)])

@@ -227,6 +227,22 @@ def test_blocks_keep_autocorrelation_and_each_worker_its_own_level() -> None:
     assert spelled.mean() == pytest.approx(1.5, abs=0.1)
 
 
+def test_each_recorded_repeat_keeps_the_level_of_its_exchange() -> None:
+    # two repeats of one pair, alike but for the exchange: 0.5 ms, and 2 ms on a busy host
+    fast = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], comm_ms=0.5), (3.0, 1.0),
+                    run_id="r0")
+    slow = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], comm_ms=2.0), (3.0, 1.0),
+                    run_id="r1")
+    classes, names, comm = classes_of(fast, slow)
+    mix = deviceclass.resolve_mix([("rank0", 1), ("rank1", 1)], classes, names)[0]
+    exchange = []
+    for seed in (0, 1):  # simulated repeat r keeps to recorded repeat r
+        sim = simulate.simulate(mix, comm, simulate.Scheme("bsp"), 64, 64, seed=seed)
+        exchange.append(float(np.median(sim.reduced - sim.ready.max(axis=1, keepdims=True))))
+    assert exchange[0] == pytest.approx(0.5 * MS, rel=0.05)
+    assert exchange[1] == pytest.approx(2.0 * MS, rel=0.05)
+
+
 def test_a_profile_round_trip_simulates_the_same_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(5)
     noise = rng.lognormal(0, 0.2, size=(40, 2))

@@ -145,7 +145,7 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     workers, _ = deviceclass.resolve_mix(deviceclass.recorded_mix(pairs, names), classes, names)
     comm = deviceclass.fit_comm(pairs)
     simulated = []
-    for seed in range(5):
+    for seed in range(30):  # simulated repeat r keeps to recorded repeat r mod 3: 10 each
         sim = simulate.simulate(workers, comm, simulate.Scheme("bsp"), 70, 64, seed=seed,
                                 sizes=(32, 32))
         frame = collector.records_frame([simulate.records(sim)])
