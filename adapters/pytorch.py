@@ -166,3 +166,8 @@ class TorchAdapter:
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def cuda_event(self) -> torch.cuda.Event:
+        """A timing event on the current stream of this worker's device (harness/timer.py;
+        the worker made the device current: harness.comm.init)."""
+        return torch.cuda.Event(enable_timing=True)

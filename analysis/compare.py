@@ -1,8 +1,10 @@
 """Regression statistics: two groups of runs (BASE, CURRENT) -> one verdict per metric.
 
 Unit of replication. Each run (one launch of the worker processes) gives ONE value per
-metric: its median step time, its samples/s, its idle fraction, each worker's median
-compute time, compute CV and per-phase medians. Steps are not the unit: consecutive steps
+metric: every metric of analysis.registry marked `compared` (its median and mean step time,
+samples/s, idle fraction, efficiencies, the largest compute and residual CV, the
+communication percentiles, and each worker's median compute time, compute CV and per-phase
+medians). Steps are not the unit: consecutive steps
 of a run are autocorrelated (caches, allocator state, a noisy neighbour that stays for
 seconds) and all share the fate of their process (core placement, memory layout, the gloo
 connection, the machine's load while it ran). Thousands of steps from two runs are still
@@ -40,7 +42,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, instrumented, run_summary
-from harness.collector import PHASES
+from analysis import registry
 from harness.errors import UsageError
 from harness.results import RunData, find_runs, load_run
 
@@ -58,18 +59,8 @@ RUN_LEVEL = -1  # `worker` of a metric that belongs to the whole run
 VERDICTS = ("unchanged", "improved", "inconclusive", "regressed")  # worst last
 EXIT_STATUS = {"unchanged": 0, "improved": 0, "regressed": 1, "inconclusive": 3}
 
-# metric -> which direction is better
-RUN_METRICS: dict[str, str] = {
-    "step_time_ms": LOWER,      # median over steps of max end - min begin
-    "samples_per_s": HIGHER,    # samples of all steps / wall time of all steps
-    "idle_fraction": LOWER,     # DESIGN.md: idle before all-reduce / busy time
-}
-WORKER_METRICS: dict[str, str] = {
-    "compute_ms": LOWER,        # median over steps of ready - begin (every compute phase)
-    "compute_cv": LOWER,        # std / mean of the worker's compute time over steps
-    **{f"phase_{p.value}_ms": LOWER for p in PHASES},  # median of the phase over steps
-}
-DIRECTIONS: dict[str, str] = {**RUN_METRICS, **WORKER_METRICS}
+# metric -> which direction is better: every metric of the registry that compare tests
+DIRECTIONS: dict[str, str] = registry.COMPARED
 
 REQUIRED_COLUMNS = ("rank", "step", "batch_size", "begin_ns", "ready_ns", "reduced_ns", "end_ns")
 VALUE_COLUMNS = ["suite", "run", "repeat", "run_id", "worker", "metric", "value"]
@@ -81,38 +72,22 @@ RESULT_COLUMNS = ["suite", "run", "worker", "metric", "better", "n_base", "n_cur
 # -- one value per run ----------------------------------------------------------------------
 
 
-def run_metrics(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
-    """The per-run values of every metric, from one run's steps (after warm-up, complete
-    steps only). Columns: worker (RUN_LEVEL for run-wide metrics), metric, value.
+def run_metrics(steps: pd.DataFrame, warmup_steps: int = 0,
+                manifest: dict[str, Any] | None = None,
+                selects: Callable[[str], bool] = lambda name: True) -> pd.DataFrame:
+    """The per-run values of every compared metric of analysis.registry that `selects`
+    keeps, from one run's steps (after warm-up, complete steps only) and its manifest
+    (without one, the metrics that need it are absent). Columns: worker (RUN_LEVEL for
+    run-wide metrics), metric, value.
 
     Metrics that do not apply are absent: idle fraction with one worker (nobody waits),
     per-worker metrics of a run recorded with instrument = false (no phase timestamps)."""
-    steps = complete_steps(after_warmup(steps, warmup_steps))
-    rows: list[tuple[int, str, float]] = []
-    if steps.empty:
-        return pd.DataFrame(rows, columns=["worker", "metric", "value"])
-    grouped = steps.groupby("step")
-    step_ns = grouped["end_ns"].max() - grouped["begin_ns"].min()
-    rows.append((RUN_LEVEL, "step_time_ms", float(step_ns.median() / 1e6)))
-    summary = run_summary(steps)
-    rows.append((RUN_LEVEL, "samples_per_s", summary["samples_per_s"]))
-    world = steps["rank"].nunique()
-    if instrumented(steps):
-        if world > 1:
-            rows.append((RUN_LEVEL, "idle_fraction", summary["idle_fraction"]))
-        compute = (steps["ready_ns"] - steps["begin_ns"]).groupby(steps["rank"])
-        cv = compute.std(ddof=1) / compute.mean()
-        phase_columns = [f"{p.value}_ns" for p in PHASES if f"{p.value}_ns" in steps]
-        medians = steps.groupby("rank")[phase_columns].median() / 1e6
-        compute_ms = compute.median() / 1e6
-        for rank in sorted(medians.index):
-            rows.append((int(rank), "compute_ms", float(compute_ms.loc[rank])))
-            rows.append((int(rank), "compute_cv", float(cv.loc[rank])))
-            for column in phase_columns:
-                name = f"phase_{column[: -len('_ns')]}_ms"
-                rows.append((int(rank), name, float(medians.loc[rank, column])))
+    view = registry.RunView(steps, manifest, warmup_steps)
+    rows = [(RUN_LEVEL if rank is None else rank, metric, value)
+            for rank, metric, value in registry.values(
+                view, lambda name: name in DIRECTIONS and selects(name))]
     frame = pd.DataFrame(rows, columns=["worker", "metric", "value"])
-    return frame[np.isfinite(frame["value"])].reset_index(drop=True)
+    return frame[np.isfinite(frame["value"].astype(float))].reset_index(drop=True)
 
 
 def run_key(run: RunData) -> tuple[str, str]:
@@ -120,15 +95,17 @@ def run_key(run: RunData) -> tuple[str, str]:
         run.manifest.get("run", {}).get("name", ""))
 
 
-def metric_values(runs: Iterable[RunData]) -> pd.DataFrame:
-    """Tidy per-run values of a group. Columns: VALUE_COLUMNS."""
+def metric_values(runs: Iterable[RunData],
+                  selects: Callable[[str], bool] = lambda name: True) -> pd.DataFrame:
+    """Tidy per-run values of a group, of the metrics `selects` keeps. Columns:
+    VALUE_COLUMNS."""
     parts = []
     for run in runs:
         missing = [c for c in REQUIRED_COLUMNS if c not in run.steps.columns]
         if missing:
             raise UsageError(str(run.run_dir), f"steps lack column(s) {', '.join(missing)}: "
                              "not a hetbench step table this version reads")
-        values = run_metrics(run.steps, run.warmup_steps)
+        values = run_metrics(run.steps, run.warmup_steps, run.manifest, selects)
         suite, name = run_key(run)
         values.insert(0, "run_id", str(run.manifest.get("run_id", run.run_dir.name)))
         values.insert(0, "repeat", int(run.manifest.get("repeat", 0)))
@@ -452,7 +429,8 @@ def compare_runs(base: Sequence[RunData], current: Sequence[RunData],
     current_runs, more = usable_runs(current, "CURRENT")
     warnings += more
     warnings += environment_warnings(base_runs, current_runs)
-    base_values, current_values = metric_values(base_runs), metric_values(current_runs)
+    base_values = metric_values(base_runs, settings.selects)
+    current_values = metric_values(current_runs, settings.selects)
     table = compare_values(base_values, current_values, settings)
     if table.empty:
         warnings.append("no metric could be compared (no run name in both groups)")

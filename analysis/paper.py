@@ -10,23 +10,13 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import registry
 from analysis.report import markdown_table
 from analysis.runs import group_table, runs_table
 
-# (metric of analysis.runs.run_row, column heading, format of the mean, definition)
-PAPER_METRICS = (
-    ("samples_per_s", "samples/s", ".0f", ""),
-    ("mean_step_ms", "step (ms)", ".3g", ""),
-    ("idle_fraction", "idle fraction", ".2f",
-     "the workers' idle time before the all-reduce over their busy time"),
-    ("compute_cv_max", "compute CV (max)", ".2f",
-     "the largest worker coefficient of variation of compute time"),
-    ("efficiency", "het. efficiency", ".2f",
-     "samples/s over the sum of the workers' standalone samples/s"),
-    ("oracle_efficiency", "of the oracle", ".2f",
-     "the step time of the best static partition (fitted cost models, no variability) "
-     "over the run's mean step time"),
-)
+# the headline metrics (analysis.registry gives each its heading, format and definition)
+PAPER_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "compute_cv_max",
+                 "efficiency", "oracle_efficiency")
 
 
 def _cell(row: pd.Series | None, fmt: str) -> str:
@@ -45,15 +35,15 @@ def study_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataF
     table = table[table["status"] == "completed"]
     if table.empty:
         return pd.DataFrame()
-    metrics = [m for m, _, _, _ in PAPER_METRICS]
-    groups = group_table(table, ("run",), metrics).set_index(["run", "metric"])
+    groups = group_table(table, ("run",), PAPER_METRICS).set_index(["run", "metric"])
     rows = []
     for name, part in table.groupby("run", sort=False):
         row: dict[str, Any] = {"run": name, "devices": part["devices"].iloc[0],
                                "repeats": len(part)}
-        for metric, heading, fmt, _ in PAPER_METRICS:
-            key = (name, metric)
-            row[heading] = _cell(groups.loc[key] if key in groups.index else None, fmt)
+        for metric in (registry.BY_NAME[n] for n in PAPER_METRICS):
+            key = (name, metric.name)
+            row[metric.heading] = _cell(groups.loc[key] if key in groups.index else None,
+                                        metric.fmt)
         rows.append(row)
     out = pd.DataFrame(rows)
     # a metric no run has (no standalone rates: no efficiency) is left out
@@ -86,8 +76,8 @@ def latex_table(table: pd.DataFrame, caption: str) -> str:
 def caption(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]], table: pd.DataFrame) -> str:
     """What the table shows, with the definition of each of its metrics that needs one."""
     suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
-    defined = [f"{heading}: {definition}" for _, heading, _, definition in PAPER_METRICS
-               if definition and heading in table.columns]
+    defined = [f"{m.heading}: {m.definition}" for m in (registry.BY_NAME[n] for n in PAPER_METRICS)
+               if m.heading in table.columns]
     return (f"Suite {', '.join(suites)}: mean ± 95% t half-interval over repeats, after "
             "warm-up. " + "; ".join(defined) + ("." if defined else ""))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import registry
 from analysis.metrics import idle_agreement
 from analysis.persistence import compute_series
 from analysis.runs import analyse_run, group_table, runs_table, slowdowns
@@ -358,7 +359,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           "", "## What variability costs", "", *headline, "",
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
-          markdown_table(group_view), ""]
+          markdown_table(group_view), "", "Definitions (analysis/registry.py):", "",
+          *registry.definitions(list(dict.fromkeys([*overview.columns, *shown]))), ""]
     setup_keys = ["framework", "aggregator", "workload", "policy", "devices"]
     by_setup = group_table(table, by=setup_keys)
     by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",

@@ -9,23 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.costmodel import oracle, residual_cv
-from analysis.metrics import (
-    after_warmup,
-    complete_steps,
-    heterogeneous_efficiency,
-    instrumented,
-    phase_stats,
-    run_summary,
-    with_derived,
-)
-from analysis.stragglers import straggler_summary
-from analysis.whatif import COSTS, costs, what_if
+from analysis import registry
+from analysis.metrics import phase_stats, run_summary
 
-RUN_METRICS = ("samples_per_s", "mean_step_ms", "compute_share", "comm_share",
-               "idle_fraction", "efficiency", "oracle_efficiency",
-               "compute_cv_max", "residual_cv_max", "compute_p99_p50_max", "cost_of_variability",
-               "cost_of_imbalance", "cost_of_heterogeneity", "top_straggler_share")
+# the run-level metrics of the registry: the runs table's columns after its identity
+RUN_METRICS = registry.RUN_LEVEL_NAMES
 
 
 def slowdowns(manifest: dict[str, Any]) -> dict[int, float]:
@@ -52,22 +40,13 @@ def aggregator_name(run: dict[str, Any]) -> str:
 
 
 def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
-    """One run's identity and headline metrics (after its warm-up steps)."""
+    """One run's identity and every run-level metric of analysis.registry (after its
+    warm-up steps)."""
     run = manifest.get("run", {})
-    warmup = int(run.get("warmup_steps", 0))
-    summary = run_summary(steps, warmup)
-    compute = phase_stats(steps, warmup)
-    compute = compute[compute["phase"] == "compute"]
-    stragglers = straggler_summary(steps, warmup)
+    view = registry.RunView(steps, manifest)
     frameworks = sorted({w.get("framework", run.get("framework", "?"))
                          for w in run.get("workers", [])}) or [run.get("framework", "?")]
-    standalone = pd.DataFrame(manifest.get("standalone") or [],
-                              columns=["rank", "samples_per_s"])
-    expected_steps = int(run.get("steps", 0)) - warmup
-    comm_ms = communication_ms(steps, warmup)
-    # the oracle and the what-if scenarios re-slice a data-parallel batch; a pipeline's
-    # stages do not share a batch that way (analysis/pipeline.py reads those runs)
-    sliced = not run.get("pipeline")
+    expected_steps = int(run.get("steps", 0)) - view.warmup
     return {
         "run_id": manifest.get("run_id", ""),
         "suite": manifest.get("suite", {}).get("name", ""),
@@ -75,7 +54,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "repeat": int(manifest.get("repeat", 0)),
         "launch": str(manifest.get("launch") or "unrecorded"),
         "status": manifest.get("status", "unknown"),
-        "partial": summary["steps"] < expected_steps,
+        "partial": view.summary["steps"] < expected_steps,
         # more worker threads than cores (recorded since hetbench records it)
         "oversubscribed": bool((manifest.get("load") or {}).get("oversubscribed", False)),
         "framework": "+".join(frameworks),
@@ -85,36 +64,9 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "aggregator": aggregator_name(run),
         "devices": device_mix(manifest),
         "heterogeneity": manifest.get("heterogeneity", ""),
-        "steps": summary["steps"],
-        "samples_per_s": summary["samples_per_s"],
-        "mean_step_ms": summary["mean_step_ms"],
-        "idle_fraction": summary["idle_fraction"],
-        "compute_share": summary["compute_share"],
-        "comm_share": summary["comm_share"],
-        "efficiency": heterogeneous_efficiency(summary["samples_per_s"], standalone),
-        "oracle_efficiency": oracle(steps, manifest, warmup)["oracle_efficiency"] if sliced
-        else np.nan,
-        "compute_cv_max": float(compute["cv"].max()) if len(compute) else np.nan,
-        "compute_p99_p50_max": float(compute["p99_p50"].max()) if len(compute) else np.nan,
-        "residual_cv_max": float(residual_cv(steps, manifest, warmup).max())
-        if summary["steps"] else np.nan,
-        **(costs(what_if(steps, warmup, manifest)) if sliced else dict.fromkeys(COSTS, np.nan)),
-        "comm_p50_ms": comm_ms[0],
-        "comm_p95_ms": comm_ms[1],
-        "top_straggler_share": float(stragglers["share_last"].max()) if len(stragglers)
-        else np.nan,
+        "steps": view.summary["steps"],
+        **registry.run_values(view),
     }
-
-
-def communication_ms(steps: pd.DataFrame, warmup: int) -> tuple[float, float]:
-    """Median and p95 over workers and steps of the communication time after the last
-    arrival (DESIGN.md comm = reduced - arrival), in ms: what an aggregation strategy costs,
-    idle excluded."""
-    d = complete_steps(after_warmup(steps, warmup))
-    if d.empty or not instrumented(d):
-        return np.nan, np.nan
-    comm = with_derived(d)["comm_ns"] / 1e6
-    return float(comm.median()), float(comm.quantile(0.95))
 
 
 def runs_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
@@ -154,7 +106,8 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
         worker_summary,
     )
     from analysis.persistence import autocorrelation, change_points
-    from analysis.stragglers import attribute, cause_shares
+    from analysis.stragglers import attribute, cause_shares, straggler_summary
+    from analysis.whatif import what_if
 
     # Filter and derive once; every function below then skips that work.
     d = with_derived(complete_steps(after_warmup(steps, warmup_steps)))

@@ -92,17 +92,7 @@ def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
     table = runs_table(runs)
     if table.empty:
         return pd.DataFrame()
-    extra = []
-    for manifest, steps in runs:
-        run = manifest.get("run", {})
-        updates = _updates(manifest, steps) if len(steps) else steps
-        dropped = steps["dropped"].mean() if "dropped" in steps.columns and len(steps) \
-            else 0.0
-        extra.append({"run_id": manifest.get("run_id", ""),
-                      "bound": staleness_bound(run),
-                      "staleness_mean": _mean_staleness(updates),
-                      "dropped_share": float(dropped)})
-    table = table.merge(pd.DataFrame(extra), on="run_id")
+    table["bound"] = [staleness_bound(manifest.get("run", {})) for manifest, _ in runs]
     convergence = convergence_table(evals)
     columns = ["run_id", "steps_to_target", "time_to_target_s", "reached"]
     if convergence.empty:
@@ -110,14 +100,6 @@ def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
     table = table.merge(convergence[columns], on="run_id", how="left")
     return table[["run_id", "run", "repeat", "aggregator", "bound", *SCHEME_METRICS,
                   "reached"]]
-
-
-def _mean_staleness(updates: pd.DataFrame) -> float:
-    """Over the updates whose staleness was measured (a native server reports none: -1)."""
-    if "staleness" not in updates.columns:
-        return np.nan
-    measured = updates["staleness"][updates["staleness"] >= 0]
-    return float(measured.mean()) if len(measured) else np.nan
 
 
 def scheme_groups(table: pd.DataFrame) -> pd.DataFrame:

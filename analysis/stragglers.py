@@ -15,13 +15,17 @@ The excess is split, in this order, over what the records can measure:
              during the worker's median step (the launcher's samples of the host,
              harness/system.py): waiting for a core, and running slower beside another
              process (caches, memory bandwidth);
+- frequency: CPU time above the median, without such interference, in a step during which
+             the cores' clock (the same samples, harness/system.py) ran at least
+             FREQUENCY_DROP below the worker's median step's: the same work takes 1 - f /
+             f_median of its CPU time longer (thermal or power limits, a governor);
 - preempted: off-CPU time, without such interference, in a step with more involuntary
              context switches than the worker's median: another of the run's processes or
              threads took the core;
 - off_cpu:   time off the CPU with no extra involuntary switches (blocked, page faults,
              I/O; voluntary switches say which);
 - on_cpu:    more CPU time than usual that no recorded signal explains (cache, memory,
-             data, CPU frequency: not readable here);
+             data; a clock that /proc/cpuinfo does not show, as in most VMs);
 - emulation: for a worker with an emulated slowdown, the stretch beyond (f - 1) times its
              natural compute: the sleep overshooting when no core is free to wake it;
 - unexplained: what is left (the measured parts sum to less than the excess).
@@ -48,9 +52,11 @@ from analysis.metrics import (
     with_derived,
 )
 
-CAUSES = ("gc", "interference", "preempted", "off_cpu", "on_cpu", "emulation", "unexplained")
+CAUSES = ("gc", "interference", "frequency", "preempted", "off_cpu", "on_cpu", "emulation",
+          "unexplained")
 NAME_SHARE = 0.2
 INTERFERENCE_CORES = 0.25  # others' extra busy cores during a step that count as interference
+FREQUENCY_DROP = 0.05  # a clock this much below the median step's counts as a slower core
 COMPUTE_PHASES = ("load", "to_device", "forward", "backward", "pack")
 
 
@@ -93,7 +99,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     needed = ["step", "rank", "compute_ns", "stretch_ns", "gc_ns", "ctx_involuntary",
               "ctx_voluntary", "rss_bytes", *(f"{p}_ns" for p in COMPUTE_PHASES),
               *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns", "others_cores",
-                            "steal_cores") if c in derived]]
+                            "steal_cores", "cpu_mhz") if c in derived]]
     d = derived[needed].sort_values(["rank", "step"])
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
@@ -118,9 +124,10 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     d["overshoot_ns"] = (d["stretch_ns"] - (factor_of_row - 1.0) * natural).clip(lower=0)
 
     host = [c for c in ("others_cores", "steal_cores") if c in d]  # sampled, local runs
+    clock = ["cpu_mhz"] if "cpu_mhz" in d else []
     medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
-                                 "ctx_involuntary", *host, *(f"{p}_ns" for p in COMPUTE_PHASES)]
-                                ].median()
+                                 "ctx_involuntary", *host, *clock,
+                                 *(f"{p}_ns" for p in COMPUTE_PHASES)]].median()
     per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
     straggler = d["step"].map(per_step["straggler"])
     s = d[d["rank"] == straggler].reset_index(drop=True)
@@ -136,13 +143,21 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     for column in host:  # NaN (a step outside the sampled span) is no evidence
         interfered |= (s[column] - m[column]) >= INTERFERENCE_CORES
     preempted_signal = (s["ctx_involuntary"] > m["ctx_involuntary"]) & ~interfered
+    # a slower clock stretches the step's CPU time by 1 - f / f_median of it; NaN (no clock
+    # shown, a step outside the sampled span) is no evidence
+    slowed = pd.Series(0.0, index=s.index)
+    if clock:
+        drop = (1.0 - s["cpu_mhz"] / m["cpu_mhz"]).fillna(0.0)
+        slowed = (s["cpu_ns"].fillna(0.0) * drop).where(drop >= FREQUENCY_DROP, 0.0)
+    frequency = np.minimum(on, slowed).where(~interfered, 0.0)
     # beside a process that keeps a core busy, a worker both waits for the core and, on
     # it, runs slower (caches, memory bandwidth, shared cores): both delays are its doing
     parts = pd.DataFrame({
         "gc": gc_part, "interference": (off + on).where(interfered, 0.0),
+        "frequency": frequency,
         "preempted": off.where(preempted_signal, 0.0),
         "off_cpu": off.where(~preempted_signal & ~interfered, 0.0),
-        "on_cpu": on.where(~interfered, 0.0),
+        "on_cpu": (on - frequency).where(~interfered, 0.0),
     }).mul(factor, axis=0)
     # The overshoot is added once, after the stretch: it is not multiplied by the factor.
     parts["emulation"] = (s["overshoot_ns"] - m["overshoot_ns"]).clip(lower=0)
@@ -167,7 +182,8 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     out["ctx_voluntary"] = s["ctx_voluntary"]
     out["rss_growth_bytes"] = s["rss_growth_bytes"]
     if not has_cpu:  # without CPU time, off- and on-CPU delays cannot be told apart
-        out[["interference_ms", "preempted_ms", "off_cpu_ms", "on_cpu_ms"]] = np.nan
+        out[["interference_ms", "frequency_ms", "preempted_ms", "off_cpu_ms",
+             "on_cpu_ms"]] = np.nan
     return out.sort_values("step").reset_index(drop=True)[columns]
 
 

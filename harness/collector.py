@@ -12,7 +12,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -77,6 +77,41 @@ _LEFT_OUT = tuple(float("nan") if RECORD_DTYPE[name].kind == "f" else
 
 def left_out_record(rank: int, step: int) -> tuple[Any, ...]:
     return (rank, step, *_LEFT_OUT[2:])
+
+
+# A step's marks (harness/timer.py): its begin, then the end of each phase in PHASES order;
+# the record's instants are these.
+MARK_READY, MARK_REDUCED, MARK_END = (PHASES.index(p) + 1 for p in (Phase.PACK,
+                                                                    Phase.ALLREDUCE,
+                                                                    Phase.APPLY))
+# instrument = false: every field between the instants and the exchange's is zero (the
+# losses NaN), as RECORD_DTYPE orders them
+_UNTIMED_MIDDLE = _LEFT_OUT[RECORD_FIELDS.index("end_ns") + 1:RECORD_FIELDS.index("staleness")]
+
+
+def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
+                 marks: Sequence[int], stretch_ns: int, compute_cpu: tuple[int, int],
+                 loss: float, local_loss: float, counters: tuple[int, ...], exchange: Any
+                 ) -> tuple[Any, ...]:
+    """One step's row, in RECORD_DTYPE's field order (the one place that knows it):
+    `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
+    threads' CPU time during compute, `counters` harness.worker.Counters.take()'s
+    (context switches, user and system CPU, rss, gc time and collections), `exchange` the
+    aggregator's Exchange (its EXCHANGE_FIELDS)."""
+    return (rank, step, batch_size, slice_start,
+            marks[0], marks[MARK_READY], marks[MARK_REDUCED], marks[MARK_END],
+            *[b - a for a, b in zip(marks, marks[1:], strict=False)],
+            stretch_ns, *compute_cpu, loss, local_loss, *counters,
+            exchange.staleness, exchange.push_ns, exchange.wait_ns, exchange.pull_ns,
+            exchange.asynchronous, exchange.dropped)
+
+
+def untimed_record(rank: int, step: int, batch_size: int, slice_start: int, begin_ns: int,
+                   end_ns: int, exchange: Any) -> tuple[Any, ...]:
+    """A step recorded with instrument = false: its begin and end, what the exchange says
+    of staleness and whether it was taken together or dropped; nothing else measured."""
+    return (rank, step, batch_size, slice_start, begin_ns, 0, 0, end_ns, *_UNTIMED_MIDDLE,
+            exchange.staleness, 0, 0, 0, exchange.asynchronous, exchange.dropped)
 
 STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"

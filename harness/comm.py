@@ -28,21 +28,29 @@ class Rendezvous:
     backend: str
 
 
-def init(rank: int, world_size: int, backend: str, timeout_s: float) -> Rendezvous:
+def init(rank: int, world_size: int, backend: str, timeout_s: float,
+         device: str | None = None) -> Rendezvous:
     """Join the env:// rendezvous (MASTER_ADDR, MASTER_PORT; set by hetbench or torchrun).
     On a loopback MASTER_ADDR with rank 0 serving the store (hetbench's launcher), the
     store listens on that address only; otherwise (torchrun's agent serves the store, or
-    the workers span hosts) torch's env:// rendezvous is used as it is."""
+    the workers span hosts) torch's env:// rendezvous is used as it is. `device`: the
+    worker's CUDA device, made current (CUDA events and streams are the current device's)
+    and bound to the NCCL communicator (`device_id`: no guess from the rank)."""
     timeout = timedelta(seconds=timeout_s)
     host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    bound: torch.device | None = None
+    if device is not None and device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        if backend == "nccl":
+            bound = torch.device(device)
     if is_loopback(host) and port and not agent_store():
         dist.init_process_group(
             backend=backend, store=tcp_store(host, int(port), rank, world_size, timeout),
-            rank=rank, world_size=world_size, timeout=timeout,
+            rank=rank, world_size=world_size, timeout=timeout, device_id=bound,
         )
     else:
         dist.init_process_group(backend=backend, init_method="env://", rank=rank,
-                                world_size=world_size, timeout=timeout)
+                                world_size=world_size, timeout=timeout, device_id=bound)
     return Rendezvous(rank, world_size, backend)
 
 

@@ -26,6 +26,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # the columns of system.parquet: the end of each sampled interval (ns, the workers' clock)
 # and the mean number of cores busy over it, by whom; the mean CPU clock
 COLUMNS = ("t_ns", "busy_cores", "run_cores", "others_cores", "steal_cores", "cpu_mhz")
+JOINED = ("others_cores", "steal_cores", "cpu_mhz")  # what each step is given (join_to_steps)
 
 
 def _host_cpu_ns() -> tuple[float, float]:
@@ -129,14 +130,14 @@ def write(run_dir: Path, samples: np.ndarray) -> None:
 
 
 def join_to_steps(steps: Any, samples: Any) -> Any:
-    """The steps with `others_cores` and `steal_cores`: the mean number of cores other
-    processes (and the hypervisor) kept busy while each row computed (begin to ready),
-    from the samples' rates integrated over time (a step shorter than a sample interval
-    gets that interval's rate). Rows outside the sampled span get NaN."""
+    """The steps with JOINED: the mean number of cores other processes (and the
+    hypervisor) kept busy while each row computed (begin to ready), and the cores' mean
+    clock, from the samples integrated over time (a step shorter than a sample interval
+    gets that interval's value). Rows outside the sampled span get NaN."""
     out = steps.copy()
     if samples is None or not len(samples) or steps.empty:
-        out["others_cores"] = np.nan
-        out["steal_cores"] = np.nan
+        for name in JOINED:
+            out[name] = np.nan
         return out
     t = samples["t_ns"].to_numpy(dtype=float)
     first = t[0] - (t[1] - t[0] if len(t) > 1 else INTERVAL_S * 1e9)
@@ -144,9 +145,9 @@ def join_to_steps(steps: Any, samples: Any) -> Any:
     begin = steps["begin_ns"].to_numpy(dtype=float)
     ready = steps["ready_ns"].to_numpy(dtype=float)
     inside = (begin >= edges[0]) & (ready <= edges[-1]) & (ready > begin)
-    for column, name in (("others_cores", "others_cores"), ("steal_cores", "steal_cores")):
-        # cumulative core-ns at each edge; its slope over [begin, ready] is the mean rate
-        rate = samples[column].to_numpy(dtype=float)
+    for name in JOINED:
+        # cumulative value x ns at each edge; its slope over [begin, ready] is the mean
+        rate = samples[name].to_numpy(dtype=float)
         cumulative = np.concatenate([[0.0], np.cumsum(rate * np.diff(edges))])
         mean = (np.interp(ready, edges, cumulative) - np.interp(begin, edges, cumulative)) \
             / np.where(inside, ready - begin, 1.0)

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness import aggregators, clocks, collector, manifest, rundir
 from harness.aggregators import Exchange, Holds
-from harness.collector import RecordWriter
+from harness.collector import Phase, RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
 from harness.cputime import ThreadsCpuClock
 from harness.errors import UsageError
@@ -44,12 +44,12 @@ from harness.partition import (
     slice_bounds,
     throughput_sizes,
 )
+from harness.timer import CudaEventTimer, StepTimer
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
 # Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
 # counters.
-UNTIMED_TAIL = (*[0] * 11, float("nan"), float("nan"), *[0] * 7)
 
 
 class Stopped(BaseException):
@@ -157,7 +157,7 @@ class Trainer:
     targets: Any
     order: Any
     stretch: Stretcher
-    sync_device: bool
+    timer: StepTimer  # marks each phase's end (harness/timer.py)
     optimizer: Any = None
     prepare: Any = None  # the workload's per-batch transform (BERT's masking), or None
     num_classes: int = 0
@@ -202,65 +202,47 @@ class Trainer:
                                 self.num_classes)
         return x, y
 
-    def compute(self, step: int, lo: int, hi: int, marks: list[int]) -> Any:
-        """load -> to_device -> forward -> backward -> pack; appends a timestamp per phase."""
-        adapter, stretch, sync = self.adapter, self.stretch, self.sync_device
-        now = time.perf_counter_ns
-        t = marks[-1]
+    def compute(self, step: int, lo: int, hi: int) -> Any:
+        """load -> to_device -> forward -> backward -> pack, each phase's end marked by the
+        timer (begun by the caller)."""
+        adapter, timer = self.adapter, self.timer
         x, y = self.fetch(step, lo, hi)
-        t = stretch(t, now())
-        marks.append(t)
+        timer.end(Phase.LOAD)
         batch = adapter.to_device(x, y)
-        if sync:
-            adapter.synchronize()
-        t = stretch(t, now())
-        marks.append(t)
+        timer.end(Phase.TO_DEVICE)
         loss = adapter.forward(batch)
-        if sync:
-            adapter.synchronize()
-        t = stretch(t, now())
-        marks.append(t)
+        timer.end(Phase.FORWARD)
         adapter.backward(loss)
-        if sync:
-            adapter.synchronize()
-        t = stretch(t, now())
-        marks.append(t)
+        timer.end(Phase.BACKWARD)
         adapter.pack(loss)
-        if sync:
-            adapter.synchronize()
-        marks.append(stretch(t, now()))
+        timer.end(Phase.PACK)
         return loss
 
     def step(self, step: int, lo: int, hi: int
-             ) -> tuple[list[int], float, float, tuple[int, int], Exchange]:
-        """One step; returns the 9 phase-boundary timestamps, the loss of the update and the
+             ) -> tuple[float, float, tuple[int, int], Exchange]:
+        """One step, its phases marked by the timer; returns the loss of the update and the
         local loss, the CPU time during compute of the main thread (wall minus this is time
         the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
         its threads, and what the aggregator's exchange did."""
+        timer = self.timer
         # the threads' sample outside the main thread's: all threads' time covers the main's
         all_begin = self.threads_cpu.sample(refresh=False)
         cpu_begin = time.thread_time_ns()
-        marks = [time.perf_counter_ns()]
-        self.compute(step, lo, hi, marks)
+        timer.begin()
+        self.compute(step, lo, hi)
         compute_cpu = (time.thread_time_ns() - cpu_begin,
                        self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
-        if self.sync_device:
-            self.adapter.synchronize()
-        marks.append(time.perf_counter_ns())
+        timer.end(Phase.ALLREDUCE)
         loss = self.read_loss() / exchange.samples
         scale = self.take(step, exchange)
-        if self.sync_device:
-            self.adapter.synchronize()
-        marks.append(time.perf_counter_ns())
+        timer.end(Phase.UNPACK)
         if scale is not None:
             self.adapter.apply(scale)
         self.adapter.zero_grad()
-        if self.sync_device:
-            self.adapter.synchronize()
-        marks.append(time.perf_counter_ns())
-        return marks, loss, local_loss, compute_cpu, exchange
+        timer.end(Phase.APPLY)
+        return loss, local_loss, compute_cpu, exchange
 
     def take(self, step: int, exchange: Exchange) -> float | None:
         """The unpack phase: what the exchange left in the buffer goes into the framework.
@@ -294,12 +276,11 @@ class Trainer:
                    ) -> tuple[tuple[Any, ...], Exchange]:
         """step() plus its record: timestamps, phase durations, losses, counters, and the
         aggregator's part."""
-        marks, loss, local_loss, compute_cpu, ex = self.step(step, lo, hi)
-        phases = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        loss, local_loss, compute_cpu, ex = self.step(step, lo, hi)
         stretched, self.stretch.total_ns = self.stretch.total_ns, 0
-        return (self.rank, step, hi - lo, lo, marks[0], marks[5], marks[6], marks[8],
-                *phases, stretched, *compute_cpu, loss, local_loss, *counters.take(),
-                ex.staleness, ex.push_ns, ex.wait_ns, ex.pull_ns, ex.asynchronous, ex.dropped), ex
+        return collector.timed_record(
+            self.rank, step, hi - lo, lo, self.timer.marks, stretched, compute_cpu, loss,
+            local_loss, counters.take(), ex), ex
 
     def untimed_step(self, step: int, lo: int, hi: int, counters: Counters
                      ) -> tuple[tuple[Any, ...], Exchange]:
@@ -307,8 +288,7 @@ class Trainer:
         begin = time.perf_counter_ns()
         ex = self.step_bare(step, lo, hi)
         end = time.perf_counter_ns()
-        return (self.rank, step, hi - lo, lo, begin, 0, 0, end, *UNTIMED_TAIL,
-                ex.staleness, 0, 0, 0, ex.asynchronous, ex.dropped), ex
+        return collector.untimed_record(self.rank, step, hi - lo, lo, begin, end, ex), ex
 
     def solo_throughput(self, size: int, steps: int) -> float:
         """Samples/s of this worker computing `size` samples alone (no update applied)."""
@@ -316,10 +296,10 @@ class Trainer:
             return 0.0
         durations = []
         for s in range(steps + 1):  # the first step warms caches and allocators
-            marks = [time.perf_counter_ns()]
-            self.compute(s, 0, size, marks)
+            self.timer.begin()
+            self.compute(s, 0, size)
             self.adapter.zero_grad()
-            durations.append(marks[-1] - marks[0])
+            durations.append(self.timer.marks[-1] - self.timer.marks[0])
         return size / (statistics.median(durations[1:]) / 1e9)
 
 
@@ -412,6 +392,17 @@ def worker_label(w: WorkerSpec) -> str:
     return label
 
 
+def phase_timer(worker: WorkerSpec, adapter: Any, stretch: Stretcher, instrument: bool
+                ) -> StepTimer:
+    """CUDA events for a PyTorch CUDA worker that no slowdown stretches; else the host
+    clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine)."""
+    if worker.is_cuda and instrument and not worker.emulated \
+            and getattr(adapter, "cuda_event", None) is not None:
+        return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
+    waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
+    return StepTimer(stretch, adapter.synchronize if waits else None)
+
+
 def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tuple[Trainer, Any]:
     """Data, model, adapter and optimizer of one worker, initial parameters loaded; also the
     dataset."""
@@ -429,12 +420,11 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     adapter = adapter_cls(spec, worker.device, worker.threads)
     initial = spec.initial_parameters(run.seed)
     adapter.load_parameters(initial)
+    stretch = Stretcher(worker.slowdown_for(0))
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
-                      BatchOrder(len(data), run.global_batch, run.seed),
-                      Stretcher(worker.slowdown_for(0)),
-                      sync_device=(worker.is_cuda or adapter.synchronize_on_host)
-                      and run.instrument, prepare=get_workload(run.workload).prepare,
-                      num_classes=data.num_classes)
+                      BatchOrder(len(data), run.global_batch, run.seed), stretch,
+                      phase_timer(worker, adapter, stretch, run.instrument),
+                      prepare=get_workload(run.workload).prepare, num_classes=data.num_classes)
     trainer.fetch = trainer.batch
     if run.loader is not None and run.loader.decode:
         from workloads.pipeline import encode_png
@@ -648,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = comm_module.choose_backend(
         all(w.is_cuda for w in run.workers)
         and aggregators.kind(run.aggregator.name).device_buffer)
-    comm_module.init(rank, world_size, backend, run.timeout_s)
+    comm_module.init(rank, world_size, backend, run.timeout_s, worker.device)
     run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank, backend)
     (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
     try:

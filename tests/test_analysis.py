@@ -111,6 +111,29 @@ def test_off_cpu_time_while_other_processes_took_the_cores_is_interference() -> 
     assert b.loc[11, "cause"] == "interference" and b.loc[7, "cause"] == "preempted"
 
 
+def test_more_cpu_time_while_the_clock_ran_slow_is_frequency() -> None:
+    """Worker 1 computes 3 ms on the CPU; in step 6 its cores ran at 2000 instead of 2600
+    MHz and the step took 3.9 ms of CPU time (3 x 2600 / 2000), in step 12 the clock held
+    and it took 1 ms more (no signal: on_cpu), in step 16 the clock dropped by 2% only."""
+    extra = {6: 0.9, 12: 1.0, 16: 1.0}
+    frame = steps_frame(20, lambda r, s: 2.0 if r == 0 else 3.0 + extra.get(s, 0.0))
+    mhz = frame["step"].map({6: 2000.0, 16: 2548.0}).fillna(2600.0)
+    frame = frame.assign(others_cores=0.1, steal_cores=0.0, cpu_mhz=mhz)
+    a = attribute(frame).set_index("step")
+    # 3.9 ms of CPU time at 2000 / 2600 of the clock: 3.9 x (1 - 2000 / 2600) = 0.9 ms
+    assert a.loc[6, "cause"] == "frequency"
+    assert a.loc[6, "frequency_ms"] == pytest.approx(0.9) and a.loc[6, "on_cpu_ms"] == \
+        pytest.approx(0.0, abs=1e-9)
+    assert a.loc[12, "cause"] == "on_cpu" and a.loc[12, "frequency_ms"] == 0
+    assert a.loc[16, "cause"] == "on_cpu" and a.loc[16, "frequency_ms"] == 0  # 2% < 5%
+    # a clock not shown (NaN, as in most VMs) is no evidence
+    unknown = attribute(frame.assign(cpu_mhz=np.nan)).set_index("step")
+    assert unknown.loc[6, "cause"] == "on_cpu" and unknown.loc[6, "frequency_ms"] == 0
+    # other processes busy in that step: interference takes it all, as before
+    busy = attribute(frame.assign(others_cores=frame["step"].map({6: 1.6}).fillna(0.1)))
+    assert busy.set_index("step").loc[6, "cause"] == "interference"
+
+
 def test_host_samples_are_joined_to_each_step_by_time() -> None:
     """Samples at 100, 200 and 300 ms with others busy on 1 core only between 100 and 200:
     a step inside that interval gets 1.0, one straddling its start 0.5 (half of it), one
@@ -120,13 +143,16 @@ def test_host_samples_are_joined_to_each_step_by_time() -> None:
     from harness.system import join_to_steps
 
     samples = pd.DataFrame({"t_ns": [100 * MS, 200 * MS, 300 * MS],
-                            "others_cores": [0.0, 1.0, 0.0], "steal_cores": [0.0, 0.0, 0.5]})
+                            "others_cores": [0.0, 1.0, 0.0], "steal_cores": [0.0, 0.0, 0.5],
+                            "cpu_mhz": [2600.0, 2000.0, 2600.0]})
     steps = pd.DataFrame({"begin_ns": [120 * MS, 50 * MS, 250 * MS, 210 * MS],
                           "ready_ns": [150 * MS, 150 * MS, 350 * MS, 290 * MS]})
     joined = join_to_steps(steps, samples)
     assert joined["others_cores"].tolist()[:2] == pytest.approx([1.0, 0.5])
     assert np.isnan(joined["others_cores"][2]) and joined["others_cores"][3] == 0.0
     assert joined["steal_cores"][3] == pytest.approx(0.5)
+    # the clock is a level, averaged the same way: 30 ms at 2000 MHz, 50 / 50 with 2600
+    assert joined["cpu_mhz"].tolist()[:2] == pytest.approx([2000.0, 2300.0])
 
 
 def test_unmeasured_excess_stays_unexplained_and_names_no_cause() -> None:

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from scipy.stats import mannwhitneyu
 
+from analysis import registry
 from analysis.compare import (
     RUN_LEVEL,
     Settings,
@@ -140,7 +141,7 @@ def test_min_repeats_per_side_for_the_default_alpha() -> None:
     # 2 / C(12, 6) = 0.0022 misses 0.002 by a hair: one metric needs 7 runs per side.
     assert min_repeats(0.002, 1) == 7
     assert min_repeats(0.002, 3) == 7 and min_repeats(0.002, 4) == 8
-    assert min_repeats(0.002, 23) == 9  # a two-worker run: 3 run + 2 x 10 worker metrics
+    assert min_repeats(0.002, 30) == 9  # a two-worker run: 10 run + 2 x 10 worker metrics
     assert min_repeats(0.002, 49) == 10
     assert min_repeats(0.05, 1) == 4
 
@@ -154,12 +155,34 @@ def test_holm_matches_the_step_down_procedure() -> None:
 def test_run_metrics_one_value_per_run_and_worker() -> None:
     steps = generate_steps(np.random.default_rng(0), run_noise=0.0, step_noise=0.0)
     v = run_metrics(steps, warmup_steps=4)
-    assert (v["worker"] == RUN_LEVEL).sum() == 3
+    # every compared run-level metric of the registry but the efficiency, which needs the
+    # manifest's standalone rates
+    assert set(v[v["worker"] == RUN_LEVEL]["metric"]) == {
+        "step_time_ms", "mean_step_ms", "samples_per_s", "idle_fraction",
+        "oracle_efficiency", "compute_cv_max", "residual_cv_max", "compute_p99_p50_max",
+        "comm_p50_ms", "comm_p95_ms"}
+    assert (v.groupby(["worker", "metric"]).size() == 1).all()
     assert set(v[v["worker"] == 0]["metric"]) == {"compute_ms", "compute_cv", *(
         f"phase_{p.value}_ms" for p in collector.PHASES)}
     step_ms = v[v["metric"] == "step_time_ms"]["value"].item()
     assert step_ms == pytest.approx(1.0 + COMM_MS + UNPACK_MS + APPLY_MS, rel=1e-6)
     assert v[v["metric"] == "idle_fraction"]["value"].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_only_the_selected_metrics_are_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from analysis import costmodel
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the oracle was computed for a comparison that does not use it")
+
+    monkeypatch.setattr(registry, "oracle", refuse)
+    monkeypatch.setattr(costmodel, "oracle", refuse)
+    steps = generate_steps(np.random.default_rng(0))
+    v = run_metrics(steps, 4, selects=lambda name: name in ("step_time_ms", "compute_ms"))
+    assert set(v["metric"]) == {"step_time_ms", "compute_ms"}
+    assert sorted(v["worker"]) == [RUN_LEVEL, 0, 1]
+    with pytest.raises(AssertionError, match="the oracle was computed"):
+        run_metrics(steps, 4)
 
 
 def test_one_worker_has_no_idle_fraction() -> None:
@@ -191,7 +214,7 @@ def test_a_a_comparisons_raise_no_alarm(pool: pd.DataFrame, draw: int) -> None:
     current = pool[pool["repeat"].isin(order[10:20])]
     # threshold 0: the statistics alone must keep the false alarms out
     table = compare_values(base, current, Settings(seed=draw, threshold=0.0))
-    assert len(table) == 23 and (table["n_base"] == 10).all()
+    assert len(table) == 30 and (table["n_base"] == 10).all()
     assert "regressed" not in set(table["verdict"])
     assert "improved" not in set(table["verdict"])
 
@@ -232,7 +255,7 @@ def test_per_metric_threshold_overrides_the_default() -> None:
 def test_fewer_metrics_need_fewer_repeats() -> None:
     base, slow = values(8, seed=12), values(8, seed=13, factor=1.3)
     everything = compare_values(base, slow)
-    assert set(everything["verdict"]) == {"inconclusive"}  # 23 metrics need 9 per side
+    assert set(everything["verdict"]) == {"inconclusive"}  # 30 metrics need 9 per side
     two = compare_values(base, slow, Settings(metrics=("step_time_ms", "samples_per_s")))
     assert list(two["verdict"]) == ["regressed", "regressed"]
 
@@ -478,7 +501,7 @@ def test_cli_leads_with_the_verdict_and_lists_the_largest_changes_first(
     assert all(a >= b - 0.005 for a, b in zip(sizes, sizes[1:], strict=False))
     assert "nan" not in out.split("metrics);")[1]  # no interval printed as nan-nan
     listed_all = hetbench_compare(capsys, str(groups["base"]), str(groups["slow"]), "--all")[1]
-    assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 23
+    assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 30
 
 
 def test_the_gate_reports_the_committed_baseline_without_gating_on_it(tmp_path: Path,

@@ -1,0 +1,179 @@
+"""The step's phase timer (harness/timer.py) and the record it feeds (collector)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from harness import collector
+from harness.collector import PHASES, RECORD_DTYPE, Phase
+from harness.timer import RULES, CudaEventTimer, StepTimer
+from harness.worker import Stretcher
+
+COMPUTE = [p for p in PHASES if RULES[p].stretched]
+
+
+def run_phases(timer: StepTimer, work_s: float = 0.0) -> None:
+    timer.begin()
+    for phase in PHASES:
+        if work_s:
+            time.sleep(work_s)
+        timer.end(phase)
+
+
+def test_marks_follow_the_phases_and_the_device_is_waited_for_where_it_may_be_busy() -> None:
+    waited: list[int] = []
+    timer = StepTimer(Stretcher(1.0), lambda: waited.append(len(timer.marks)))
+    run_phases(timer)
+    assert len(timer.marks) == len(PHASES) + 1
+    assert timer.marks == sorted(timer.marks)
+    assert timer.durations() == [b - a for a, b in zip(timer.marks, timer.marks[1:],
+                                                       strict=False)]
+    # waited before marking each phase but load (the host's own work)
+    assert [PHASES[n - 1] for n in waited] == [p for p in PHASES if p is not Phase.LOAD]
+    host_only = StepTimer(Stretcher(1.0))  # PyTorch on CPU: nothing to wait for
+    run_phases(host_only)
+    assert len(host_only.marks) == len(PHASES) + 1
+
+
+def test_a_phase_out_of_order_is_refused() -> None:
+    timer = StepTimer(Stretcher(1.0))
+    timer.begin()
+    timer.end(Phase.LOAD)
+    with pytest.raises(RuntimeError, match="phase forward ended where to_device was due"):
+        timer.end(Phase.FORWARD)
+
+
+def test_the_slowdown_stretches_the_compute_phases_only() -> None:
+    stretch = Stretcher(3.0)
+    stretched: list[Phase] = []
+
+    def recording(start: int, end: int) -> int:
+        stretched.append(PHASES[len(timer.marks) - 1])
+        return stretch(start, end)
+
+    timer = StepTimer(recording)
+    run_phases(timer, work_s=0.002)
+    assert stretched == COMPUTE == list(collector.COMPUTE_PHASES)
+    durations = dict(zip(PHASES, timer.durations(), strict=True))
+    # a stretched phase lasts at least 3x its own 2 ms (the stretcher waits until then)
+    assert all(durations[p] >= 3 * 2_000_000 for p in COMPUTE)
+    assert stretch.total_ns >= len(COMPUTE) * 2 * 2_000_000
+
+
+@dataclass
+class HostEvent:
+    """Stands in for torch.cuda.Event where no GPU is (tests/test_device_allreduce.py runs
+    the real one): records the host's clock, elapsed_time in ms as CUDA's does."""
+
+    at: int = -1
+
+    def record(self) -> None:
+        self.at = time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        assert self.at >= 0
+
+    def elapsed_time(self, other: HostEvent) -> float:
+        return (other.at - self.at) / 1e6
+
+
+def test_cuda_events_mark_the_compute_phases_and_the_host_the_rest() -> None:
+    waited: list[int] = []
+    timer = CudaEventTimer(lambda: waited.append(len(timer.marks)), HostEvent)
+    run_phases(timer, work_s=0.001)
+    # one device wait per phase the host takes part in, none during compute
+    assert [PHASES[n - 1] for n in waited] == [Phase.ALLREDUCE, Phase.UNPACK, Phase.APPLY]
+    assert -1 not in timer.marks and timer.marks == sorted(timer.marks)
+    events = timer.events
+    for i in range(1, len(events)):  # begin + time since the begin event, to 1 us
+        assert timer.marks[i] - timer.marks[0] == pytest.approx(events[i].at - events[0].at,
+                                                                abs=1_000)
+
+
+@dataclass
+class Exchanged:
+    staleness: int = 2
+    push_ns: int = 11
+    wait_ns: int = 12
+    pull_ns: int = 13
+    asynchronous: bool = True
+    dropped: bool = False
+
+
+def test_the_record_puts_each_value_in_its_named_field() -> None:
+    marks = [1000 + 10 * i * i for i in range(len(PHASES) + 1)]
+    counters = (1, 2, 300, 400, 5 << 20, 600, 7)
+    row = np.array([collector.timed_record(3, 42, 16, 32, marks, 99, (1234, 5678), 0.5, 0.25,
+                                           counters, Exchanged())], dtype=RECORD_DTYPE)[0]
+    assert (row["rank"], row["step"], row["batch_size"], row["slice_start"]) == (3, 42, 16, 32)
+    assert row["begin_ns"] == marks[0] and row["end_ns"] == marks[-1]
+    assert row["ready_ns"] == marks[PHASES.index(Phase.PACK) + 1]
+    assert row["reduced_ns"] == marks[PHASES.index(Phase.ALLREDUCE) + 1]
+    for i, phase in enumerate(PHASES):
+        assert row[f"{phase.value}_ns"] == marks[i + 1] - marks[i]
+    assert (row["stretch_ns"], row["compute_cpu_ns"], row["compute_cpu_all_ns"]) == (99, 1234,
+                                                                                     5678)
+    assert (row["loss"], row["local_loss"]) == (0.5, 0.25)
+    assert [row[f] for f in ("ctx_voluntary", "ctx_involuntary", "cpu_user_ns",
+                             "cpu_system_ns", "rss_bytes", "gc_ns", "gc_collections")] == \
+        list(counters)
+    assert [row[f] for f in collector.EXCHANGE_FIELDS] == [2, 11, 12, 13, True, False]
+
+
+def test_an_untimed_record_has_its_instants_and_nothing_measured() -> None:
+    row = np.array([collector.untimed_record(1, 7, 8, 0, 100, 900, Exchanged())],
+                   dtype=RECORD_DTYPE)[0]
+    assert (row["begin_ns"], row["ready_ns"], row["reduced_ns"], row["end_ns"]) == (100, 0, 0,
+                                                                                    900)
+    assert all(row[f"{p.value}_ns"] == 0 for p in PHASES)
+    assert np.isnan(row["loss"]) and np.isnan(row["local_loss"])
+    assert (row["staleness"], row["push_ns"], row["asynchronous"]) == (2, 0, True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="CUDA events need a GPU; this host has none")
+def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
+    """The same CNN steps on cuda:0, timed alternately by events and by a device-wide
+    wait per phase: both time the same kernels, so their compute medians are within a
+    factor 2 (how much the waits add is what benchmarks/gpu_check.sh measures)."""
+    from adapters.pytorch import TorchAdapter
+    from workloads.data import load_dataset
+    from workloads.models import build_spec
+
+    data = load_dataset("digits", "cnn", 0)
+    spec = build_spec("cnn", data.sample_shape, data.num_classes, "small")
+    adapter = TorchAdapter(spec, "cuda:0", 1)
+    adapter.load_parameters(spec.initial_parameters(0))
+    torch.cuda.set_device(0)
+    events = CudaEventTimer(adapter.synchronize, adapter.cuda_event)
+    synchronised = StepTimer(Stretcher(1.0), adapter.synchronize)
+    compute: dict[str, list[int]] = {"events": [], "synchronised": []}
+    for step in range(60):
+        name, timer = [("events", events), ("synchronised", synchronised)][step % 2]
+        timer.begin()
+        x, y = data.inputs[:64], data.targets[:64]
+        timer.end(Phase.LOAD)
+        batch = adapter.to_device(x, y)
+        timer.end(Phase.TO_DEVICE)
+        loss = adapter.forward(batch)
+        timer.end(Phase.FORWARD)
+        adapter.backward(loss)
+        timer.end(Phase.BACKWARD)
+        adapter.pack(loss)
+        timer.end(Phase.PACK)
+        for phase in (Phase.ALLREDUCE, Phase.UNPACK):
+            timer.end(phase)
+        adapter.zero_grad()
+        timer.end(Phase.APPLY)
+        assert timer.marks == sorted(timer.marks)
+        if step >= 10:  # warm-up: cuDNN's choices, the allocator
+            ready = timer.marks[collector.MARK_READY]
+            compute[name].append(ready - timer.marks[0])
+    by_events = float(np.median(compute["events"]))
+    by_waits = float(np.median(compute["synchronised"]))
+    assert 0 < by_events and 0.5 * by_waits <= by_events <= 2 * by_waits
