@@ -57,9 +57,22 @@ def snapshots(root: Path | None = None, folder: str = BASELINE_DIR) -> Iterator[
                 target = Path(tmp) / commit
                 with tarfile.open(fileobj=io.BytesIO(_git(root, "archive", commit, folder))) \
                         as archive:
-                    archive.extractall(target, filter="data")
+                    _extract(archive, target)
                 if (target / folder).is_dir():  # a commit that removed them has none
                     found.append(Snapshot(commit, date, subject, target / folder))
         except (OSError, subprocess.SubprocessError, tarfile.TarError):
             found = []  # no git here, or not a repository: no history to show
         yield found
+
+
+def _extract(archive: tarfile.TarFile, target: Path) -> None:
+    """Regular files and folders under `target` only: tarfile's "data" filter where this
+    Python has it (3.11.4 and later), else the same check by hand."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(target, filter="data")
+        return
+    for member in archive.getmembers():
+        inside = (target / member.name).resolve().is_relative_to(target.resolve())
+        if not inside or not (member.isfile() or member.isdir()):
+            raise tarfile.TarError(f"{member.name}: not a plain file inside the archive")
+    archive.extractall(target)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 SYSTEM_FILE = "system.parquet"
 INTERVAL_S = 0.1
@@ -30,11 +31,12 @@ JOINED = ("others_cores", "steal_cores", "cpu_mhz")  # what each step is given (
 
 
 def _host_cpu_ns() -> tuple[float, float]:
-    """(busy, steal) CPU time of the whole host so far, ns: /proc/stat's first line."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
-    tick_ns = 1e9 / CLOCK_TICKS
-    return (user + nice + system + irq + softirq) * tick_ns, steal * tick_ns
+    """(busy, steal) CPU time of the whole host so far, ns (psutil: /proc/stat's first
+    line on Linux; steal is 0 where the platform has none)."""
+    times = psutil.cpu_times()
+    busy = times.user + times.nice + times.system + getattr(times, "irq", 0.0) \
+        + getattr(times, "softirq", 0.0)
+    return busy * 1e9, getattr(times, "steal", 0.0) * 1e9
 
 
 def _process_cpu_ns(pid: int) -> float:
@@ -49,7 +51,9 @@ def _process_cpu_ns(pid: int) -> float:
 
 def with_descendants(pids: list[int]) -> list[int]:
     """The processes and every process below them (a loader's decode pool), from
-    /proc/PID/task/TID/children."""
+    /proc/PID/task/TID/children: only the run's own tasks are read (psutil's
+    children(recursive=True) reads every process on the host to build the tree, ten times
+    a second a load of its own beside the run it measures)."""
     found, todo = [], list(pids)
     while todo:
         pid = todo.pop()
@@ -67,13 +71,13 @@ def with_descendants(pids: list[int]) -> list[int]:
 
 
 def _cpu_mhz() -> float:
-    """The mean current clock of the cores, from /proc/cpuinfo (NaN where not shown)."""
+    """The mean current clock of the cores (psutil: cpufreq in sysfs, else /proc/cpuinfo;
+    NaN where neither shows it)."""
     try:
-        values = [float(line.split(":")[1]) for line in
-                  Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("cpu MHz")]
-    except (OSError, ValueError):
+        freq = psutil.cpu_freq()
+    except (OSError, NotImplementedError):
         return float("nan")
-    return sum(values) / len(values) if values else float("nan")
+    return float(freq.current) if freq is not None and freq.current > 0 else float("nan")
 
 
 class Sampler:

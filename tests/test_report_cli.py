@@ -215,3 +215,33 @@ def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Pat
     assert list(history["mean_step_ms"]) == pytest.approx([2.6, 4.6], abs=0.01)
     with baselines.snapshots(tmp_path) as none:  # not a repository: no history, no error
         assert none == []
+
+
+@pytest.mark.parametrize("has_data_filter", [True, False])
+def test_baseline_snapshots_extract_plain_files_only(tmp_path: Path, has_data_filter: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With tarfile's "data" filter (Python 3.11.4+) and without it (older 3.11 releases),
+    a snapshot's files are extracted and a member leaving the folder is refused."""
+    import io
+    import tarfile
+
+    from harness.baselines import _extract
+
+    if not has_data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+
+    def archive(*names: str) -> tarfile.TarFile:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as out:
+            for name in names:
+                info = tarfile.TarInfo(name)
+                info.size = 2
+                out.addfile(info, io.BytesIO(b"{}"))
+        data.seek(0)
+        return tarfile.open(fileobj=data)
+
+    _extract(archive("results/baselines/ci/manifest.json"), tmp_path / "ok")
+    assert (tmp_path / "ok" / "results/baselines/ci/manifest.json").read_text() == "{}"
+    with pytest.raises(tarfile.TarError):
+        _extract(archive("../outside.json"), tmp_path / "bad")
+    assert not (tmp_path / "outside.json").exists()
