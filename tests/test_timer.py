@@ -177,3 +177,37 @@ def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
     by_events = float(np.median(compute["events"]))
     by_waits = float(np.median(compute["synchronised"]))
     assert 0 < by_events and 0.5 * by_waits <= by_events <= 2 * by_waits
+
+
+class Device:
+    """What phase_timer reads of an adapter: whether its host calls return before the work
+    is done, how to wait for it, and (PyTorch) how to make a CUDA event."""
+
+    def __init__(self, synchronize_on_host: bool = False, events: bool = False) -> None:
+        self.synchronize_on_host = synchronize_on_host
+        if events:
+            self.cuda_event = HostEvent
+
+    def synchronize(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("device", "slowdown", "adapter", "instrument", "expected"), [
+    ("cuda:0", 1.0, Device(events=True), True, "events"),
+    ("cuda:0", 3.0, Device(events=True), True, "waits"),  # stretching needs each duration
+    ("cuda:0", 1.0, Device(), True, "waits"),  # a framework without events: MXNet, TF
+    ("cpu", 1.0, Device(events=True), True, "host"),  # PyTorch on CPU: nothing queued
+    ("cpu", 1.0, Device(synchronize_on_host=True), True, "waits"),  # MXNet's engine
+    ("cuda:0", 1.0, Device(events=True), False, "host"),  # instrument = false
+])
+def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: float,
+                                                     adapter: Device, instrument: bool,
+                                                     expected: str) -> None:
+    from harness.config import WorkerSpec
+    from harness.worker import phase_timer
+
+    timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,
+                        Stretcher(slowdown), instrument)
+    kind = "events" if isinstance(timer, CudaEventTimer) else \
+        "waits" if timer.synchronize is not None else "host"
+    assert kind == expected
