@@ -16,7 +16,7 @@ neither way is better) are not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -108,7 +108,6 @@ class RunView:
         return kept
 
 
-Value = Callable[[RunView], float]
 PerWorker = Callable[[RunView], dict[int, float]]
 
 
@@ -295,12 +294,7 @@ def values(view: RunView, selects: Callable[[str], bool] = lambda name: True
                 yield rank, metric.name, value
 
 
-def heading(name: str) -> str:
-    """A metric's short heading; the name itself for a column that is not a metric."""
-    return BY_NAME[name].heading if name in BY_NAME else name
-
-
-def definitions(names: Iterator[str] | list[str] | tuple[str, ...]) -> list[str]:
+def definitions(names: Iterable[str]) -> list[str]:
     """Markdown lines `- **name** (heading): definition` for the metrics named."""
     return [f"- `{m.name}` ({m.heading}): {m.definition}."
             for m in (BY_NAME[n] for n in names if n in BY_NAME)]

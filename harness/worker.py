@@ -48,8 +48,6 @@ from harness.timer import CudaEventTimer, StepTimer
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
-# Record fields after end_ns for an untimed step: phases, stretch, compute CPU, losses,
-# counters.
 
 
 class Stopped(BaseException):
