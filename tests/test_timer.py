@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,47 +137,56 @@ def test_an_untimed_record_has_its_instants_and_nothing_measured() -> None:
     assert (row["staleness"], row["push_ns"], row["asynchronous"]) == (2, 0, True)
 
 
+def compute_times(device: str, timers: dict[str, Callable[[Any], StepTimer]],
+                  steps: int = 60) -> dict[str, list[int]]:
+    """The worker's own compute (Trainer.compute) of a CNN on `device`, timed in turn by
+    each of `timers` (each made from the worker's adapter): each timer's compute times
+    (begin to ready) after 10 warm-up steps (cuDNN's choices, the allocator)."""
+    from adapters.pytorch import TorchAdapter
+    from harness.config import parse_suite
+    from harness.worker import build_trainer
+
+    run = parse_suite({"runs": [{"name": "timing", "workload": "cnn", "dataset": "digits",
+                                 "global_batch": 64, "steps": steps,
+                                 "workers": [{"device": device}]}]}).runs[0]
+    trainer, _ = build_trainer(run, 0, "gloo", TorchAdapter)
+    made = {name: make(trainer.adapter) for name, make in timers.items()}
+    names = list(made)
+    compute: dict[str, list[int]] = {name: [] for name in names}
+    for step in range(steps):
+        name = names[step % len(names)]
+        trainer.timer = timer = made[name]
+        timer.begin()
+        trainer.compute(step, 0, 64)
+        trainer.adapter.zero_grad()
+        assert timer.marks == sorted(timer.marks) and -1 not in timer.marks
+        if step >= 10:
+            compute[name].append(timer.marks[collector.MARK_READY] - timer.marks[0])
+    return compute
+
+
+def test_the_workers_compute_is_timed_by_whichever_timer_it_holds() -> None:
+    """On the CPU: the plumbing of the GPU test below (no events here)."""
+    waits: list[int] = []
+    compute = compute_times("cpu", {
+        "host": lambda adapter: StepTimer(Stretcher(1.0)),
+        "waits": lambda adapter: StepTimer(Stretcher(1.0), lambda: waits.append(1))})
+    assert [len(v) for v in compute.values()] == [25, 25]
+    assert all(t > 0 for v in compute.values() for t in v)
+    assert len(waits) == 30 * 4  # its 30 steps: to_device, forward, backward, pack
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="CUDA events need a GPU; this host has none")
 def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
-    """The same CNN steps on cuda:0, timed alternately by events and by a device-wide
+    """The worker's compute on cuda:0, timed alternately by events and by a device-wide
     wait per phase: both time the same kernels, so their compute medians are within a
     factor 2 (how much the waits add is what benchmarks/gpu_check.sh measures)."""
-    from adapters.pytorch import TorchAdapter
-    from workloads.data import load_dataset
-    from workloads.models import build_spec
-
-    data = load_dataset("digits", "cnn", 0)
-    spec = build_spec("cnn", data.sample_shape, data.num_classes, "small")
-    adapter = TorchAdapter(spec, "cuda:0", 1)
-    adapter.load_parameters(spec.initial_parameters(0))
-    torch.cuda.set_device(0)
-    events = CudaEventTimer(adapter.synchronize, adapter.cuda_event)
-    synchronised = StepTimer(Stretcher(1.0), adapter.synchronize)
-    compute: dict[str, list[int]] = {"events": [], "synchronised": []}
-    for step in range(60):
-        name, timer = [("events", events), ("synchronised", synchronised)][step % 2]
-        timer.begin()
-        x, y = data.inputs[:64], data.targets[:64]
-        timer.end(Phase.LOAD)
-        batch = adapter.to_device(x, y)
-        timer.end(Phase.TO_DEVICE)
-        loss = adapter.forward(batch)
-        timer.end(Phase.FORWARD)
-        adapter.backward(loss)
-        timer.end(Phase.BACKWARD)
-        adapter.pack(loss)
-        timer.end(Phase.PACK)
-        for phase in (Phase.ALLREDUCE, Phase.UNPACK):
-            timer.end(phase)
-        adapter.zero_grad()
-        timer.end(Phase.APPLY)
-        assert timer.marks == sorted(timer.marks)
-        if step >= 10:  # warm-up: cuDNN's choices, the allocator
-            ready = timer.marks[collector.MARK_READY]
-            compute[name].append(ready - timer.marks[0])
-    by_events = float(np.median(compute["events"]))
-    by_waits = float(np.median(compute["synchronised"]))
+    torch.cuda.set_device(0)  # as harness.comm.init does for a CUDA worker
+    compute = compute_times("cuda:0", {
+        "events": lambda adapter: CudaEventTimer(adapter.synchronize, adapter.cuda_event),
+        "waits": lambda adapter: StepTimer(Stretcher(1.0), adapter.synchronize)})
+    by_events, by_waits = (float(np.median(compute[k])) for k in ("events", "waits"))
     assert 0 < by_events and 0.5 * by_waits <= by_events <= 2 * by_waits
 
 
