@@ -24,17 +24,21 @@ SCHEME_METRICS = ("samples_per_s", "idle_fraction", "staleness_mean", "dropped_s
                   "steps_to_target", "time_to_target_s")
 
 
+# asynchronous with no bound: hetbench's parameter servers, MXNet's, TensorFlow's
+UNBOUNDED = ("ps-async", "mxnet-async", "tensorflow-ps")
+
+
 def staleness_bound(run: dict[str, Any]) -> float:
     """How stale an update may be, in the scheme's own unit, for the trade-off figure:
     0 for the synchronous schemes, s for ssp, D waves for wsp, H - 1 local steps for local
-    SGD, infinity for ps-async."""
+    SGD, infinity for ps-async and the native asynchronous cross-checks."""
     spec = run.get("aggregator") or {}
     name = aggregator_name(run)
     if name in ("ssp", "wsp"):
         return float(spec.get("staleness", 0))
     if name == "local-sgd":
         return float(spec.get("local_steps", 1) - 1)
-    if name == "ps-async":
+    if name in UNBOUNDED:
         return math.inf
     return 0.0
 

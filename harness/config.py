@@ -105,6 +105,20 @@ class WorkerSpec:
                 return f0 + (f1 - f0) * (step - s0) / (s1 - s0)
         return points[-1][1]
 
+    @property
+    def label(self) -> str:
+        """How the records and figures name this worker."""
+        label = f"{self.framework} {self.device} x{self.threads}"
+        if self.cores:
+            label += f" cores {','.join(map(str, self.cores))}"
+        if self.slowdown_at:
+            label += " slowdown " + ",".join(f"{f:g}@{s}" for s, f in self.slowdown_at)
+        elif self.slowdown != 1.0:
+            label += f" slowdown {self.slowdown:g}"
+        if self.jitter:
+            label += f" jitter {self.jitter[1]:g}x p{self.jitter[0]:g}"
+        return label
+
 
 @dataclass(frozen=True)
 class PartitionSpec:
@@ -487,6 +501,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
                          "every eval_every steps)")
     loader = _loader(values["loader"], spec.loss == "classify", at("loader"))
+    if aggregator_kind(aggregator.name).serves is not None:
+        _check_coordinated(aggregator.name, partition, workload, loader, values, at)
     pipeline = _pipeline(values, workers, global_batch, partition, aggregator.name, at)
     if pipeline is not None:
         _check_pipeline(pipeline, workload, size, values, at)
@@ -534,6 +550,31 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     )
 
 
+def _check_coordinated(name: str, partition: PartitionSpec, workload: str,
+                       loader: LoaderSpec | None, values: dict[str, Any], at: Any) -> None:
+    """A coordinator-driven aggregator (tensorflow-ps) runs no hetbench loop in the workers:
+    what that loop does (measure to partition or calibrate, load, transform, run bare) it
+    cannot."""
+    fixed = ("equal", "sizes", "weights")
+    if partition.policy not in fixed:
+        raise UsageError(at("partition.policy"), f"{partition.policy!r} measures the workers "
+                         f"in hetbench's loop, which {name!r} does not run (its workers are "
+                         f"TensorFlow servers): allowed: {', '.join(fixed)}")
+    if loader is not None:
+        raise UsageError(at("loader"), f"{name!r} feeds each worker through a tf.data "
+                         "pipeline on the worker: leave loader unset")
+    if get_workload(workload).prepare is not None:
+        allowed = sorted(n for n in WORKLOADS if get_workload(n).prepare is None)
+        raise UsageError(at("workload"), f"{workload!r} transforms each batch in hetbench's "
+                         f"loop, which {name!r} does not run (allowed: {', '.join(allowed)})")
+    if values["calibrate"] is True:
+        raise UsageError(at("calibrate"), f"calibration times each worker alone in "
+                         f"hetbench's loop, which {name!r} does not run: calibrate = false")
+    if values["instrument"] is False:
+        raise UsageError(at("instrument"), f"{name!r} always times its step functions (on the "
+                         "worker, tf.timestamp): instrument = true")
+
+
 def _placement(values: dict[str, Any], aggregator: AggregatorSpec, workload: str, size: str,
                workers: Sequence[WorkerSpec], at: Any) -> str | None:
     """`placement = "data-parallel" | "sharded" | "fc-on-server"`: how a parameter-server
@@ -544,7 +585,7 @@ def _placement(values: dict[str, Any], aggregator: AggregatorSpec, workload: str
     where = at("placement")
     placement = _choice(raw, PLACEMENTS, where)
     kind = aggregator_kind(aggregator.name)
-    if not kind.servers or aggregator.name == "wsp":
+    if not kind.servers or aggregator.name == "wsp" or kind.serves is not None:
         raise UsageError(where, f"places layers on parameter servers: it needs aggregator "
                          f"ps-sync, ps-async, ssp or backup, not {aggregator.name!r}")
     if placement == "fc-on-server":

@@ -208,7 +208,10 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
         if services is not None and (dead := services.failed()) is not None:
             _stop(procs)
             name, code = dead
-            return "failed", f"{name} exited with status {code} while the workers ran", dropped
+            reason = f"{name} exited with status {code} while the workers ran"
+            if words := services.last_words(name, run_dir / "logs"):
+                reason += f" ({words})"
+            return "failed", reason, dropped
         done = collector.steps_done(run_dir, run.world_size, living)
         if progress is not None and done != last_progress:
             progress(done)

@@ -38,7 +38,7 @@ from harness.partition import slice_bounds
 from harness.stages import Links, Profile, split_layers, stage_times
 from harness.virtual import bounds_of, kind_of
 from harness.waves import AllreduceWaves, ServerWaves, StageBuffers
-from harness.worker import Counters, Stretcher, finish, worker_label
+from harness.worker import Counters, Stretcher, finish
 from workloads.torch_layers import parameter_range
 
 
@@ -285,7 +285,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     order = BatchOrder(len(data), run.global_batch, run.seed)
 
     info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
-            "pid": os.getpid(), "label": worker_label(worker) + f" vw{vw} stage{stage_index}",
+            "pid": os.getpid(), "label": worker.label + f" vw{vw} stage{stage_index}",
             **run.to_dict()["workers"][rank], "emulated": worker.emulated,
             "affinity": sorted(os.sched_getaffinity(0)), "versions": TorchAdapter.versions(),
             "dataset_source": data.source, "dataset_fingerprint": data.fingerprint,

@@ -98,7 +98,7 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
             status, reason = "failed", "no worker left its parameters"
     elif status == "completed":  # workers exited 0 but rank 0 did not finish the directory
         status, reason = "failed", "workers exited without finishing the run directory"
-    infos = _worker_infos(run_dir, run.world_size)
+    infos = worker_infos(run_dir, run.world_size)
     parts = collector.read_parts(run_dir)
     try:
         rows = collector.finalize(run_dir, parts,
@@ -162,7 +162,7 @@ def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, An
     return {}
 
 
-def _worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:
+def worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:
     infos = []
     for rank in range(world_size):
         path = run_dir / collector.PARTS_DIR / f"rank{rank}.json"

@@ -377,19 +377,6 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device:
                      lambda values: comm.all_gather_vectors(values, device), run_dir)
 
 
-def worker_label(w: WorkerSpec) -> str:
-    label = f"{w.framework} {w.device} x{w.threads}"
-    if w.cores:
-        label += f" cores {','.join(map(str, w.cores))}"
-    if w.slowdown_at:
-        label += " slowdown " + ",".join(f"{f:g}@{s}" for s, f in w.slowdown_at)
-    elif w.slowdown != 1.0:
-        label += f" slowdown {w.slowdown:g}"
-    if w.jitter:
-        label += f" jitter {w.jitter[1]:g}x p{w.jitter[0]:g}"
-    return label
-
-
 def phase_timer(worker: WorkerSpec, adapter: Any, stretch: Stretcher, instrument: bool
                 ) -> StepTimer:
     """CUDA events for a PyTorch CUDA worker that no slowdown stretches; else the host
@@ -484,7 +471,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
 
     info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
             "pid": os.getpid(),
-            "label": worker_label(worker), **run.to_dict()["workers"][rank],
+            "label": worker.label, **run.to_dict()["workers"][rank],
             "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
             "versions": adapter_cls.versions(), "dataset_source": data.source,
             "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
@@ -628,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     worker = run.workers[rank]
     prepare_process(worker)
+    if aggregators.kind(run.aggregator.name).serves is not None:
+        # the framework's server: a coordinator (one of the run's services) trains and
+        # records (torchrun mode refuses such aggregators: _torchrun_problem)
+        return _guarded(args.run_dir, run, rank, False,
+                        lambda: aggregators.serve(run, args.run_dir, rank))
 
     from adapters import load_adapter
     from harness import comm as comm_module
@@ -640,22 +632,31 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank, backend)
     (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
     try:
-        train(run, run_dir, rank, backend, adapter_cls)
+        return _guarded(run_dir, run, rank, args.run_dir is None,
+                        lambda: train(run, run_dir, rank, backend, adapter_cls))
+    finally:
+        _quiet_shutdown(comm_module)
+
+
+def _guarded(run_dir: Path, run: RunSpec, rank: int, torchrun: bool,
+             body: Callable[[], None]) -> int:
+    """Run the worker's `body`; its exit status, with the reason it stopped recorded for
+    whoever closes the run (under torchrun, rank 0 closes it)."""
+    try:
+        body()
         return 0
     except Stopped:
         _record_error(run_dir, rank, "interrupted")
-        if args.run_dir is None:
+        if torchrun:
             _close_torchrun_run(run_dir, run, rank, "interrupted", "interrupted by a signal")
         return 130
     except Exception as exc:  # noqa: BLE001 - reported to the launcher, then exit non-zero
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         _record_error(run_dir, rank, reason)
         traceback.print_exc()
-        if args.run_dir is None:
+        if torchrun:
             _close_torchrun_run(run_dir, run, rank, "failed", f"worker {rank}: {reason}")
         return 1
-    finally:
-        _quiet_shutdown(comm_module)
 
 
 # what each library that listens reads for the interface to bind

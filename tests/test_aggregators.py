@@ -89,13 +89,15 @@ def test_bad_aggregator_is_one_line_naming_the_field(raw: dict[str, Any], where:
 
 def test_registry_names_every_scheme_of_the_issue_and_loads_lazily() -> None:
     for name in ("torch", "allreduce-host", "allreduce-device", "ps-sync", "ps-async", "ssp",
-                 "backup", "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective"):
+                 "backup", "local-sgd", "mxnet-kvstore", "mxnet-async", "tensorflow-collective",
+                 "tensorflow-ps"):
         assert name in AGGREGATORS
-    assert {n for n, k in AGGREGATORS.items() if not k.lockstep} == {"ps-async", "ssp",
-                                                                     "backup", "mxnet-async",
-                                                                     "wsp"}
-    assert {n for n, k in AGGREGATORS.items() if k.servers} == {"ps-sync", "ps-async", "ssp",
-                                                                "backup", "wsp"}
+    assert {n for n, k in AGGREGATORS.items() if not k.lockstep} == {
+        "ps-async", "ssp", "backup", "mxnet-async", "wsp", "tensorflow-ps"}
+    assert {n for n, k in AGGREGATORS.items() if k.servers} == {
+        "ps-sync", "ps-async", "ssp", "backup", "wsp", "tensorflow-ps"}
+    # a coordinator drives it: its workers serve instead of running the loop
+    assert [n for n, k in AGGREGATORS.items() if k.serves] == ["tensorflow-ps"]
     with pytest.raises(ValueError, match="unknown aggregator 'x'"):
         kind("x")
 

@@ -291,6 +291,7 @@ def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
     ("pytorch", "ps-sync"),
     ("mxnet", "mxnet-kvstore"),
     ("tensorflow", "tensorflow-collective"),
+    ("tensorflow", "tensorflow-ps"),
 ])
 def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
                                                  aggregator: str) -> None:
@@ -307,6 +308,21 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
             pytest.skip(f"this host forbids network namespaces: {network}")
         assert network == "private namespace, loopback only"
         assert set(workers) <= isolated, "the workers are not in a loopback-only namespace"
+    elif aggregator == "tensorflow-ps":
+        # every task of the cluster (worker and ps servers, the coordinator) listens, and
+        # every process hetbench started for it lives in the loopback-only namespace
+        cluster = json.loads(envs[workers[0]]["HETBENCH_TF_CLUSTER"])
+        ports = {port_of(a) for addresses in cluster.values() for a in addresses}
+        assert all(any(q == port for _, _, q in found) for port in ports), \
+            f"a TensorFlow task not seen: {ports}, {found}"
+        network = json.loads((run_dir / "manifest.json").read_text())["network"]
+        if network.startswith("host ("):
+            pytest.skip(f"this host forbids network namespaces: {network}")
+        tasks = {p for p, env in envs.items() if "HETBENCH_TF_CLUSTER" in env}
+        assert len(tasks) == sum(len(a) for a in cluster.values()), (tasks, cluster)
+        assert set(workers) <= tasks <= isolated, "a task outside the private namespace"
+        check(found, isolated)
+        return  # the workers serve TensorFlow: no torch.distributed store, no gloo
     else:
         assert not isolated  # only where a framework gives no choice
     check(found, isolated)

@@ -88,7 +88,7 @@ class AggregatorSpec:
 class Kind:
     """An aggregator as the registry knows it, before any import."""
 
-    target: str  # "module:attr" of the class
+    target: str  # "module:attr" of the class (of a coordinator-driven one: its training)
     framework: str | None = None  # the framework every worker must run (None: any mix)
     keys: tuple[str, ...] = ()  # AggregatorSpec fields it takes beside name
     lockstep: bool = True  # every worker exchanges every step together
@@ -99,6 +99,10 @@ class Kind:
     plain_sgd: bool = False  # runs the framework's own SGD: no other optimizer, no schedule
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
+    # "module:function" a worker process runs instead of hetbench's training loop: the
+    # framework's server, while a coordinator (one of the services) drives the training and
+    # writes every worker's records (TensorFlow's ParameterServerStrategy)
+    serves: str | None = None
     summary: str = ""
 
     @property
@@ -111,6 +115,7 @@ _ALLREDUCE = "harness.aggregators.allreduce"
 _DEVICE = "harness.aggregators.device"
 _NATIVE = "harness.aggregators.native"
 _PS = "harness.aggregators.parameter_server"
+_TF_PS = "harness.aggregators.tensorflow_ps"
 _PS_KEYS = ("servers",)
 _PS_START = f"{_PS}:start_servers"
 AGGREGATORS: dict[str, Kind] = {
@@ -152,6 +157,12 @@ AGGREGATORS: dict[str, Kind] = {
                                   prepare=f"{_NATIVE}:prepare_tensorflow",
                                   summary="TensorFlow's ring all-reduce "
                                   "(MultiWorkerMirroredStrategy)"),
+    "tensorflow-ps": Kind("harness.aggregators.tensorflow_coordinator:train",
+                          framework="tensorflow", keys=_PS_KEYS, lockstep=False,
+                          plain_sgd=True, services=f"{_TF_PS}:start_services",
+                          serves=f"{_TF_PS}:serve_worker",
+                          summary="TensorFlow's ParameterServerStrategy: a coordinator hands "
+                          "each step to whichever worker server is free, SGD on the ps"),
 }
 # How a parameter-server aggregator places the layers (the run's `placement`): tensors
 # dealt round-robin over the servers (TensorFlow's default), contiguous shards balanced by
@@ -220,6 +231,13 @@ def prepare(run: Any, rank: int) -> None:
     target = kind(run.aggregator.name).prepare
     if target is not None:
         _load(target)(run, rank)
+
+
+def serve(run: Any, run_dir: Any, rank: int) -> None:
+    """What a worker process of a coordinator-driven aggregator runs instead of the loop."""
+    target = kind(run.aggregator.name).serves
+    assert target is not None
+    _load(target)(run, run_dir, rank)
 
 
 def create(context: Context) -> Aggregator:

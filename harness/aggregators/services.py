@@ -52,10 +52,10 @@ class Services:
 
     def start(self, name: str, command: list[str], env: dict[str, str], logs: Path) -> None:
         """One process in its own session (so a signal to its group reaches only it), its
-        output in logs/<name>.log."""
+        output in logs/<name>.log; in the workers' network namespace where they have one."""
         with open(logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                self.worker_command(command), env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_die_with_parent)
 
@@ -66,6 +66,13 @@ class Services:
             if code not in (None, 0):
                 return name, code
         return None
+
+    def last_words(self, name: str, logs: Path) -> str:
+        """The last line service `name` wrote to its log ("" when none)."""
+        path = logs / f"{name}.log"
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+                 if ln.strip()] if path.is_file() else []
+        return lines[-1] if lines else ""
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """The services end once every worker has left; stop any that did not: SIGTERM

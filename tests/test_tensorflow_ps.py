@@ -1,0 +1,172 @@
+"""TensorFlow's ParameterServerStrategy (aggregator "tensorflow-ps"), hetbench's native
+cross-check of ps-async for all-TensorFlow jobs: worker servers, ps servers and a
+coordinator that hetbench starts and stops, records of every worker's steps, the
+suite checks that refuse what the coordinator cannot do."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.config import load_suite, parse_suite
+from harness.errors import UsageError
+from harness.launch import run_suite
+from harness.results import load_run
+from tests.test_exactness import plain_torch_sgd
+from tests.test_faults import alive, finish, start_long_run
+from tests.test_sync_schemes import ATOL, kill_when
+from tests.trace_check import check_trace
+
+needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                      reason="TensorFlow not installed")
+STEPS, BATCH = 20, 64
+
+SUITE = f"""
+[suite]
+name = "tfps"
+
+[defaults]
+framework = "tensorflow"
+workload = "mlp"
+dataset = "digits"
+global_batch = {BATCH}
+lr = 0.1
+seed = 5
+aggregator = "tensorflow-ps"
+
+[[runs]]
+name = "one"
+steps = 10
+
+[[runs]]
+name = "two"
+steps = {STEPS}
+eval_every = 5
+workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 3.0 }} ]
+"""
+
+
+def server_pids(run_dir: Path) -> list[int]:
+    """The pids of the run's TensorFlow servers (workers and ps) and of its coordinator."""
+    parts = run_dir / "parts"
+    return [json.loads(p.read_text())["pid"]
+            for p in [*parts.glob("tf-*/ready"), parts / "tf-coordinator.json"]]
+
+
+@needs_tensorflow
+def test_one_worker_is_sequential_sgd_and_two_train_on_their_own_clocks(
+        tmp_path: Path, write_suite) -> None:
+    one, two = run_suite(load_suite(str(write_suite(SUITE))), tmp_path / "out")
+    assert [one.status, two.status] == ["completed"] * 2, [one.reason, two.reason]
+    params = dict(np.load(one.run_dir / "params.npz"))
+    for name, value in plain_torch_sgd(seed=5, steps=10, lr=0.1, batch=BATCH).items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=ATOL, err_msg=name)
+    assert (load_run(one.run_dir).steps["staleness"] == 0).all()  # one worker: none
+
+    run = load_run(two.run_dir)
+    steps = run.steps
+    assert steps["asynchronous"].all() and (steps["staleness"] >= 0).all()
+    # the servers applied the samples of STEPS global batches, and the steps in flight then
+    assert STEPS * BATCH <= steps["batch_size"].sum() <= (STEPS + 2) * BATCH
+    for rank, mine in steps.groupby("rank"):
+        assert list(mine["step"]) == list(range(len(mine))), rank  # its own clock
+    assert (steps["ready_ns"] > steps["begin_ns"]).all()
+    assert (steps["reduced_ns"] >= steps["ready_ns"] + steps["push_ns"]).all()
+    assert (steps["wait_ns"] >= 0).all()
+    # the slowed worker's stretch is twice its load, forward and backward
+    computed = steps[["load_ns", "forward_ns", "backward_ns"]].sum(axis=1)
+    ratio = (steps["stretch_ns"] / computed).groupby(steps["rank"]).median()
+    assert ratio[0] == 0.0 and 1.6 < ratio[1] < 2.4, ratio
+    check_trace(two.run_dir / "trace.json", steps)
+    # the coordinator evaluated the servers' parameters every 5 global steps
+    assert list(run.evals["step"])[:2] == [0, 5] and run.evals["step"].max() >= STEPS
+    placement = run.manifest["aggregator"]["placement"]
+    assert set(placement) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                              "fc3.weight", "fc3.bias"}
+    assert all(device.startswith("/job:ps/") for device in placement.values())
+    for log in ("tf-ps0.log", "tf-coordinator.log", "rank0.log", "rank1.log"):
+        assert (two.run_dir / "logs" / log).is_file()
+    pids = server_pids(two.run_dir)
+    assert len(pids) == 4 and not any(alive(p) for p in pids)  # servers never exit alone
+
+
+FAULT = """
+[suite]
+name = "faults"
+
+[[runs]]
+name = "long"
+framework = "tensorflow"
+workload = "mlp"
+dataset = "digits"
+steps = 100000
+global_batch = 64
+timeout_s = 20
+aggregator = "tensorflow-ps"
+workers = [ { device = "cpu" }, { device = "cpu" } ]
+"""
+
+
+@needs_tensorflow
+def test_a_dead_ps_server_fails_the_run_and_stops_every_other(tmp_path: Path,
+                                                               write_suite) -> None:
+    out = tmp_path / "out"
+    killer, killed = kill_when(out / "faults", "long-*", "tf-ps0/ready", world=2, steps=10)
+    start = time.monotonic()
+    [result] = run_suite(load_suite(str(write_suite(FAULT))), out)
+    killer.join()
+    assert killed, "the server was never killed"
+    assert result.status == "failed"
+    assert "tf-ps0 exited with status -9" in result.reason
+    assert time.monotonic() - start < 90
+    assert len(load_run(result.run_dir).steps) >= 20  # every flushed step stays readable
+    assert not any(alive(p) for p in server_pids(result.run_dir))
+
+
+@needs_tensorflow
+def test_ctrl_c_leaves_no_tensorflow_server_behind(tmp_path: Path, write_suite) -> None:
+    proc, run_dir, pids = start_long_run(tmp_path, write_suite, FAULT)
+    servers = server_pids(run_dir)
+    assert all(alive(p) for p in servers)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    code, err = finish(proc)
+    assert code == 130, err
+    assert time.monotonic() - started < 15
+    assert not any(alive(p) for p in [*pids, *servers])
+    assert load_run(run_dir).status == "interrupted"
+
+
+def suite_with(**run: object) -> dict[str, object]:
+    return {"runs": [{"name": "r", "framework": "tensorflow", "aggregator": "tensorflow-ps",
+                      **run}]}
+
+
+@pytest.mark.parametrize(("run", "where", "says"), [
+    ({"workers": [{"framework": "tensorflow"}, {"framework": "pytorch"}]},
+     "runs[0].aggregator", "needs every worker on tensorflow"),
+    ({"partition": {"policy": "profiled"}}, "runs[0].partition.policy",
+     "allowed: equal, sizes, weights"),
+    ({"loader": {"workers": 1}}, "runs[0].loader", "leave loader unset"),
+    ({"workload": "bert", "dataset": "text"}, "runs[0].workload", "allowed: "),
+    ({"calibrate": True}, "runs[0].calibrate", "calibrate = false"),
+    ({"instrument": False}, "runs[0].instrument", "instrument = true"),
+    ({"placement": "sharded"}, "runs[0].placement", "not 'tensorflow-ps'"),
+    ({"optimizer": "momentum"}, "runs[0].optimizer", "plain 'sgd' only"),
+    ({"aggregator": {"name": "tensorflow-ps", "servers": 0}}, "runs[0].aggregator.servers",
+     ""),
+    ({"aggregator": {"name": "tensorflow-ps", "staleness": 1}},
+     "runs[0].aggregator.staleness", "takes only servers"),
+])
+def test_what_the_coordinator_cannot_do_is_refused(run: dict[str, object], where: str,
+                                                   says: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_suite(suite_with(**run))
+    assert info.value.where == where
+    assert says in info.value.message
