@@ -170,3 +170,68 @@ def test_what_the_coordinator_cannot_do_is_refused(run: dict[str, object], where
         parse_suite(suite_with(**run))
     assert info.value.where == where
     assert says in info.value.message
+
+
+def test_a_workers_step_ends_with_its_next_steps_pull(tmp_path: Path) -> None:
+    """The coordinator's records: a step is load, compute, stretch, then the exchange: its
+    push, the wait for the next function (idle) and that function's pull; a worker's last
+    step ends with its push. Instants in wall-clock seconds become monotonic ns."""
+    from harness import collector
+    from harness.aggregators.tensorflow_coordinator import Recorder
+
+    recorder = Recorder(tmp_path, 2, [(0, 40), (40, 64)])
+    offset = recorder.offset
+
+    def out(rank: int, step: int, t0: float, staleness: int) -> dict[str, object]:
+        # t0, pulled, loaded, forward, backward, ready, pushed: ms after t0
+        times = [t0 + ms / 1e3 for ms in (0, 1, 2, 4, 7, 9, 10)]
+        return {"rank": rank, "step": step, "loss": 80.0, "samples": 40 if rank == 0 else 24,
+                "staleness": staleness, "times": np.array(times)}
+
+    base = 1.8e9  # seconds since the epoch
+    recorder.add(out(0, 0, base, 0))
+    recorder.add(out(1, 0, base + 0.002, 1))
+    recorder.add(out(0, 1, base + 0.015, 1))  # 5 ms after rank 0's push
+    assert recorder.samples == 104
+    arrays = recorder.close()
+    first, last = arrays[0]
+    ns = int(base * 1e9) - offset
+    ms = 1_000_000
+    assert first["begin_ns"] == pytest.approx(ns + 1 * ms, abs=1000)  # its pull ended
+    assert first["load_ns"] == pytest.approx(1 * ms, abs=1000)
+    assert first["to_device_ns"] == 0
+    assert (first["forward_ns"], first["backward_ns"]) == pytest.approx((2 * ms, 3 * ms),
+                                                                         abs=1000)
+    assert first["stretch_ns"] == first["pack_ns"] == pytest.approx(2 * ms, abs=1000)
+    assert first["push_ns"] == pytest.approx(1 * ms, abs=1000)
+    assert first["wait_ns"] == pytest.approx(5 * ms, abs=1000)  # until the next t0
+    assert first["pull_ns"] == pytest.approx(1 * ms, abs=1000)  # the next function's
+    assert first["reduced_ns"] == first["end_ns"] == last["begin_ns"]
+    assert first["allreduce_ns"] == first["push_ns"] + first["wait_ns"] + first["pull_ns"]
+    assert first["loss"] == first["local_loss"] == 2.0 and first["asynchronous"]
+    assert (last["step"], last["wait_ns"], last["pull_ns"]) == (1, 0, 0)
+    assert last["reduced_ns"] == last["ready_ns"] + last["push_ns"]  # ends with its push
+    (other,) = arrays[1]
+    assert (other["slice_start"], other["batch_size"], other["staleness"]) == (40, 24, 1)
+    # what the launcher and close_run read: the same rows in each worker's part
+    on_disk = collector.read_part(collector.part_path(tmp_path, 0))
+    assert on_disk.tobytes() == arrays[0].tobytes()
+
+
+def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:
+    """Worker r's k-th step: slice r of global batch k, as BatchOrder cuts it; its slowdown,
+    factor_at(k) (the jitter drawn from seed, rank and step as in the training loop)."""
+    from harness.aggregators.tensorflow_coordinator import batch_tables
+    from workloads.data import BatchOrder
+
+    [run] = parse_suite(suite_with(steps=7, global_batch=64, workers=[
+        {"framework": "tensorflow"},
+        {"framework": "tensorflow", "jitter": {"probability": 0.5, "factor": 4.0}}])).runs
+    rows, factors = batch_tables(run, 1000)
+    order = BatchOrder(1000, 64, run.seed)
+    assert rows.shape == (14, 64) and factors.shape == (2, 14)
+    for k in range(14):
+        np.testing.assert_array_equal(rows[k], order.indices(k))
+    assert set(factors[0]) == {1.0} and set(factors[1]) == {1.0, 4.0}
+    assert [factors[1, k] for k in range(14)] == [run.workers[1].factor_at(k, run.seed, 1)
+                                                  for k in range(14)]
