@@ -215,6 +215,8 @@ def _installed(framework: str) -> bool:
         not _installed("mxnet"), reason="MXNet not installed")),
     pytest.param("tensorflow", '"tensorflow-collective"', 10, marks=pytest.mark.skipif(
         not _installed("tensorflow"), reason="TensorFlow not installed")),
+    pytest.param("tensorflow", '"tensorflow-ps"', 10, marks=pytest.mark.skipif(
+        not _installed("tensorflow"), reason="TensorFlow not installed")),
 ])
 def test_a_stopped_worker_ends_the_run_within_its_timeout_and_is_named(
         tmp_path: Path, write_suite, framework: str, aggregator: str, timeout: int) -> None:

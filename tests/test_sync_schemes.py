@@ -329,5 +329,8 @@ def test_mxnet_dist_async_is_a_native_cross_check_of_ps_async(tmp_path: Path,
     assert len(steps) == 20 and steps["asynchronous"].all()
     check_trace(two.run_dir / "trace.json", steps)
     assert (steps["staleness"] == -1).all()  # MXNet does not report it
+    # the whole exchange is communication (MXNet does not split it), none of it idle
+    assert (steps["push_ns"] > 0).all() and (steps["push_ns"] <= steps["allreduce_ns"]).all()
+    assert (steps["wait_ns"] == 0).all()
     for log in ("kvstore-scheduler.log", "kvstore-server.log"):
         assert (two.run_dir / "logs" / log).is_file()

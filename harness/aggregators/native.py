@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,8 @@ class KVStoreAsync:
     the weights into the buffer. The optimizer is set (by worker 0) before any worker
     pushes: an MXNet async server that gets a push first dies. Each worker takes `steps`
     steps (MXNet keeps no shared sample budget), and the staleness of an update is not
-    reported by MXNet: recorded as -1."""
+    reported by MXNet: recorded as -1. The whole exchange is its communication (push_ns):
+    MXNet does not split it, and no worker waits for another."""
 
     def __init__(self, context: Context) -> None:
         import mxnet as mx
@@ -164,11 +166,15 @@ class KVStoreAsync:
         self.steps = run.steps
 
     def exchange(self, step: int, samples: int) -> Exchange:
+        start = time.perf_counter_ns()
         self.kv.push(0, self.grads)
         self.kv.pull(0, out=self.grads)
         self.grads.wait_to_read()  # torch reads the buffer next
+        # MXNet does not say how the exchange splits into push, server and pull: all of it
+        # is recorded as communication (push_ns); dist_async waits for no other worker
         return Exchange(Holds.PARAMETERS, samples, next_step(step, self.steps),
-                        staleness=-1, asynchronous=True)
+                        staleness=-1, push_ns=time.perf_counter_ns() - start,
+                        asynchronous=True)
 
     def describe(self) -> dict[str, Any]:
         return {"servers": 1, "mode": ASYNC_KVSTORE_MODE}
