@@ -209,7 +209,8 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
             _stop(procs)
             name, code = dead
             reason = f"{name} exited with status {code} while the workers ran"
-            if words := services.last_words(name, run_dir / "logs"):
+            # one that ended itself says why last (a signal's victim says nothing of it)
+            if code > 0 and (words := services.last_words(name, run_dir / "logs")):
                 reason += f" ({words})"
             return "failed", reason, dropped
         done = collector.steps_done(run_dir, run.world_size, living)

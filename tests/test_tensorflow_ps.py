@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -235,3 +236,37 @@ def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:
     assert set(factors[0]) == {1.0} and set(factors[1]) == {1.0, 4.0}
     assert [factors[1, k] for k in range(14)] == [run.workers[1].factor_at(k, run.seed, 1)
                                                   for k in range(14)]
+
+
+def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path) -> None:
+    """The launcher's watch: a service (a coordinator, a server) that ends itself with an
+    error fails the run with its last log line; one killed by a signal, without (its last
+    line is not about that)."""
+    import subprocess
+    import sys
+
+    from harness.aggregators.services import Services
+    from harness.launch import _watch
+
+    [run] = parse_suite(suite_with()).runs
+    (tmp_path / "parts").mkdir()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for code, says in ((3, " (hetbench coordinator: error: ValueError: no)"), (-9, "")):
+        services = Services()
+        services.start("tf-coordinator", [sys.executable, "-c", (
+            "import os, sys\nprint('a line before', flush=True)\n"
+            "print('hetbench coordinator: error: ValueError: no', file=sys.stderr, "
+            f"flush=True)\nos.kill(os.getpid(), 9) if {code} < 0 else sys.exit({code})")],
+            dict(os.environ), logs)
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                  start_new_session=True)
+        try:
+            status, reason, _ = _watch([worker], run, tmp_path, None, services)
+        finally:
+            worker.kill()
+            worker.wait()
+            services.stop(0.1)
+        assert status == "failed"
+        assert reason == f"tf-coordinator exited with status {code} while the workers ran" \
+            + says
