@@ -121,6 +121,26 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
     return RunResult(run, repeat, run_dir, status, reason)
 
 
+def complete(run_dir: Path, arrays: list[Any], infos: list[dict[str, Any]],
+             parameters: dict[str, Any] | None, clock: dict[str, Any], backend: str,
+             closing: dict[str, Any], micro: list[Any] | None = None) -> None:
+    """A run that ended well, from every worker's records (RECORD_DTYPE arrays) and what
+    each was (`infos`): steps.parquet and the trace, params.npz (`parameters`, the whole
+    model's), the manifest completed with `closing` in it. `clock`: start and end offsets;
+    applied to the records when the workers do not share one clock domain."""
+    import numpy as np
+
+    same_clock = len({i.get("clock_domain") for i in infos}) <= 1
+    rows = collector.finalize(run_dir, arrays,
+                              [i.get("label", f"worker {r}") for r, i in enumerate(infos)],
+                              None if same_clock else clock, micro)
+    if parameters is not None:
+        np.savez(run_dir / "params.npz", **parameters)
+    manifest.update(run_dir, status="completed", end=manifest.now_iso(), workers=infos,
+                    rows=rows, clock={"same_clock": same_clock, "applied": not same_clock,
+                                      **clock}, backend=backend, **closing)
+
+
 def recover(run_dir: Path) -> RunResult:
     """Close a run whose launcher died without closing it (a SIGKILL, a power cut): failed,
     its records written from the flushed parts, nothing lost. Its workers and services died

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import aggregators, clocks, collector, manifest, rundir
+from harness import aggregators, clocks, collector, rundir
 from harness.aggregators import Exchange, Holds
 from harness.collector import Phase, RecordWriter
 from harness.config import RunSpec, WorkerSpec, run_from_dict
@@ -566,20 +566,11 @@ def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
     if gathered_infos is None or gathered_records is None:
         return
     infos = [json.loads(g) for g in gathered_infos]
-    same_clock = len({i["clock_domain"] for i in infos}) == 1
     arrays = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
-    clock = {"start": clock_start, "end": clock_end}
     micro_arrays = (None if gathered_micro is None else
                     [np.frombuffer(g, dtype=collector.MICRO_DTYPE) for g in gathered_micro])
-    rows = collector.finalize(run_dir, arrays, [i["label"] for i in infos],
-                              None if same_clock else clock, micro_arrays)
-    if parameters is not None:
-        np.savez(run_dir / "params.npz", **parameters)
-    manifest.update(
-        run_dir, status="completed", end=manifest.now_iso(), workers=infos, rows=rows,
-        clock={"same_clock": same_clock, "applied": not same_clock, **clock},
-        backend=backend, **closing,
-    )
+    rundir.complete(run_dir, arrays, infos, parameters,
+                    {"start": clock_start, "end": clock_end}, backend, closing, micro_arrays)
     collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
 
 

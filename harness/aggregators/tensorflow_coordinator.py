@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import collector, manifest, rundir
+from harness import collector, rundir
 from harness.aggregators import Exchange, Holds
 from harness.aggregators.tensorflow_ps import (
     CLUSTER_ENV,
@@ -238,18 +238,13 @@ def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],
           parameters: dict[str, np.ndarray], sizes: tuple[int, ...],
           placement: dict[str, str]) -> None:
     """What rank 0 writes at the end of any other run (harness.worker.finish)."""
-    infos = rundir.worker_infos(run_dir, run.world_size)
-    rows = collector.finalize(run_dir, arrays, [i.get("label", f"worker {i['rank']}")
-                                                for i in infos])
-    np.savez(run_dir / "params.npz", **parameters)
-    manifest.update(
-        run_dir, status="completed", end=manifest.now_iso(), workers=infos, rows=rows,
-        clock={"same_clock": True, "applied": False}, backend="grpc",
-        partition_history=[{"step": 0, "sizes": list(sizes),
-                            "reason": f"policy {run.partition.policy}"}],
-        standalone=[],
-        aggregator={"servers": run.aggregator.servers, "mode": "ParameterServerStrategy",
-                    "placement": placement})
+    rundir.complete(
+        run_dir, arrays, rundir.worker_infos(run_dir, run.world_size), parameters, {},
+        "grpc", {"partition_history": [{"step": 0, "sizes": list(sizes),
+                                        "reason": f"policy {run.partition.policy}"}],
+                 "standalone": [],
+                 "aggregator": {"servers": run.aggregator.servers,
+                                "mode": "ParameterServerStrategy", "placement": placement}})
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:
