@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING
 
-from harness.errors import UsageError
+from harness.spec.errors import UsageError
 
 if TYPE_CHECKING:
     from adapters.base import Adapter

@@ -1,6 +1,6 @@
 """The adapter contract: framework primitives only.
 
-An adapter never times itself and never talks to other workers: harness/worker.py owns the
+An adapter never times itself and never talks to other workers: harness/loop/worker.py owns the
 step and calls these in order, with synchronize() at every phase boundary:
 
     to_device -> forward -> backward -> pack  | all-reduce |  unpack -> apply
@@ -9,7 +9,7 @@ Gradients and the loss are *sums* over the worker's samples. pack() puts the gra
 (in spec order) and the loss sum (last element) into comm_buffer(); after the all-reduce,
 unpack() takes the global sums back and apply() does params -= scale * grads with
 scale = lr / global sample count. When the aggregator returns parameters instead of sums
-(harness/aggregators), load_buffer() takes them in place of unpack() and apply().
+(harness/exchange), load_buffer() takes them in place of unpack() and apply().
 
 The worker calls synchronize() at phase boundaries when the device is a GPU, or when the
 adapter sets `synchronize_on_host` (frameworks whose host operators run asynchronously,

@@ -84,7 +84,7 @@ class TorchAdapter:
             param.grad = self.flat_grads[offset : offset + p.size].view(p.shape)
             offset += p.size
         self._host_buffer: torch.Tensor | None = None
-        # fc-on-server (harness/aggregators/placement.py): the layers before the tail, and
+        # fc-on-server (harness/exchange/placement.py): the layers before the tail, and
         # what computes the tail elsewhere
         self._head: torch.nn.Module | None = None
         self._tail: TailCompute | None = None
@@ -168,6 +168,6 @@ class TorchAdapter:
             torch.cuda.synchronize(self.device)
 
     def cuda_event(self) -> torch.cuda.Event:
-        """A timing event on the current stream of this worker's device (harness/timer.py;
-        the worker made the device current: harness.comm.init)."""
+        """A timing event on the current stream of this worker's device (harness/loop/timer.py;
+        the worker made the device current: harness.exchange.comm.init)."""
         return torch.cuda.Event(enable_timing=True)

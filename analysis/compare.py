@@ -51,8 +51,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import registry
-from harness.errors import UsageError
-from harness.results import RunData, find_runs, load_run
+from harness.records.results import RunData, find_runs, load_run
+from harness.spec.errors import UsageError
 
 LOWER, HIGHER = "lower", "higher"
 RUN_LEVEL = -1  # `worker` of a metric that belongs to the whole run

@@ -8,7 +8,7 @@ shared by the replay (analysis.repartition) and the scale-out simulator (analysi
   `slowdown_at`, `jitter`; 1 on a real device), read from the manifest, so that a
   schedule's jump is the schedule's and not the worker's variability;
 - a, b: least squares of compute / slowdown on n after warm-up, by the rule the adaptive
-  partition policies use during a run (harness.partition.fit_line): with one slice size
+  partition policies use during a run (harness.partition.policies.fit_line): with one slice size
   only, or a line that is not increasing with a non-negative intercept, a = 0 and b the
   mean time per sample;
 - residual: what the line and the schedule leave, the worker's own variability (median
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import after_warmup, complete_steps, lockstep, run_summary, with_derived
-from harness.config import WorkerSpec
-from harness.partition import WindowStats, equal_finish, largest_remainder
-from harness.partition import fit_line as partition_fit_line
+from harness.partition.policies import WindowStats, equal_finish, largest_remainder
+from harness.partition.policies import fit_line as partition_fit_line
+from harness.spec.suite import WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Line:
 
 def fit_line(n: np.ndarray, t: np.ndarray) -> Line:
     """The line through (slice size, time) points by the rule the adaptive partition
-    policies apply while a run goes (harness.partition.fit_line: least squares; with too
+    policies apply while a run goes (harness.partition.policies.fit_line: least squares; with too
     little spread in n, or a negative intercept or slope, the line through the origin and
     the mean), so that the analysis and the policies read a worker the same way."""
     n, t = np.asarray(n, float), np.asarray(t, float)

@@ -28,9 +28,9 @@ import pandas as pd
 from analysis import costmodel
 from analysis.costmodel import Line
 from analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
-from harness.collector import COMPUTE_PHASES
-from harness.config import WorkerSpec
-from harness.errors import UsageError
+from harness.records.collector import COMPUTE_PHASES
+from harness.spec.errors import UsageError
+from harness.spec.suite import WorkerSpec
 
 # Message latency of a gloo all-reduce step on loopback, used to split a communication time
 # measured at one world size into latency and bandwidth (ring model) when the runs given

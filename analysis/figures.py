@@ -1,7 +1,7 @@
 """Figures (the only module that plots), as PNG and PDF. Each figure's title says which
 runs it shows and whether heterogeneity was real or emulated; axes carry units.
 
-Inputs are (manifest, steps) pairs, as harness.results.load_run gives them."""
+Inputs are (manifest, steps) pairs, as harness.records.results.load_run gives them."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def instrumented(steps: pd.DataFrame) -> bool:
 
 def counted_samples(steps: pd.DataFrame) -> pd.Series:
     """Each row's samples toward throughput: its batch size, except that the stages of a
-    virtual worker past the first carry the same samples (harness.collector.with_placement)
+    virtual worker past the first carry the same samples (harness.records.collector.with_placement)
     and count none."""
     if "stage" not in steps:
         return steps["batch_size"]
@@ -153,7 +153,7 @@ def worker_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame:
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Rows of the steps that every worker of the run recorded, without the rows of the
     workers left out of a step (batch_size 0: they computed nothing and took no part in
-    the exchange, harness/membership.py). Where workers were left out, the rows kept get
+    the exchange, harness/loop/membership.py). Where workers were left out, the rows kept get
     a column `members`, the number of workers that computed their step, so that a frame
     filtered once is recognised as complete again."""
     if steps.empty:

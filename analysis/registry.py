@@ -36,7 +36,7 @@ from analysis.metrics import (
 )
 from analysis.stragglers import straggler_summary
 from analysis.whatif import COSTS, costs, what_if
-from harness.collector import PHASES
+from harness.records.collector import PHASES
 
 LOWER, HIGHER = "lower", "higher"
 RUN, WORKER = "run", "worker"

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import costmodel
 from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
-from harness.partition import Damping, Repartitioner, WindowStats, equal_sizes
+from harness.partition.policies import Damping, Repartitioner, WindowStats, equal_sizes
 
 
 def slices_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +80,7 @@ def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
     model (analysis.costmodel: a + b*n for the replayed slice n, times the emulated
     slowdown of step s from `manifest`'s schedule) times its recorded residual at s; what
     follows compute (communication, update, skew) is kept from the record. The adaptive
-    policies run the very code the harness runs (harness.partition.Repartitioner).
+    policies run the very code the harness runs (harness.partition.policies.Repartitioner).
 
     Columns: step, rank, batch_size, compute_ms, idle_ms, step_ms."""
     steps = complete_steps(after_warmup(steps, warmup_steps))

@@ -11,7 +11,7 @@ the loop's gap before the next step come from the same blocks.
 Schemes (names as the aggregators'):
 - bsp, bsp-profiled, bsp-adaptive: all-reduce every step with equal slices, slices in
   proportion to each class's typical throughput (the `profiled` policy), or the `model`
-  policy of harness.partition run on the simulated compute times (the code a real run
+  policy of harness.partition.policies run on the simulated compute times (the code a real run
   runs);
 - backup:B: each round ends when N - B gradients have arrived; a late worker's gradient is
   dropped and it starts its next step from the parameters of the moment it arrives;
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from analysis.deviceclass import CommModel, DeviceClass, typical_slowdown
-from harness.partition import (
+from harness.partition.policies import (
     Damping,
     Repartitioner,
     WindowStats,
@@ -288,7 +288,7 @@ def serve(arrive: np.ndarray, service: np.ndarray, free: float = -np.inf) -> np.
 
 def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarray,
           total: int, damping: Damping, history: list[dict[str, Any]]) -> np.ndarray:
-    """bsp-adaptive: window by window, the model policy (harness.partition.Repartitioner)
+    """bsp-adaptive: window by window, the model policy (harness.partition.policies.Repartitioner)
     sees each worker's (slice, compute) sums and may move samples for the next window."""
     steps, n = sizes.shape
     policy = Repartitioner("model", total, n, damping)
@@ -536,11 +536,11 @@ ORIGIN_NS = 1_000_000_000  # simulated time starts at 1 s (a zero `ready` reads 
 
 
 def records(sim: Simulation) -> np.ndarray:
-    """The simulated steps as the rows a real run writes (harness.collector.RECORD_DTYPE),
+    """The simulated steps as the rows a real run writes (harness.records.collector.RECORD_DTYPE),
     step by step. Compute is split over its phases in each class's recorded shares;
     unpack and apply are one (apply_ns); losses and system counters are not simulated
     (NaN and 0)."""
-    from harness.collector import COMPUTE_PHASES, RECORD_DTYPE
+    from harness.records.collector import COMPUTE_PHASES, RECORD_DTYPE
 
     step, rank = np.nonzero(sim.kept)
     rows = np.zeros(len(step), dtype=RECORD_DTYPE)

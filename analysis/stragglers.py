@@ -13,10 +13,10 @@ The excess is split, in this order, over what the records can measure:
              time above the median, in a step during which processes outside the run (or
              the hypervisor's steal) kept at least INTERFERENCE_CORES more cores busy than
              during the worker's median step (the launcher's samples of the host,
-             harness/system.py): waiting for a core, and running slower beside another
+             harness/system/sampler.py): waiting for a core, and running slower beside another
              process (caches, memory bandwidth);
 - frequency: CPU time above the median, without such interference, in a step during which
-             the cores' clock (the same samples, harness/system.py) ran at least
+             the cores' clock (the same samples, harness/system/sampler.py) ran at least
              FREQUENCY_DROP below the worker's median step's: the same work takes 1 - f /
              f_median of its CPU time longer (thermal or power limits, a governor);
 - preempted: off-CPU time, without such interference, in a step with more involuntary

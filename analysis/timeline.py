@@ -3,7 +3,7 @@ worker's phases as spans on one time axis (idle before the all-reduce visible), 
 table (each worker's compute time per batch for consecutive batches, the straggler of each
 batch marked).
 
-The spans tile a step exactly as the trace's do (harness.collector.trace_slices): one
+The spans tile a step exactly as the trace's do (harness.records.collector.trace_slices): one
 definition of where idle ends and communication begins."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.metrics import after_warmup, complete_steps, instrumented
-from harness.collector import trace_slices
+from harness.records.collector import trace_slices
 
 STEPS_SHOWN = 6  # consecutive steps in a timeline or a table
 

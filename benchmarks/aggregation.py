@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
-from harness import comm
+from harness.exchange import comm
 from workloads.models import build_spec
 
 ROUNDS = 25

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
-from harness import comm
+from harness.exchange import comm
 from workloads.models import build_spec
 
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}

@@ -14,7 +14,7 @@ import pytest
 from analysis.compare import run_metrics
 from analysis.metrics import run_summary, with_derived, worker_summary
 from analysis.runs import analyse_run
-from harness.collector import PHASES, RECORD_DTYPE
+from harness.records.collector import PHASES, RECORD_DTYPE
 
 ROWS, WORKERS = 1_000_000, 4
 

@@ -31,9 +31,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import Settings, compare_values, metric_values, overall_verdict
-from harness.config import SuiteSpec, load_suite
-from harness.launch import run_suite
-from harness.results import find_runs, load_run
+from harness.records.results import find_runs, load_run
+from harness.run.launcher import run_suite
+from harness.spec.suite import SuiteSpec, load_suite
 
 VARIANTS = {"A": 1.0, "A2": 1.0, "S1.2": 1.2, "S1.5": 1.5}
 PAIRS = (("A", "A2", "false alarm"), ("A", "S1.2", "detection"), ("A", "S1.5", "detection"))

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import parse_suite
-from harness.launch import run_suite
-from harness.results import load_run
+from harness.records.results import load_run
+from harness.run.launcher import run_suite
+from harness.spec.suite import parse_suite
 
 REPO = Path(__file__).resolve().parent.parent
 

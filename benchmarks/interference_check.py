@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.stragglers import attribute
-from harness import collector, system
-from harness.results import load_run
+from harness.records import collector
+from harness.records.results import load_run
+from harness.system import sampler as system
 
 SUITE = Path(__file__).with_name("interference.toml")
 HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import run_summary
-from harness.results import find_runs, load_run
+from harness.records.results import find_runs, load_run
 
 TOLERANCE = 0.05
 

@@ -4,7 +4,7 @@ recording) versus off (step_bare, nothing recorded), in blocks of steps whose or
 One PyTorch worker, gloo world of 1.
 
 On a CUDA device a third mode times every phase by waiting for the device (the host-clock
-timer) where the worker itself uses CUDA events (harness/timer.py): what the waits cost
+timer) where the worker itself uses CUDA events (harness/loop/timer.py): what the waits cost
 against the events is the GPU part of issue 16.
 
     python benchmarks/overhead.py [--workload mlp] [--device cuda:0] [--blocks 30]
@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from adapters.pytorch import TorchAdapter
-from harness import aggregators, comm
-from harness.collector import RecordWriter
-from harness.config import parse_suite
-from harness.launch import free_port
-from harness.timer import StepTimer
-from harness.worker import Counters, build_trainer
+from harness import exchange as aggregators
+from harness.exchange import comm
+from harness.loop.timer import StepTimer
+from harness.loop.worker import Counters, build_trainer
+from harness.records.collector import RecordWriter
+from harness.run.launcher import free_port
+from harness.spec.suite import parse_suite
 
 
 def main() -> None:

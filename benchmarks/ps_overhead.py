@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import after_warmup, run_summary
-from harness.results import find_runs, load_run
+from harness.records.results import find_runs, load_run
 
 
 def rows(folder: Path) -> pd.DataFrame:

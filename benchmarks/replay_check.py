@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.repartition import replay_error
-from harness.partition import Damping
-from harness.results import find_runs, load_run
+from harness.partition.policies import Damping
+from harness.records.results import find_runs, load_run
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ import pandas as pd
 
 from analysis import deviceclass, simulate
 from analysis.metrics import run_summary, step_metrics
-from harness import collector
-from harness.results import find_runs, load_run
+from harness.records import collector
+from harness.records.results import find_runs, load_run
 
 FITTED_ON = {"pair": ("trio", "quad", "six"), "pair-abrupt": ("quad-abrupt",)}
 SIMULATED_PER_RECORDED = 5

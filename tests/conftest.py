@@ -27,8 +27,8 @@ def hetbench_command(*args: str) -> list[str]:
 def completed_runs(folder: Path, suite_text: str) -> dict[str, Path]:
     """Run the suite `suite_text` once into `folder` (for a module fixture: several tests
     read one launch); every run must complete. Run name -> run directory."""
-    from harness.config import load_suite
-    from harness.launch import run_suite
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import load_suite
 
     (folder / "suite.toml").write_text(suite_text)
     results = run_suite(load_suite(str(folder / "suite.toml")), folder / "out")

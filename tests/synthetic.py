@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import collector, manifest
-from harness.collector import RECORD_DTYPE
+from harness.records import collector, manifest
+from harness.records.collector import RECORD_DTYPE
 
 MS = 1_000_000
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, load_adapter
-from harness.optim import Optimizer, OptimizerSpec
+from harness.training.optim import Optimizer, OptimizerSpec
 from workloads import WORKLOADS, get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
 from workloads.models import ModelSpec, build_spec

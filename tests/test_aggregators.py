@@ -1,4 +1,4 @@
-"""Aggregators (harness/aggregators): the suite key and its errors, the parameter servers'
+"""Aggregators (harness/exchange): the suite key and its errors, the parameter servers'
 placement, and the server's rules (sync, backup, async, ssp, DynSGD) driven in process,
 without RPC, against updates worked out by hand."""
 
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from harness.aggregators import AGGREGATORS, kind
-from harness.aggregators.parameter_server import ShardServer, placement
-from harness.aggregators.placement import segments
-from harness.config import parse_suite, run_from_dict
-from harness.errors import UsageError
+from harness.exchange import AGGREGATORS, kind
+from harness.exchange.parameter_server import ShardServer, placement
+from harness.exchange.placement import segments
+from harness.spec.errors import UsageError
+from harness.spec.suite import parse_suite, run_from_dict
 
 
 def run_with(aggregator: Any, workers: int = 3, **extra: Any) -> Any:
@@ -235,7 +235,7 @@ def test_ssp_with_bound_zero_is_a_barrier_and_ends_at_the_sample_budget() -> Non
 def test_torchrun_mode_refuses_what_needs_the_launcher() -> None:
     """torchrun starts only workers: no parameter server, and nobody to finish a run that
     went on without a dead worker."""
-    from harness.worker import _torchrun_problem
+    from harness.loop.worker import _torchrun_problem
 
     assert _torchrun_problem(run_with("local-sgd")) is None
     assert _torchrun_problem(run_with("allreduce-host")) is None

@@ -140,7 +140,7 @@ def test_host_samples_are_joined_to_each_step_by_time() -> None:
     beyond the last sample NaN."""
     import pandas as pd
 
-    from harness.system import join_to_steps
+    from harness.system.sampler import join_to_steps
 
     samples = pd.DataFrame({"t_ns": [100 * MS, 200 * MS, 300 * MS],
                             "others_cores": [0.0, 1.0, 0.0], "steal_cores": [0.0, 0.0, 0.5],

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli.run import refuse_missing_devices
-from harness.config import MAX_CORE, load_suite
-from harness.errors import UsageError
+from harness.spec.errors import UsageError
+from harness.spec.suite import MAX_CORE, load_suite
 from tests.test_cli_errors import cuda_7_missing, error_line, hetbench  # noqa: F401 - a fixture
 
 DIRECTORY = b"<a directory, not a file>"  # content marker: the suite path is a folder

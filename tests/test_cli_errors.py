@@ -46,7 +46,7 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def cuda_7_missing() -> None:
-    from harness.launch import gpu_count  # probes in a subprocess: no torch here
+    from harness.run.launcher import gpu_count  # probes in a subprocess: no torch here
 
     if gpu_count("pytorch") > 7:
         pytest.skip("this host has a cuda:7")
@@ -168,7 +168,7 @@ def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite) -> 
 def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
         tmp_path: Path, write_suite) -> None:
     """torch may see a GPU that tensorflow-cpu does not: each framework is asked itself."""
-    from harness.launch import gpu_count
+    from harness.run.launcher import gpu_count
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed")
@@ -192,7 +192,7 @@ def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path) -> Non
     assert toml.returncode == 0 and 'name = "quick"' in toml.stdout
     copy = tmp_path / "copy.toml"
     copy.write_text(toml.stdout)
-    from harness.config import load_suite
+    from harness.spec.suite import load_suite
 
     assert load_suite(str(copy)).runs == load_suite("quick").runs  # what it prints runs
     assert "quick, repartition" in " ".join(hetbench(tmp_path, "run", "--help").stdout.split())

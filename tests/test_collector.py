@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import run_summary, with_derived, worker_summary
-from harness import collector
-from harness.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
+from harness.records import collector
+from harness.records.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
 from tests.trace_check import check_trace
 
 

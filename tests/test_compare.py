@@ -27,10 +27,10 @@ from analysis.compare import (
     min_repeats,
     run_metrics,
 )
-from harness import collector, manifest
 from harness.cli.main import main
-from harness.collector import RECORD_FIELDS
-from harness.results import load_run
+from harness.records import collector, manifest
+from harness.records.collector import RECORD_FIELDS
+from harness.records.results import load_run
 from tests.conftest import REPO, hetbench_command
 
 ENVIRONMENT = {"host": "ci-1", "cpu_model": "Generic CPU @ 2.0GHz", "cpu_count": 2,

@@ -1,4 +1,4 @@
-"""Suite specs (harness.config): every bad input is one UsageError naming the field and what is
+"""Suite specs (harness.spec.suite): every bad input is one UsageError naming the field and what is
 allowed; good input becomes frozen dataclasses. Framework-free: no torch is imported here."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.config import (
+from harness.spec.errors import UsageError
+from harness.spec.suite import (
     Overrides,
     PartitionSpec,
     RunSpec,
@@ -20,7 +21,6 @@ from harness.config import (
     load_suite,
     parse_suite,
 )
-from harness.errors import UsageError
 
 TWO_CPUS = [{"device": "cpu"}, {"device": "cpu"}]
 
@@ -526,8 +526,8 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     left out takes the workload's default; the spec survives the JSON the launcher writes."""
     import json
 
-    from harness.config import run_from_dict
-    from harness.optim import OptimizerSpec
+    from harness.spec.suite import run_from_dict
+    from harness.training.optim import OptimizerSpec
 
     table = run(workload="resnet", size="tiny", eval_every=5, target={"value": 0.5},
                 optimizer={"name": "adamw", "weight_decay": 0.01, "warmup_steps": 3,

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import collector
-from harness.collector import RECORD_DTYPE, RECORD_FIELDS
-from harness.procfs import start_ticks as process_start_ticks
-from harness.results import launcher_alive
+from harness.records import collector
+from harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
+from harness.records.results import launcher_alive
+from harness.system.procfs import start_ticks as process_start_ticks
 from tests.conftest import hetbench_command
 from tests.synthetic import steps_frame, write_run
 

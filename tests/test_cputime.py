@@ -1,4 +1,4 @@
-"""CPU time of all threads (harness/cputime.py): every thread counted, exactly."""
+"""CPU time of all threads (harness/system/cputime.py): every thread counted, exactly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from harness import cputime
-from harness.cputime import ThreadsCpuClock
+from harness.system import cputime
+from harness.system.cputime import ThreadsCpuClock
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(cputime.TASKS),
                                 reason="per-thread CPU clocks are read through Linux's /proc")

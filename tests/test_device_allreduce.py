@@ -1,4 +1,4 @@
-"""Choi's strategy 2, `allreduce-device` (harness/aggregators/device.py).
+"""Choi's strategy 2, `allreduce-device` (harness/exchange/device.py).
 
 Without a GPU: the routing (which CPU worker's gradients go through which GPU worker) and
 the relay itself in real processes over gloo, with gloo standing in for NCCL among the
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness.aggregators.device import Relay, routes
+from harness.exchange.device import Relay, routes
 
 
 def test_cpu_workers_are_dealt_round_robin_over_the_gpu_workers() -> None:
@@ -102,9 +102,9 @@ aggregator = "allreduce-device"
                     reason="allreduce-device needs a GPU and NCCL; this host has neither")
 def test_strategy_two_ends_with_the_parameters_of_strategy_one(tmp_path: Path,
                                                                write_suite) -> None:
-    from harness.config import load_suite
-    from harness.launch import run_suite
-    from harness.results import load_run
+    from harness.records.results import load_run
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import load_suite
     from tests.trace_check import check_trace
 
     results = run_suite(load_suite(str(write_suite(GPU_SUITE))), tmp_path / "out")

@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness.config import load_suite
-from harness.launch import run_suite
+from harness.run.launcher import run_suite
+from harness.spec.suite import load_suite
 from workloads.data import BatchOrder, load_dataset
 from workloads.models import build_spec
 
@@ -112,7 +112,7 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
                                        err_msg=f"{run_name}: {name}")
 
     # The partition really was what the suite asked for, and every step was recorded.
-    from harness.results import load_run
+    from harness.records.results import load_run
 
     three = load_run(results[2].run_dir)
     assert three.status == "completed"
@@ -194,7 +194,7 @@ def test_adamw_schedule_and_heldout_evaluation_match_plain_torch(tmp_path: Path,
         targets = torch.from_numpy(heldout.targets)
         final_loss = float(nn.functional.cross_entropy(logits, targets))
         final_accuracy = float((logits.argmax(1) == targets).float().mean())
-    from harness.results import load_run
+    from harness.records.results import load_run
 
     for result in results:
         params = dict(np.load(result.run_dir / "params.npz"))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import collector
-from harness.results import load_run
+from harness.records import collector
+from harness.records.results import load_run
 from tests.conftest import REPO, hetbench_command
 
 pytestmark = pytest.mark.slow
@@ -267,8 +267,8 @@ echo $? > "$FACTS/code"
 {python} - "$DISK/out" "$FACTS/facts.json" <<'PY'
 import json, sys
 from pathlib import Path
-from harness import collector
-from harness.results import load_run
+from harness.records import collector
+from harness.records.results import load_run
 (run_dir,) = Path(sys.argv[1]).glob("full/long-*")
 run = load_run(run_dir)
 flushed = sum(len(a) for a in collector.read_parts(run_dir))
@@ -309,7 +309,7 @@ def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Pa
 
 
 def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> None:
-    from harness.launch import _worker_reason
+    from harness.run.launcher import _worker_reason
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank2.log").write_text(
@@ -321,9 +321,9 @@ def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> No
 
 
 def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown() -> None:
-    # the teardown is where native threads abort a finished worker (harness/exits.py)
+    # the teardown is where native threads abort a finished worker (harness/system/exits.py)
     program = ("import atexit, sys\n"
-               "from harness.exits import exit_skipping_teardown\n"
+               "from harness.system.exits import exit_skipping_teardown\n"
                "atexit.register(lambda: print('teardown ran'))\n"
                "print('written', end='')\n"
                "sys.stderr.write('said')\n"

@@ -11,7 +11,7 @@ listener in its server (mxnet-kvstore).
 
 TensorFlow's gRPC servers (tensorflow-collective) bind "0.0.0.0:<port>" whatever address
 they are given: that run's workers live in a network namespace of their own whose only
-interface is loopback (harness/netns.py), so a wildcard there is loopback too. Each
+interface is loopback (harness/system/netns.py), so a wildcard there is loopback too. Each
 process's sockets are read in its own namespace (/proc/PID/net), and a wildcard counts as
 loopback only in a namespace whose interfaces are `lo` alone.
 """
@@ -32,7 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import collector, netns, rendezvous
+from harness.exchange import rendezvous
+from harness.records import collector
+from harness.system import netns
 from tests.conftest import REPO, hetbench_command
 from tests.test_mixed_frameworks import installed
 
@@ -263,7 +265,7 @@ def test_the_check_sees_a_wildcard_and_a_loopback_listener() -> None:
 
 
 def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
-    """harness.comm's store (what rank 0 serves): bound to 127.0.0.1, not to every
+    """harness.exchange.comm's store (what rank 0 serves): bound to 127.0.0.1, not to every
     interface as torch's own; a client reaches it; tcp:// URLs on loopback become the
     loopback scheme (the RPC rendezvous), others stay as they are."""
     with socket.socket() as probe:
@@ -349,7 +351,7 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
 
 def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespace(
         tmp_path: Path) -> None:
-    """harness/netns.py on its own: the holder's namespace has lo alone, up; a process
+    """harness/system/netns.py on its own: the holder's namespace has lo alone, up; a process
     started through join lives there (a wildcard listener it opens is not in the host's
     tables and takes a connection on 127.0.0.1); stopping the holder ends it."""
     holder = netns.start_holder(tmp_path / "netns.log")
@@ -357,7 +359,7 @@ def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespac
         pytest.skip(f"no network namespace on this host: {holder}")
     try:
         assert netns.interfaces(holder.pid) == ["lo"] and loopback_only(holder.pid)
-        program = ("import socket\nfrom harness import netns\n"
+        program = ("import socket\nfrom harness.system import netns\n"
                    "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
                    "socket.create_connection(('127.0.0.1', s.getsockname()[1])).close()\n"
                    "print(netns.namespace(), s.getsockname()[1])\n")

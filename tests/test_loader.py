@@ -1,4 +1,4 @@
-"""The input pipeline (harness/loader.py, workloads/pipeline.py): decode and augmentation
+"""The input pipeline (harness/training/loader.py, workloads/pipeline.py): decode and augmentation
 are fixed by (seed, step, place in the global batch), so partitions and loader kinds never
 change the mathematics; the prefetcher hands out exactly the batches asked for, drops those
 made for a slice that moved, and every wait has its timeout."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.loader import LoaderSpec, Prefetcher
+from harness.training.loader import LoaderSpec, Prefetcher
 from workloads.pipeline import PAD, augment, decode_png, encode_png
 
 
@@ -108,9 +108,9 @@ loader = { workers = 2, decode = true }
 
 @pytest.mark.slow
 def test_loader_runs_keep_partition_invariance(tmp_path: Path, write_suite) -> None:
-    from harness.config import load_suite
-    from harness.launch import run_suite
-    from harness.results import load_run
+    from harness.records.results import load_run
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import load_suite
 
     results = run_suite(load_suite(str(write_suite(SUITE))), tmp_path / "results")
     assert [r.status for r in results] == ["completed"] * 3, [r.reason for r in results]

@@ -19,7 +19,7 @@ import torch
 
 from analysis.metrics import complete_steps, run_summary, step_metrics
 from analysis.runs import analyse_run
-from harness.results import load_run
+from harness.records.results import load_run
 from tests.conftest import completed_runs
 from tests.test_exactness import plain_torch
 from tests.trace_check import check_trace

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
-from harness.aggregators import AGGREGATORS
+from harness.exchange import AGGREGATORS
 from tests.conftest import REPO, hetbench_command
 from tests.trace_check import check_trace
 
@@ -71,9 +71,9 @@ def hetbench(cwd: Path, *args: str, env: dict[str, str] | None = None
 def test_mixed_job_ends_where_a_pytorch_job_ends(tmp_path: Path, write_suite) -> None:
     if not (installed("tensorflow") and installed("mxnet")):
         pytest.skip("needs TensorFlow and MXNet (pip install 'hetbench[all]')")
-    from harness.config import load_suite
-    from harness.launch import run_suite
-    from harness.results import load_run
+    from harness.records.results import load_run
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import load_suite
 
     suite = load_suite(str(write_suite(MIXED_SUITE)))
     results = run_suite(suite, tmp_path / "results")
@@ -137,9 +137,9 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
     additions, so they agree to rounding)."""
     if not installed(framework):
         pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
-    from harness.config import load_suite
-    from harness.launch import run_suite
-    from harness.results import load_run
+    from harness.records.results import load_run
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import load_suite
 
     text = NATIVE_SUITE.format(framework=framework, strategy=strategy)
     results = run_suite(load_suite(str(write_suite(text))), tmp_path / "results")
@@ -157,8 +157,8 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
 
 
 def test_native_strategy_needs_its_framework_on_every_worker() -> None:
-    from harness.config import parse_suite
-    from harness.errors import UsageError
+    from harness.spec.errors import UsageError
+    from harness.spec.suite import parse_suite
 
     with pytest.raises(UsageError) as info:
         parse_suite({"runs": [{"name": "r", "strategy": "mxnet-kvstore", "workers": [

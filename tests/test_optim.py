@@ -1,4 +1,4 @@
-"""The harness optimizer (harness/optim.py) against torch.optim and torch's LR schedulers:
+"""The harness optimizer (harness/training/optim.py) against torch.optim and torch's LR schedulers:
 the reference is torch's own implementation, not ours. The harness path is what the worker
 does: global gradient sums in the buffer, update() in place, then params -= scale * buffer.
 """
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from harness.optim import Optimizer, OptimizerSpec, learning_rate
+from harness.training.optim import Optimizer, OptimizerSpec, learning_rate
 
 STEPS, BATCH, LR, N = 12, 32, 0.05, 200
 

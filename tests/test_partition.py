@@ -1,6 +1,6 @@
-"""Batch partitioning (harness.partition): sizes sum exactly to the global batch, respect the
-minimum, follow the weights as closely as integers allow, and every rank computes the same
-answer. Property tests use hypothesis."""
+"""Batch partitioning (harness.partition.policies): sizes sum exactly to the global
+batch, respect the minimum, follow the weights as closely as integers allow, and every rank
+computes the same answer. Property tests use hypothesis."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.partition import (
+from harness.partition.policies import (
     POLICIES,
     equal_sizes,
     largest_remainder,

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from analysis.metrics import run_summary
-from harness.config import parse_run
-from harness.errors import UsageError
-from harness.pipeline_worker import alike_times
-from harness.results import load_run
+from harness.loop.stage import alike_times
+from harness.records.results import load_run
+from harness.spec.errors import UsageError
+from harness.spec.suite import parse_run
 from tests.conftest import completed_runs, hetbench_command
 from tests.trace_check import check_trace
 from workloads import get_workload
@@ -257,7 +257,7 @@ def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
     import signal
     import time
 
-    from harness import collector
+    from harness.records import collector
     from tests.conftest import REPO
     from tests.test_faults import alive
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from analysis.traffic import per_endpoint, traffic_table
-from harness.config import parse_run
-from harness.errors import UsageError
-from harness.results import load_run
+from harness.records.results import load_run
+from harness.spec.errors import UsageError
+from harness.spec.suite import parse_run
 from tests.conftest import completed_runs
 
 STEPS = 4

@@ -23,10 +23,10 @@ from analysis.schemes import (
     staleness_counts,
     staleness_summary,
 )
-from harness import collector
-from harness.collector import RECORD_DTYPE
-from harness.config import parse_suite, run_from_dict
-from harness.errors import UsageError
+from harness.records import collector
+from harness.records.collector import RECORD_DTYPE
+from harness.spec.errors import UsageError
+from harness.spec.suite import parse_suite, run_from_dict
 from tests.synthetic import MS, steps_frame
 
 GLOBAL_BATCH = 64

@@ -13,8 +13,8 @@ import pytest
 from analysis import deviceclass, simulate
 from analysis.deviceclass import CommModel, Source
 from analysis.metrics import run_summary
-from harness import collector
-from harness.config import WorkerSpec
+from harness.records import collector
+from harness.spec.suite import WorkerSpec
 from tests.synthetic import MS, steps_frame
 
 PARAMETERS = 1000
@@ -96,7 +96,7 @@ def test_the_ring_model_is_recovered_from_two_world_sizes() -> None:
 
 
 def test_runs_that_cannot_be_fitted_are_refused_by_name() -> None:
-    from harness.errors import UsageError
+    from harness.spec.errors import UsageError
 
     meta, frame = steady_pair()
     with pytest.raises(UsageError, match="status failed"):
@@ -196,7 +196,7 @@ def test_the_summary_is_what_the_analysis_reads_off_the_records(scheme: str) -> 
     sim = simulate.simulate(workers("rank0:2,rank1:3,rank2:1", [run]), comm,
                             simulate.parse_scheme(scheme), 60, 192, seed=1)
     frame = collector.records_frame([simulate.records(sim)])
-    from harness.results import step_problem
+    from harness.records.results import step_problem
 
     assert step_problem(frame) is None
     mine, theirs = simulate.summarise(sim), run_summary(frame)

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import collector, manifest
 from harness.cli.main import main
-from harness.results import load_run
+from harness.records import collector, manifest
+from harness.records.results import load_run
 from tests.synthetic import steps_frame
 from tests.test_simulate import recorded
 
@@ -129,7 +129,7 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     suite differ by 10-30%, so this is what 'reproduces' can mean here."""
     from analysis import deviceclass, simulate
     from analysis.metrics import run_summary
-    from harness.results import find_runs
+    from harness.records.results import find_runs
 
     results = tmp_path / "results"
     assert main(["run", str(write_suite(RECORDED)), "--out", str(results)]) == 0
@@ -160,7 +160,7 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
 
 
 def test_load_steps_gives_many_runs_as_one_tidy_frame(tmp_path: Path) -> None:
-    from harness.results import load_steps
+    from harness.records.results import load_steps
 
     write_recorded(tmp_path / "in", "a")
     write_recorded(tmp_path / "in", "b")

@@ -1,5 +1,5 @@
-"""Stage partitioning for pipelined virtual workers (harness/stages.py), checked against an
-exhaustive search written here."""
+"""Stage partitioning for pipelined virtual workers (harness/partition/stages.py), checked
+against an exhaustive search written here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.stages import Links, Profile, split_layers, stage_times
+from harness.partition.stages import Links, Profile, split_layers, stage_times
 
 
 def exhaustive(profile: Profile, links: Links) -> float:

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from analysis.stragglers import attribute
-from harness import collector, system
-from harness.results import load_run
+from harness.records import collector
+from harness.records.results import load_run
+from harness.system import sampler as system
 from tests.conftest import REPO, hetbench_command
 
 pytestmark = [pytest.mark.slow,

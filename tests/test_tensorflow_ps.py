@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config import load_suite, parse_suite
-from harness.errors import UsageError
-from harness.launch import run_suite
-from harness.results import load_run
+from harness.records.results import load_run
+from harness.run.launcher import run_suite
+from harness.spec.errors import UsageError
+from harness.spec.suite import load_suite, parse_suite
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive, finish, start_long_run
 from tests.test_sync_schemes import ATOL, kill_when
@@ -177,8 +177,8 @@ def test_a_workers_step_ends_with_its_next_steps_pull(tmp_path: Path) -> None:
     """The coordinator's records: a step is load, compute, stretch, then the exchange: its
     push, the wait for the next function (idle) and that function's pull; a worker's last
     step ends with its push. Instants in wall-clock seconds become monotonic ns."""
-    from harness import collector
-    from harness.aggregators.tensorflow_coordinator import Recorder
+    from harness.loop.tensorflow_coordinator import Recorder
+    from harness.records import collector
 
     recorder = Recorder(tmp_path, 2, [(0, 40), (40, 64)])
     offset = recorder.offset
@@ -222,7 +222,7 @@ def test_a_workers_step_ends_with_its_next_steps_pull(tmp_path: Path) -> None:
 def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:
     """Worker r's k-th step: slice r of global batch k, as BatchOrder cuts it; its slowdown,
     factor_at(k) (the jitter drawn from seed, rank and step as in the training loop)."""
-    from harness.aggregators.tensorflow_coordinator import batch_tables
+    from harness.loop.tensorflow_coordinator import batch_tables
     from workloads.data import BatchOrder
 
     [run] = parse_suite(suite_with(steps=7, global_batch=64, workers=[
@@ -245,8 +245,8 @@ def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from harness.aggregators.services import Services
-    from harness.launch import _watch
+    from harness.run.launcher import _watch
+    from harness.run.services import Services
 
     [run] = parse_suite(suite_with()).runs
     (tmp_path / "parts").mkdir()

@@ -1,4 +1,4 @@
-"""The step's phase timer (harness/timer.py) and the record it feeds (collector)."""
+"""The step's phase timer (harness/loop/timer.py) and the record it feeds (collector)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness import collector
-from harness.collector import PHASES, RECORD_DTYPE, Phase
-from harness.timer import RULES, CudaEventTimer, StepTimer
-from harness.worker import Stretcher
+from harness.loop.timer import RULES, CudaEventTimer, StepTimer
+from harness.loop.worker import Stretcher
+from harness.records import collector
+from harness.records.collector import PHASES, RECORD_DTYPE, Phase
 
 COMPUTE = [p for p in PHASES if RULES[p].stretched]
 
@@ -143,8 +143,8 @@ def compute_times(device: str, timers: dict[str, Callable[[Any], StepTimer]],
     each of `timers` (each made from the worker's adapter): each timer's compute times
     (begin to ready) after 10 warm-up steps (cuDNN's choices, the allocator)."""
     from adapters.pytorch import TorchAdapter
-    from harness.config import parse_suite
-    from harness.worker import build_trainer
+    from harness.loop.worker import build_trainer
+    from harness.spec.suite import parse_suite
 
     run = parse_suite({"runs": [{"name": "timing", "workload": "cnn", "dataset": "digits",
                                  "global_batch": 64, "steps": steps,
@@ -182,7 +182,7 @@ def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
     """The worker's compute on cuda:0, timed alternately by events and by a device-wide
     wait per phase: both time the same kernels, so their compute medians are within a
     factor 2 (how much the waits add is what benchmarks/gpu_check.sh measures)."""
-    torch.cuda.set_device(0)  # as harness.comm.init does for a CUDA worker
+    torch.cuda.set_device(0)  # as harness.exchange.comm.init does for a CUDA worker
     compute = compute_times("cuda:0", {
         "events": lambda adapter: CudaEventTimer(adapter.synchronize, adapter.cuda_event),
         "waits": lambda adapter: StepTimer(Stretcher(1.0), adapter.synchronize)})
@@ -214,8 +214,8 @@ class Device:
 def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: float,
                                                      adapter: Device, instrument: bool,
                                                      expected: str) -> None:
-    from harness.config import WorkerSpec
-    from harness.worker import phase_timer
+    from harness.loop.worker import phase_timer
+    from harness.spec.suite import WorkerSpec
 
     timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,
                         Stretcher(slowdown), instrument)

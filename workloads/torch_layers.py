@@ -1,5 +1,5 @@
 """A PyTorch model as a sequence of layers, for cutting it into pipeline stages (HetPipe,
-harness/pipeline_worker.py): each builder's `layers(model)` returns `Layer`s whose
+harness/loop/stage.py): each builder's `layers(model)` returns `Layer`s whose
 composition in order is the model's forward, sharing the model's parameters.
 
 A layer is one parameterised module between an optional input transform (flatten, global

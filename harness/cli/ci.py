@@ -4,7 +4,7 @@ Runs SUITE for the base commit and for the working tree on this machine, one lau
 per round, then `hetbench compare`s them (same exit statuses: 0, 1 regression, 3
 inconclusive, 2 error). The base runs its own code: a temporary `git worktree` of REF, with
 a Python started there (cwd and PYTHONPATH) that calls the tree's own launcher
-(harness.launch.run_suite; `python -m harness.cli.main run` for trees without it), so its
+(harness.run.launcher.run_suite; `python -m harness.cli.main run` for trees without it), so its
 workers import the base's harness, adapters and workloads. Both sides run the same suite
 definition (the working tree's text, one repeat per launch), so only the code differs.
 
@@ -23,12 +23,12 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from harness.cli.compare import add_statistics_arguments, report, settings_from
-from harness.errors import UsageError
+from harness.spec.builtin import builtin_text
+from harness.spec.errors import UsageError
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_paths
-    from harness.config import load_suite
-    from harness.results import writable_folder
+    from harness.records.results import writable_folder
+    from harness.spec.suite import load_suite
 
     settings = settings_from(args)
     suite = load_suite(args.suite)
@@ -168,7 +168,7 @@ def suite_text(name_or_path: str) -> str:
     path = Path(name_or_path)
     if path.is_file():
         return path.read_text()
-    return (resources.files("harness") / "suites" / f"{name_or_path}.toml").read_text()
+    return builtin_text(name_or_path)
 
 
 # Runs one round of the suite (repeats = 1) through the side's own launcher: what
@@ -179,9 +179,14 @@ import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
-from harness.config import load_suite
-from harness.errors import UsageError
-from harness.launch import run_suite
+try:  # the layout since the harness was split into rooms
+    from harness.spec.errors import UsageError
+    from harness.spec.suite import load_suite
+    from harness.run.launcher import run_suite
+except ModuleNotFoundError:  # a base commit from before it
+    from harness.config import load_suite
+    from harness.errors import UsageError
+    from harness.launch import run_suite
 try:
     suite = dataclasses.replace(load_suite(sys.argv[1]), repeats=1)
     results = run_suite(suite, Path(sys.argv[2]))

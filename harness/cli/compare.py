@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import launches
-from harness.errors import UsageError
+from harness.spec.errors import UsageError
 
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.002
@@ -105,7 +105,7 @@ def _check_pattern(pattern: str, where: str, known: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_runs
-    from harness.results import (
+    from harness.records.results import (
         choose_launches,
         find_runs,
         load_finished_runs,

@@ -1,6 +1,6 @@
 """`hetbench devices`: per framework, installed or not (and the extra that installs it), its
 version, the devices it sees, the native aggregation strategies it offers and hetbench's
-aggregators for it (harness/probe.py asks each in a process of its own)."""
+aggregators for it (harness/run/probe.py asks each in a process of its own)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from harness.probe import DEFAULT_TIMEOUT_S, FrameworkInfo, probe_all
+from harness.run.probe import DEFAULT_TIMEOUT_S, FrameworkInfo, probe_all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

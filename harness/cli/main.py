@@ -6,9 +6,10 @@ import argparse
 import importlib
 import sys
 
-from harness import __version__, signals
-from harness.errors import UsageError
-from harness.exits import exit_skipping_teardown
+from harness import __version__
+from harness.spec.errors import UsageError
+from harness.system import signals
+from harness.system.exits import exit_skipping_teardown
 
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The `hetbench` command: main(), then an exit that skips the interpreter's teardown
-    (harness/exits.py says why)."""
+    (harness/system/exits.py says why)."""
     exit_skipping_teardown(main())
 
 

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis import paper
     from analysis.figures import write_all
-    from harness.results import finished_runs_by_suite, writable_folder
+    from harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, f"each in {args.out}/SUITE",
                                     launches.choice(args))

@@ -19,10 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness import manifest
-    from harness.errors import UsageError
-    from harness.results import find_runs
-    from harness.rundir import recover
+    from harness.records import manifest
+    from harness.records.results import find_runs
+    from harness.records.rundir import recover
+    from harness.spec.errors import UsageError
 
     running = [d for d in find_runs(args.paths) if manifest.read(d).get("status") == "running"]
     if not running:

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.results import finished_runs_by_suite, writable_folder
+    from harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, "reported apart",
                                     launches.choice(args))
@@ -67,9 +67,9 @@ def write_html(runs: list[Any], markdown: str, out: Path) -> None:
     """report.html beside report.md: the page, with the committed baselines' history."""
     from analysis.figures import history_figure
     from analysis.html_report import history_table, page
-    from harness import baselines
-    from harness.errors import UsageError
-    from harness.results import find_runs, load_finished_runs, note
+    from harness.records import baselines
+    from harness.records.results import find_runs, load_finished_runs, note
+    from harness.spec.errors import UsageError
 
     with baselines.snapshots() as found:
         points = []

@@ -12,7 +12,7 @@ DEFAULT_SUITE = "quick"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from harness.builtin import builtin_suites
+    from harness.spec.builtin import builtin_suites
 
     parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
                         help=f"suite TOML file or built-in name: {', '.join(builtin_suites())}"
@@ -45,10 +45,10 @@ class StepProgress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.config import Overrides, load_suite
-    from harness.launch import run_suite
-    from harness.results import writable_folder
-    from harness.rundir import core_load
+    from harness.records.results import writable_folder
+    from harness.records.rundir import core_load
+    from harness.run.launcher import run_suite
+    from harness.spec.suite import Overrides, load_suite
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
@@ -100,7 +100,7 @@ def refuse_missing_devices(suite: Any) -> dict[str, int]:
     host lacks, before --out is created or anything printed: a refused suite leaves
     nothing behind. (run_suite asks again, and with --skip-unavailable records such runs
     as skipped, so then there is nothing to refuse here.)"""
-    from harness.launch import check_devices
+    from harness.run.launcher import check_devices
 
     gpu_counts: dict[str, int] = {}
     for i, run_spec in enumerate(suite.runs):
@@ -148,7 +148,7 @@ def _worker_text(w: Any) -> str:
 
 def print_result(result: Any) -> None:
     from analysis.metrics import run_summary, worker_summary
-    from harness.results import load_run
+    from harness.records.results import load_run
 
     print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
           f"[{result.run_dir}]")
@@ -190,7 +190,7 @@ def _held_out_line(data: Any) -> str | None:
 def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
     """The analysis figures for the runs just made (PNG and PDF)."""
     from analysis.figures import write_all
-    from harness.results import load_run
+    from harness.records.results import load_run
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
     return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.spec.errors import UsageError
 
 SUITE = "simulate"
 MAX_STEPS = 1_000_000
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     runs = _load(args.results, args.runs) if args.results else []
     classes, names = deviceclass.fit_classes(runs) if runs else ({}, {})
     comm = deviceclass.fit_comm(runs) if runs else None
-    from harness.results import writable_folder
+    from harness.records.results import writable_folder
 
     jobs = _jobs(runs, names, mixes, schemes, args)
     for job in jobs:  # every name resolved before anything is written
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load(paths: list[Path], pattern: str | None) -> list[tuple[dict[str, Any], Any]]:
-    from harness.config import name_matches
-    from harness.results import find_runs, load_run
+    from harness.records.results import find_runs, load_run
+    from harness.spec.suite import name_matches
 
     loaded = [load_run(p) for p in find_runs(paths)]
     if pattern is not None:
@@ -163,7 +163,7 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
     import pandas as pd
 
     from analysis.simulate import simulate, summarise
-    from harness.rundir import new_launch
+    from harness.records.rundir import new_launch
 
     launch, rows = new_launch(), []
     for job in jobs:
@@ -216,8 +216,9 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
                args: argparse.Namespace) -> str:
     """A run directory like a real run's: manifest (marked simulated) and steps.parquet."""
     from analysis.simulate import BLOCK, records
-    from harness import collector, environment, manifest
-    from harness.rundir import RUN_FILE
+    from harness.records import collector, manifest
+    from harness.records.rundir import RUN_FILE
+    from harness.system import environment
 
     scheme = job["scheme"]
     name = f"{scheme.label.replace(':', '')}-n{job['workers']}"
@@ -275,7 +276,7 @@ def _worker(cls: Any) -> dict[str, Any]:
 
 def _save_profiles(folder: Path, classes: dict[str, Any], comm: Any, runs: list[Any]) -> None:
     from analysis import deviceclass
-    from harness import environment
+    from harness.system import environment
 
     folder.mkdir(parents=True, exist_ok=True)
     meta = runs[0][0]

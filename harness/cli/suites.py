@@ -11,8 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.builtin import builtin_suites, builtin_summary, builtin_text
-    from harness.errors import UsageError
+    from harness.spec.builtin import builtin_suites, builtin_summary, builtin_text
+    from harness.spec.errors import UsageError
 
     names = builtin_suites()
     if args.name is not None:

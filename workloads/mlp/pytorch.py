@@ -26,5 +26,5 @@ def build(spec: ModelSpec) -> nn.Module:
 
 
 def layers(model: MLP) -> list[nn.Module]:
-    """fc1, fc2, fc3 (harness/pipeline_worker.py cuts between them)."""
+    """fc1, fc2, fc3 (harness/loop/stage.py cuts between them)."""
     return [Layer(model.fc1, flatten, F.relu), Layer(model.fc2, after=F.relu), Layer(model.fc3)]

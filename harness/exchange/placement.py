@@ -1,0 +1,159 @@
+"""Where a parameter-server run puts the layers (the run's `placement`; issue 14, after
+arXiv 1901.05803, which finds the parameter servers' network the bottleneck of CNN
+training and moves the parameter-heavy, compute-light fully connected layers onto them):
+
+- data-parallel: every layer computed on the workers; whole tensors dealt round-robin
+  over the servers, as TensorFlow's replica_device_setter places variables (the busiest
+  server is the one that drew the largest tensor);
+- sharded (the default): every layer computed on the workers; contiguous shards cut on
+  tensor boundaries, balanced by bytes (parameter_server.placement);
+- fc-on-server: the convolutional layers computed on the workers, their parameters
+  sharded over the servers but the last; the fully connected tail held *and computed* by
+  the last server: a worker sends the activations entering it and the labels, the server
+  runs the tail forward and backward and answers with the loss sum and the activations'
+  gradient, so activations cross the network instead of the tail's weights. The server
+  sums the tail's gradients over every worker's samples of the step and updates once all
+  have come, with the run's optimizer: the all-reduce path's mathematics (tested).
+
+`segments` gives each server its pieces of the flat buffer; the RPC functions here run in
+the server processes (parameter_server.serve), called by the workers' client.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from harness.exchange.parameter_server import placement as balanced_cuts
+
+Segments = list[tuple[int, int]]  # [lo, hi) pieces of the flat buffer
+
+
+def offsets(sizes: list[int]) -> list[int]:
+    out = [0]
+    for size in sizes:
+        out.append(out[-1] + size)
+    return out
+
+
+def segments(policy: str, sizes: list[int], servers: int, tail_start: int | None = None
+             ) -> list[Segments]:
+    """Per parameter server, its pieces of the flat buffer (the last server that holds
+    parameters also takes the loss slot, one element past them). `tail_start`: under
+    fc-on-server, the index of the first tensor of the tail, which no shard holds."""
+    total = sum(sizes)
+    at = offsets(sizes)
+    placed = sizes if tail_start is None else sizes[:tail_start]
+    if policy == "data-parallel":
+        if servers > len(placed):
+            raise ValueError(f"{servers} servers for {len(placed)} tensors: every server "
+                             "needs at least one")
+        out: list[Segments] = [[] for _ in range(servers)]
+        for i in range(len(placed)):
+            out[i % servers].append((at[i], at[i + 1]))
+    else:
+        holders = servers - 1 if policy == "fc-on-server" and servers > 1 else servers
+        out = [[(at[a], at[b])] for a, b in balanced_cuts(placed, holders)]
+        out += [[] for _ in range(servers - holders)]
+    last = max(k for k, pieces in enumerate(out) if pieces)
+    out[last].append((total, total + 1))
+    return out
+
+
+def gather(buffer: torch.Tensor, pieces: Segments) -> torch.Tensor:
+    return torch.cat([buffer[lo:hi] for lo, hi in pieces])
+
+
+def scatter(values: torch.Tensor, buffer: torch.Tensor, pieces: Segments) -> None:
+    offset = 0
+    for lo, hi in pieces:
+        buffer[lo:hi].copy_(values[offset:offset + hi - lo])
+        offset += hi - lo
+
+
+# -- the tail on its server ------------------------------------------------------------------
+
+
+class TailServer:
+    """The fully connected tail of the model, computed for every worker on one server."""
+
+    def __init__(self, run: Any, sample_shape: tuple[int, ...], num_classes: int,
+                 first_layer: int, values: torch.Tensor) -> None:
+        from adapters.pytorch import loss_sum
+        from harness.training.optim import Optimizer
+        from workloads.models import build_spec, builder
+        from workloads.torch_layers import parameter_range
+
+        spec = build_spec(run.workload, sample_shape, num_classes, run.size)
+        module = builder(run.workload, "pytorch")
+        model = module.build(spec)
+        layers = module.layers(model)[first_layer:]
+        names = getattr(module, "PARAMETER_NAMES", {})
+        lo, hi = parameter_range(spec, model, layers, names)
+        self.params = values.to(torch.float32).clone()
+        self.grads = torch.zeros_like(self.params)
+        named, start, offset = dict(model.named_parameters()), 0, 0
+        for p in spec.params:  # the tail's tensors, views into one flat tensor as sent
+            if lo <= start < hi:
+                param = named[names.get(p.name, p.name)]
+                param.data = self.params[offset:offset + p.size].view(p.shape)
+                param.grad = self.grads[offset:offset + p.size].view(p.shape)
+                offset += p.size
+            start += p.size
+        if offset != len(self.params):
+            raise ValueError(f"the tail holds {offset} elements, {len(self.params)} were sent")
+        self.tail = torch.nn.Sequential(*layers)
+        self.loss = lambda out, y: loss_sum(spec, out, y)
+        self.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                                   len(self.params), self.params, torch.device("cpu"))
+        self.workers = run.world_size
+        self.lock = threading.Lock()
+        self.arrived = self.samples = self.version = 0
+
+    def step(self, features: torch.Tensor, targets: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One worker's tail forward and backward: (loss sum, gradient of the features);
+        the update once every worker's part of the step is in."""
+        with self.lock:
+            features = features.detach().requires_grad_(True)
+            loss = self.loss(self.tail(features), targets)
+            loss.backward()
+            self.arrived += 1
+            self.samples += len(targets)
+            if self.arrived == self.workers:
+                scale = self.optimizer.update(self.version, self.grads, self.samples)
+                with torch.no_grad():
+                    self.params.add_(self.grads, alpha=-scale)
+                self.grads.zero_()
+                self.arrived = self.samples = 0
+                self.version += 1
+            assert features.grad is not None
+            return loss.detach(), features.grad
+
+
+_tail: TailServer | None = None
+
+
+def init_tail(sample_shape: tuple[int, ...], num_classes: int, first_layer: int,
+              values: torch.Tensor) -> int:
+    """Called once by worker 0 before any step: the tail and its initial parameters."""
+    global _tail
+    from harness.exchange import parameter_server
+
+    _tail = TailServer(parameter_server._run, sample_shape, num_classes, first_layer, values)
+    return len(values)
+
+
+def tail_step(features: torch.Tensor, targets: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    assert _tail is not None, "tail_step before init_tail"
+    return _tail.step(features, targets)
+
+
+def pull_tail() -> torch.Tensor:
+    """The tail's parameters now (for an evaluation or the run's end)."""
+    assert _tail is not None, "pull_tail before init_tail"
+    with _tail.lock:
+        return _tail.params.clone()

@@ -1,0 +1,119 @@
+"""Adaptive repartitioning between the steps of the training loop (harness/loop/worker.py), and
+what a left-out worker does meanwhile (harness/loop/membership.py).
+
+Every computing worker adds each step's (slice, compute) pair to its window, and the time
+from the step's begin to the reduced sums (compute, idle and exchange: what leaving a
+worker out is weighed against); every `every` steps the members gather their windows among
+themselves (a lone member needs no gather), every rank computes the same new partition
+(harness.partition.policies.Repartitioner), and the first member tells the left-out workers.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.exchange import comm
+from harness.loop.membership import CHANGE, END, EVAL, Membership, members_of
+from harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
+from harness.records import collector
+from harness.records.collector import BEGIN_FIELD, READY_FIELD, REDUCED_FIELD, RecordWriter
+from harness.spec.suite import RunSpec
+
+
+class Repartitioning:
+    """The adaptive policies between steps: each computing worker's window of (slice,
+    compute) pairs and its mean time from begin to the reduced sums, gathered among the
+    members every `every` steps (a lone member needs no gather), the same new partition
+    on every rank, and the left-out workers told of it (harness/loop/membership.py)."""
+
+    def __init__(self, run: RunSpec, rank: int, device: Any, trainer: Any,
+                 repartitioner: Repartitioner | None, membership: Membership | None,
+                 run_dir: Path,
+                 standalone: list[dict[str, Any]]) -> None:
+        self.run, self.rank, self.device, self.trainer = run, rank, device, trainer
+        self.repartitioner, self.membership = repartitioner, membership
+        self.run_dir, self.standalone = run_dir, standalone
+        self.sizes = tuple(trainer.partition_history[-1]["sizes"])
+        self.window, self.synchronized_sum = Window(), 0.0
+        # The first step at a new slice size pays once for what the next ones reuse
+        # (allocations, the framework's kernel choice for the new shapes: measured up to
+        # 1.4x a typical step): it is not what the size costs, and stays out of the window.
+        self.first_at_size = True
+
+    def bounds(self) -> tuple[int, int]:
+        return slice_bounds(self.sizes)[self.rank]
+
+    def measure(self, size: int, record: tuple[Any, ...]) -> None:
+        if self.first_at_size:
+            self.first_at_size = False
+            return
+        self.window.add(size, record[READY_FIELD] - record[BEGIN_FIELD])
+        self.synchronized_sum += record[REDUCED_FIELD] - record[BEGIN_FIELD]
+
+    def between_steps(self, step: int) -> None:
+        assert self.repartitioner is not None
+        stats = self.window.take()
+        synchronized = self.synchronized_sum / stats.count if stats.count else math.nan
+        self.synchronized_sum = 0.0
+        mine = [*stats.as_list(), synchronized]
+        membership = self.membership
+        members = membership.members if membership is not None else range(self.run.world_size)
+        if membership is not None and membership.lone:
+            gathered = [mine]
+        else:
+            gathered = comm.all_gather_vectors(
+                mine, self.device, membership.group() if membership is not None else None)
+        # a left-out worker measured nothing: an empty window
+        vectors = [[0.0] * len(mine[:-1]) + [math.nan]] * self.run.world_size
+        for member, vector in zip(members, gathered, strict=True):
+            vectors[member] = vector
+        change = self.repartitioner.update(self.sizes, [WindowStats.of(v[:-1]) for v in vectors],
+                                           [v[-1] for v in vectors])
+        if change is None:
+            return
+        sizes, reason = change
+        if membership is not None:
+            membership.announce_change(step, sizes, reason, self.trainer.adapter,
+                                       self.trainer.optimizer, self.repartitioner)
+        self.apply(step, sizes, reason)
+
+    def apply(self, step: int, sizes: tuple[int, ...], reason: str) -> None:
+        """Every rank, members and left-out alike: the partition from step + 1 on."""
+        membership = self.membership
+        if membership is not None and members_of(sizes) != members_of(self.sizes):
+            # the members' group: created by every rank together
+            self.trainer.aggregator.set_members(membership.group(), len(membership.members))
+        self.first_at_size = sizes[self.rank] != self.sizes[self.rank]
+        self.sizes = tuple(sizes)
+        self.trainer.partition_history.append(
+            {"step": step + 1, "sizes": list(sizes), "reason": reason})
+        if self.rank == 0:  # a run that fails later keeps its partition changes
+            collector.write_partition_log(self.run_dir, self.trainer.partition_history,
+                                          self.standalone)
+
+
+def sit_out(membership: Membership, step: int, writer: RecordWriter, evaluator: Any,
+            repartition: Repartitioning) -> int | None:
+    """A left-out worker from `step` on: a record of batch size 0 for every step the
+    members take, evaluations and partition changes as the source announces them. Returns
+    the step to compute next once taken back, or None when the run is over."""
+    trainer = repartition.trainer
+    while True:
+        event = membership.wait()
+        for sat_out in range(step, event.step + 1):
+            writer.append(collector.left_out_record(repartition.rank, sat_out))
+        step = event.step + 1
+        if event.kind == EVAL:
+            membership.receive_parameters(trainer.adapter)
+            evaluator(event.progress)
+        elif event.kind == END:
+            membership.receive_parameters(trainer.adapter)
+            return None
+        elif event.kind == CHANGE:
+            sizes, reason = membership.receive_change(trainer.adapter, trainer.optimizer,
+                                                      repartition.repartitioner)
+            repartition.apply(event.step, sizes, reason)
+            if membership.computing:
+                return step

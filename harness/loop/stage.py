@@ -1,0 +1,455 @@
+"""The training loop of one stage of a virtual worker (HetPipe, issue 14).
+
+A run with `virtual_workers` groups its ranks into virtual workers; rank i of a group runs
+stage i, consecutive layers of the model (workloads/<name>/pytorch.py `layers`), and
+torch.distributed.pipelining moves micro-batches through the stages under its GPipe or
+1F1B schedule, over the group's own process group. Virtual workers are data parallel:
+each takes its slice of the global batch per wave (Nm micro-batches), and with wave bound
+D = 0 every wave's gradient sums are all-reduced among the ranks that hold the same layers
+before the update, so D = 0, Nm = 1 is the all-reduce path's mathematics.
+
+Where the layers go: every stage profiles each layer on its device (one rank at a time,
+harness/partition/layerprofile.py) and the profiles of a virtual worker's devices choose the split
+that minimises its slowest stage (harness/partition/stages.py), or a hand-given split is evaluated
+against them; both, with predicted stage times, go into the manifest (`pipeline`).
+
+What is recorded: per wave a step record (forward and backward: this stage's busy time;
+pack: the rest of the schedule, the pipeline's bubble and its sends and receives;
+allreduce, unpack and apply as in the plain loop), and per micro-batch its forward and
+backward (collector.MICRO_DTYPE -> microbatches.parquet).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
+from harness.loop.worker import Counters, Stretcher, finish
+from harness.partition.policies import slice_bounds
+from harness.partition.stages import Links, Profile, split_layers, stage_times
+from harness.partition.virtual import bounds_of, kind_of
+from harness.records import collector
+from harness.spec.suite import RunSpec, vw_slices
+from harness.system import clocks
+from harness.system.cputime import ThreadsCpuClock
+from workloads.torch_layers import parameter_range
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the layers go: per virtual worker its stage bounds and predicted stage times
+    (ns per micro-batch), and whether all virtual workers cut the model alike (then the
+    ranks holding the same layers all-reduce among themselves, else all ranks the whole
+    buffer)."""
+
+    bounds: list[tuple[int, ...]]
+    predicted_ns: list[tuple[float, ...]]
+
+    @property
+    def aligned(self) -> bool:
+        return len(set(self.bounds)) == 1
+
+
+def alike_times(run: RunSpec, times: list[list[float]]) -> list[list[float]]:
+    """Each rank's per-layer times averaged over the ranks whose workers are specified
+    alike (device, threads, slowdown): one profile per kind of device, so that virtual
+    workers of the same devices get the same split, not ones that differ by noise."""
+    kinds = [kind_of(w) for w in run.workers]
+    out = []
+    for rank in range(len(times)):
+        peers = [times[r] for r in range(len(times)) if kinds[r] == kinds[rank]]
+        out.append([sum(column) / len(peers) for column in zip(*peers, strict=True)])
+    return out
+
+
+def plan_split(run: RunSpec, times: list[list[float]], activation_bytes: list[float],
+               parameter_bytes: list[float]) -> Plan:
+    """The split of every virtual worker from every rank's per-layer times (averaged over
+    alike workers)."""
+    pipe = run.pipeline
+    assert pipe is not None
+    times = alike_times(run, times)
+    bounds, predicted = [], []
+    for ranks in pipe.virtual_workers:
+        profile = Profile([times[r] for r in ranks], activation_bytes, parameter_bytes)
+        if isinstance(pipe.split, tuple):
+            split = stage_times(profile, Links(), bounds_of(pipe.split))
+        else:
+            split = split_layers(profile, Links())
+        bounds.append(split.bounds)
+        predicted.append(split.stage_ns)
+    if pipe.wave_bound and len(set(bounds)) > 1:
+        # one server per stage needs one cut for all: of the virtual workers' own best
+        # cuts, the one whose slowest stage over every virtual worker is fastest
+        profiles = [Profile([times[r] for r in ranks], activation_bytes, parameter_bytes)
+                    for ranks in pipe.virtual_workers]
+
+        def worst(cut: tuple[int, ...]) -> float:
+            return max(stage_times(p, Links(), cut).slowest_ns for p in profiles)
+
+        chosen = min(dict.fromkeys(bounds), key=worst)
+        bounds = [chosen] * len(profiles)
+        predicted = [stage_times(p, Links(), chosen).stage_ns for p in profiles]
+    return Plan(bounds, predicted)
+
+
+class MicroTimer:
+    """Wraps the stage's forward_one_chunk and backward_one_chunk (what every schedule of
+    torch.distributed.pipelining calls per micro-batch): times each, stretches it by the
+    worker's emulated slowdown, and keeps the wave's micro-batch records."""
+
+    def __init__(self, stage: Any, rank: int, stretch: Stretcher) -> None:
+        self.rank, self.stretch, self.wave = rank, stretch, 0
+        self.records: list[tuple[Any, ...]] = []
+        self.busy = [0, 0]  # forward, backward ns this wave
+        forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def timed_forward(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            return self._time(False, chunk, forward, args, kwargs)
+
+        def timed_backward(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            return self._time(True, chunk, backward, args, kwargs)
+
+        stage.forward_one_chunk, stage.backward_one_chunk = timed_forward, timed_backward
+
+    def _time(self, backward: bool, chunk: int, call: Any, args: Any, kwargs: Any) -> Any:
+        begin = time.perf_counter_ns()
+        before = self.stretch.total_ns
+        out = call(chunk, *args, **kwargs)
+        end = self.stretch(begin, time.perf_counter_ns())
+        self.busy[backward] += end - begin
+        self.records.append((self.rank, self.wave, chunk, backward, begin, end,
+                             self.stretch.total_ns - before))
+        return out
+
+    def take(self) -> tuple[list[tuple[Any, ...]], int, int]:
+        out = (self.records, *self.busy)
+        self.records, self.busy = [], [0, 0]
+        return out  # type: ignore[return-value]
+
+
+def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
+                       buffers: StageBuffers, spec: Any, adapter: Any, layers: list[Any],
+                       plan: Plan, module: Any, samples: int, pipeline_group: Any
+                       ) -> ServerWaves:
+    """Join the parameter servers' RPC group (one server per stage, started by the
+    launcher); rank 0 gives each server its stage's initial parameters (the last one the
+    loss slot too) before anyone pushes."""
+    import torch.distributed as dist
+    import torch.distributed.rpc as rpc
+
+    from harness.exchange.parameter_server import init_shard, rpc_options
+
+    servers = run.aggregator.servers
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=run.world_size + servers,
+                 rpc_backend_options=rpc_options(run.timeout_s))
+    if rank == 0:
+        bounds = plan.bounds[0]
+        names = getattr(module, "PARAMETER_NAMES", {})
+        for s in range(servers):
+            a, b = parameter_range(spec, adapter.model, layers[bounds[s]:bounds[s + 1]], names)
+            rpc.rpc_sync(f"ps{s}", init_shard, args=(
+                adapter.flat_params[a:b].detach().clone(), s == servers - 1))
+    dist.barrier()  # no stage pushes before every server has its parameters
+    return ServerWaves(buffers, f"ps{stage_index}", vw, samples, pipeline_group)
+
+
+def stop_rpc(run: RunSpec) -> None:
+    import torch.distributed.rpc as rpc
+
+    try:
+        rpc.shutdown(graceful=True, timeout=run.timeout_s)
+    except Exception:  # noqa: BLE001 - a peer already gone: leave without it
+        rpc.shutdown(graceful=False)
+
+
+def gather_parameters(flat_params: Any, lo: int, hi: int, virtual_worker: int,
+                      device: Any) -> Any:
+    """The whole model's flat parameters on rank 0 (None elsewhere): every rank sends its
+    stage's [lo, hi), rank 0 keeps those of virtual worker 0's stages. Every rank calls it."""
+    import numpy as np
+
+    from harness.exchange import comm
+
+    mine = flat_params[lo:hi].detach().cpu().numpy().astype(np.float32)
+    header = np.array([lo, hi, virtual_worker], dtype=np.int64).tobytes()
+    pieces = comm.gather_bytes(header + mine.tobytes(), device)
+    if pieces is None:
+        return None
+    full = flat_params.detach().cpu().numpy().copy()
+    for piece in pieces:
+        a, b, owner = np.frombuffer(piece[:24], dtype=np.int64)
+        if owner == 0:
+            full[a:b] = np.frombuffer(piece[24:], dtype=np.float32)
+    return full
+
+
+def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path) -> Any:
+    """Rank 0 evaluates the whole model alone (its adapter holds all of it, the other
+    stages' parameters gathered first); None on the other ranks or without eval_every."""
+    if not run.eval_every or rank != 0:
+        return None
+    from harness.training.evaluation import Evaluator
+    from workloads import get_workload
+    from workloads.data import load_dataset
+
+    heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
+    return Evaluator(run.eval_every, run.steps, run.global_batch,
+                     get_workload(run.workload).metric, 0, 1, adapter, heldout,
+                     lambda values: [values], run_dir)
+
+
+def evaluate(evaluator: Any, progress: int, adapter: Any, lo: int, hi: int,
+             virtual_worker: int, device: Any) -> None:
+    """Between waves, every rank: the parameters to rank 0, its evaluation, then all line
+    up again so the evaluation never shows in a wave's records."""
+    import torch
+
+    from harness.exchange import comm
+
+    full = gather_parameters(adapter.flat_params, lo, hi, virtual_worker, device)
+    if evaluator is not None and full is not None:
+        own = adapter.flat_params[lo:hi].clone()
+        adapter.flat_params.copy_(torch.from_numpy(full))
+        evaluator(progress)
+        adapter.flat_params[lo:hi].copy_(own)
+    comm.barrier()
+
+
+def served_parameters(run: RunSpec) -> Any:
+    """The whole model's flat parameters as the servers hold them now (wsp: server s holds
+    stage s's layers, in order)."""
+    import torch
+    import torch.distributed.rpc as rpc
+
+    from harness.exchange.parameter_server import pull
+
+    shards = [rpc.rpc_async(f"ps{s}", pull) for s in range(run.aggregator.servers)]
+    return torch.cat([shard.wait()[0] for shard in shards])
+
+
+def evaluate_served(evaluator: Any, progress: int, adapter: Any, run: RunSpec) -> None:
+    """Worker 0 alone, between its waves (wsp: no collective can line the virtual workers
+    up): the servers' parameters, evaluated; its own stage's put back after."""
+    own = adapter.flat_params.clone()
+    adapter.flat_params.copy_(served_parameters(run))
+    evaluator(progress)
+    adapter.flat_params.copy_(own)
+
+
+def due(run: RunSpec, waves_done: int) -> bool:
+    return bool(run.eval_every) and (waves_done % run.eval_every == 0
+                                     or waves_done == run.steps)
+
+
+def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from adapters.pytorch import TorchAdapter, loss_sum
+    from harness.exchange import comm
+    from harness.partition.layerprofile import profile_layers
+    from harness.training.optim import Optimizer
+    from workloads.data import BatchOrder, load_dataset
+    from workloads.models import build_spec, builder
+
+    pipe = run.pipeline
+    assert pipe is not None
+    vw, stage_index = pipe.place(rank)
+    n_stages = pipe.stages(vw)
+    worker = run.workers[rank]
+    device = torch.device(worker.device)
+    comm_device = torch.device(worker.device if backend == "nccl" else "cpu")
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    adapter = TorchAdapter(spec, worker.device, worker.threads)
+    adapter.load_parameters(spec.initial_parameters(run.seed))
+    module = builder(run.workload, "pytorch")
+    layers = module.layers(adapter.model)
+    timeout = timedelta(seconds=run.timeout_s)
+    # every rank creates every group, in the same order (torch.distributed's rule)
+    pipe_groups = [dist.new_group(list(g), timeout=timeout) for g in pipe.virtual_workers]
+
+    sizes = vw_slices(run.partition, run.global_batch, len(pipe.virtual_workers))
+    lo, hi = slice_bounds(sizes)[vw]
+    micro = (hi - lo) // pipe.micro_batches
+    order = BatchOrder(len(data), run.global_batch, run.seed)
+
+    info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
+            "pid": os.getpid(), "label": worker.label + f" vw{vw} stage{stage_index}",
+            **run.to_dict()["workers"][rank], "emulated": worker.emulated,
+            "affinity": sorted(os.sched_getaffinity(0)), "versions": TorchAdapter.versions(),
+            "dataset_source": data.source, "dataset_fingerprint": data.fingerprint,
+            "parameters": spec.num_elements, "virtual_worker": vw, "stage": stage_index}
+    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
+    clock_start = clocks.measure().to_dict()
+    domains = comm.gather_bytes(info["clock_domain"].encode(), comm_device)
+    if domains is not None:
+        collector.write_clock(run_dir, clock_start, [d.decode() for d in domains])
+
+    # the profile: one rank at a time, the others wait in the barrier
+    sample = torch.from_numpy(data.inputs[order.indices(0)[lo:lo + micro]]).to(device)
+    mine = None
+    for turn in range(run.world_size):
+        if turn == rank:
+            mine = profile_layers(layers, sample, pipe.profile_steps, worker.slowdown_for(0),
+                                  synchronize=worker.is_cuda)
+            adapter.zero_grad()
+        comm.barrier()
+    assert mine is not None
+    times = comm.all_gather_vectors(mine.time_ns, comm_device)
+    plan = plan_split(run, times, mine.activation_bytes, mine.parameter_bytes)
+    stage_groups = ([dist.new_group([g[s] for g in pipe.virtual_workers], timeout=timeout)
+                     for s in range(n_stages)] if plan.aligned else [])
+
+    first, end = plan.bounds[vw][stage_index], plan.bounds[vw][stage_index + 1]
+    stage_layers = layers[first:end]
+    p_lo, p_hi = parameter_range(spec, adapter.model, stage_layers,
+                                 getattr(module, "PARAMETER_NAMES", {}))
+    n = spec.num_elements
+    last = stage_index == n_stages - 1
+    flat_params, flat_grads = adapter.flat_params, adapter.flat_grads
+    buffers = StageBuffers(flat_params, flat_grads, p_lo, p_hi, last)
+    waves: AllreduceWaves | ServerWaves
+    if pipe.wave_bound:
+        waves = start_server_waves(run, rank, vw, stage_index, buffers, spec, adapter,
+                                   layers, plan, module, hi - lo, pipe_groups[vw])
+    else:
+        optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                              p_hi - p_lo, flat_params[p_lo:p_hi].detach().clone(), device)
+        waves = AllreduceWaves(buffers, stage_groups[stage_index] if plan.aligned else None,
+                               optimizer, run.global_batch, whole=not plan.aligned)
+
+    stage = PipelineStage(nn.Sequential(*stage_layers), stage_index, n_stages, device,
+                          group=pipe_groups[vw])
+    schedule_cls = ScheduleGPipe if pipe.schedule == "gpipe" else Schedule1F1B
+    schedule = schedule_cls(stage, pipe.micro_batches,
+                            loss_fn=lambda out, y: loss_sum(spec, out, y), scale_grads=False)
+    stretch = Stretcher(worker.slowdown_for(0))
+    timer = MicroTimer(stage, rank, stretch)
+    threads_cpu = ThreadsCpuClock()
+    sync = worker.is_cuda
+
+    evaluator = make_evaluator(run, rank, adapter, run_dir)
+    if run.eval_every:
+        if isinstance(waves, ServerWaves):
+            if evaluator is not None:
+                evaluate_served(evaluator, 0, adapter, run)
+        else:
+            evaluate(evaluator, 0, adapter, p_lo, p_hi, vw, comm_device)
+        if evaluator is not None:
+            evaluator.start_clock()
+    comm.barrier()  # every stage starts training together
+    writer = collector.RecordWriter(collector.part_path(run_dir, rank))
+    micro_writer = collector.RecordWriter(collector.micro_part_path(run_dir, rank),
+                                          dtype=collector.MICRO_DTYPE)
+    counters = Counters()
+    now = time.perf_counter_ns
+    serving = isinstance(waves, ServerWaves)
+    # under wsp a faster virtual worker runs more waves; none runs more than all the budget
+    most = run.steps * (len(pipe.virtual_workers) if serving else 1)
+    try:
+        for wave in range(most):
+            if worker.varies:
+                stretch.extra = worker.factor_at(wave, run.seed, rank) - 1.0
+            timer.wave = wave
+            all_begin = threads_cpu.sample(refresh=False)
+            cpu_begin = time.thread_time_ns()
+            begin = now()
+            idx = order.indices(wave)[lo:hi]
+            x = data.inputs[idx] if stage_index == 0 else None
+            y = data.targets[idx] if last else None
+            loaded = stretch(begin, now())
+            xs = None if x is None else torch.from_numpy(x).to(device, non_blocking=True)
+            ys = None if y is None else torch.from_numpy(y).to(device, non_blocking=True)
+            if sync:
+                torch.cuda.synchronize(device)
+            moved = now()
+            losses: list[Any] = []
+            args = () if xs is None else (xs,)
+            if last:
+                schedule.step(*args, target=ys, losses=losses)
+            else:
+                schedule.step(*args)
+            if sync:
+                torch.cuda.synchronize(device)
+            ready = now()
+            compute_cpu = (time.thread_time_ns() - cpu_begin,
+                           threads_cpu.elapsed(all_begin, threads_cpu.sample()))
+            records, forward_ns, backward_ns = timer.take()
+            local_sum = float(sum(float(v) for v in losses)) if last else math.nan
+            if last:
+                flat_grads[n] = local_sum
+            exchange = waves.exchange(wave)
+            if sync:
+                torch.cuda.synchronize(device)
+            reduced = now()
+            waves.take(wave)
+            if sync:
+                torch.cuda.synchronize(device)
+            unpacked = now()
+            waves.apply()
+            loss = (float(flat_grads[n]) / exchange.loss_samples if last else math.nan)
+            flat_grads.zero_()
+            if sync:
+                torch.cuda.synchronize(device)
+            done = now()
+            bubble = max(ready - moved - forward_ns - backward_ns, 0)
+            phases = (loaded - begin, moved - loaded, forward_ns, backward_ns, bubble,
+                      reduced - ready, unpacked - reduced, done - unpacked)
+            stretched, stretch.total_ns = stretch.total_ns, 0
+            writer.append((rank, wave, hi - lo, lo, begin, ready, reduced, done, *phases,
+                           stretched, *compute_cpu, loss, local_sum / (hi - lo),
+                           *counters.take(), exchange.staleness, exchange.push_ns,
+                           exchange.wait_ns, exchange.pull_ns, exchange.asynchronous,
+                           exchange.dropped))
+            for record in records:
+                micro_writer.append(record)
+            if serving:
+                if evaluator is not None and evaluator.due(exchange.progress):
+                    evaluate_served(evaluator, exchange.progress, adapter, run)
+                if exchange.done:
+                    break
+            elif due(run, wave + 1):
+                evaluate(evaluator, wave + 1, adapter, p_lo, p_hi, vw, comm_device)
+        parameters = None
+        if serving and rank == 0:  # the servers hold the latest of every layer
+            adapter.flat_params.copy_(served_parameters(run))
+            parameters = adapter.parameters()
+    finally:
+        writer.close()
+        micro_writer.close()
+        if serving:
+            stop_rpc(run)
+
+    if not serving and (full := gather_parameters(flat_params, p_lo, p_hi, vw,
+                                                   comm_device)) is not None:
+        adapter.flat_params.copy_(torch.from_numpy(full))
+        parameters = adapter.parameters()
+    closing = {"pipeline": {
+        "virtual_workers": [list(g) for g in pipe.virtual_workers],
+        "allocation": pipe.allocation, "schedule": pipe.schedule,
+        "micro_batches": pipe.micro_batches, "micro_batch_size": micro,
+        "wave_bound": pipe.wave_bound,
+        # every micro-batch of a wave computes on the wave's parameters (the pipeline
+        # flushes): the last is Nm - 1 updates behind sequential SGD
+        "local_staleness": pipe.micro_batches - 1,
+        "split": pipe.split if isinstance(pipe.split, str) else list(pipe.split),
+        "sync": "stage" if plan.aligned else "world",
+        "bounds": [list(b) for b in plan.bounds],
+        "predicted_stage_ns": [list(p) for p in plan.predicted_ns],
+        "profile": {"time_ns": times, "activation_bytes": mine.activation_bytes,
+                    "parameter_bytes": mine.parameter_bytes},
+        "slices": list(sizes)}}
+    finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,
+           backend, closing, micro=micro_writer.records())

@@ -1,0 +1,281 @@
+"""The coordinator of a tensorflow-ps run: TensorFlow's ParameterServerStrategy training an
+all-TensorFlow job, recorded as hetbench records every worker's steps.
+
+Started by the launcher as a service (harness/exchange/tensorflow_ps.py) once the ps
+servers are starting; it waits until every server listens, connects as the cluster's
+chief, places the model's variables on the ps servers (TensorFlow's own placement:
+round-robin, recorded) and schedules one step function per step on whichever worker is
+free (ClusterCoordinator), until the servers have applied the samples of `steps` global
+batches, as hetbench's ps-async does: a fast worker takes more steps than a slow one.
+
+One step on worker r, its k-th: read the version counter and the parameters from the ps
+(the pull), take slice r of global batch k (the data is a tf.data pipeline on the worker,
+the same batches as hetbench's own ps-async), forward, backward, stretch by the worker's
+emulated slowdown, then apply the gradient sum over the global batch to every variable
+on its ps with TensorFlow's own SGD kernel, and add 1 to the version (the push). Each
+instant comes from tf.timestamp on the worker (wall clock), mapped onto the host's
+monotonic clock that every other record uses.
+
+The record of a worker's step k is hetbench's ps-async's: compute from the slice's load to
+the gradients (and the stretch), then the exchange: the push, the wait until the
+coordinator hands the worker its next function (its idle: `wait_ns`), and that function's
+pull. Staleness: the version after this update minus the version read at its pull minus
+1 (the updates applied in between). TensorFlow applies neither the update with its version
+increment nor the reads of the version and the parameters atomically, so with several
+workers a concurrent update can shift an update's staleness by one; with one worker it is
+exact (0).
+
+Emulated slowdown (tensorflow_ps_graph.py): TensorFlow has no sleep op for a function, so
+the stretch naps on a per-worker tf.data iterator each of whose elements sleeps QUANTUM_US
+(SleepDataset), and spins on tf.timestamp through the last quantum: at most ~1 ms of a core
+per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.exchange import Exchange, Holds
+from harness.exchange.tensorflow_ps import (
+    CLUSTER_ENV,
+    COORDINATOR,
+    SERVED,
+    TIMES,
+    server_folder,
+)
+from harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
+from harness.records import collector, rundir
+from harness.spec.suite import RunSpec, run_from_dict
+
+POLL_S = 0.1
+NO_COUNTERS = (0,) * 7  # context switches, CPU, rss, gc: of a TF server, not measured
+
+
+class Stopped(BaseException):
+    pass
+
+
+def static_sizes(run: RunSpec) -> tuple[int, ...]:
+    """The slices: fixed before the run (config refuses the policies that measure)."""
+    policy = run.partition
+    if policy.policy == "sizes":
+        return tuple(policy.sizes or ())
+    if policy.policy == "weights":
+        return largest_remainder(run.global_batch, policy.weights or ())
+    return equal_sizes(run.global_batch, run.world_size)
+
+
+def wait_for_servers(run_dir: Path, run: RunSpec, timeout_s: float) -> None:
+    """Until every worker and ps server listens (its `ready` file)."""
+    folders = [server_folder(run_dir, "worker", r) for r in range(run.world_size)] + \
+        [server_folder(run_dir, "ps", i) for i in range(run.aggregator.servers)]
+    deadline = time.monotonic() + timeout_s
+    for folder in folders:
+        while not (folder / "ready").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the TensorFlow server {folder.name} did not start within "
+                                   f"{timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+
+def wall_to_monotonic_ns() -> int:
+    """wall clock ns minus perf_counter ns (CLOCK_MONOTONIC, every record's clock) on this
+    host: from the tightest of a few paired reads."""
+    best = None
+    for _ in range(16):
+        before = time.time_ns()
+        mono = time.perf_counter_ns()
+        after = time.time_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, (before + after) // 2 - mono)
+    assert best is not None
+    return best[1]
+
+
+class Recorder:
+    """Turns the step functions' outputs into hetbench records, one writer per worker. A
+    worker's step is written once its next step arrived: its exchange ends with the next
+    step's pull."""
+
+    def __init__(self, run_dir: Path, world_size: int, bounds: list[tuple[int, int]]) -> None:
+        self.writers = [collector.RecordWriter(collector.part_path(run_dir, r))
+                        for r in range(world_size)]
+        self.bounds = bounds
+        self.offset = wall_to_monotonic_ns()
+        self.held: dict[int, dict[str, Any]] = {}
+        self.samples = 0
+
+    def add(self, out: dict[str, Any]) -> None:
+        rank = int(out["rank"])
+        out["ns"] = {name: int(round(float(t) * 1e9)) - self.offset
+                     for name, t in zip(TIMES, out["times"], strict=True)}
+        self.samples += int(out["samples"])
+        if rank in self.held:
+            self._write(self.held.pop(rank), out)
+        self.held[rank] = out
+
+    def close(self) -> list[np.ndarray]:
+        for rank in sorted(self.held):
+            self._write(self.held[rank], None)
+        self.held.clear()
+        arrays = [w.records() for w in self.writers]
+        for w in self.writers:
+            w.close()
+        return arrays
+
+    def _write(self, cur: dict[str, Any], nxt: dict[str, Any] | None) -> None:
+        rank, n, t = int(cur["rank"]), int(cur["samples"]), cur["ns"]
+        reduced = nxt["ns"]["pulled"] if nxt else t["pushed"]
+        wait = nxt["ns"]["t0"] - t["pushed"] if nxt else 0
+        pull = nxt["ns"]["pulled"] - nxt["ns"]["t0"] if nxt else 0
+        # begin, then each phase's end: load, to_device (none: the data is on the
+        # worker), forward, backward, pack (the stretch), exchange, unpack, apply
+        marks = [t["pulled"], t["loaded"], t["loaded"], t["forward"], t["backward"],
+                 t["ready"], reduced, reduced, reduced]
+        exchange = Exchange(Holds.PARAMETERS, n, None, staleness=int(cur["staleness"]),
+                            push_ns=t["pushed"] - t["ready"], wait_ns=wait, pull_ns=pull,
+                            asynchronous=True)
+        loss = float(cur["loss"]) / n
+        self.writers[rank].append(collector.timed_record(
+            rank, int(cur["step"]), n, self.bounds[rank][0], marks,
+            t["ready"] - t["backward"], (0, 0), loss, loss, NO_COUNTERS, exchange))
+
+
+def batch_tables(run: RunSpec, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Global batch k's sample indices (rows[k], hetbench's BatchOrder) and worker r's
+    emulated slowdown at its k-th step (factors[r, k]), for k below the most steps a worker
+    takes with equal slices (its pipeline repeats them after)."""
+    from workloads.data import BatchOrder
+
+    most = run.steps * run.world_size
+    order = BatchOrder(samples, run.global_batch, run.seed)
+    rows = np.stack([order.indices(k) for k in range(most)]).astype(np.int64)
+    factors = np.array([[w.factor_at(k, run.seed, r) for k in range(most)]
+                        for r, w in enumerate(run.workers)], dtype=np.float64)
+    return rows, factors
+
+
+def train(run: RunSpec, run_dir: Path) -> None:
+    """Connect, train, write the run's results (steps, parameters, evaluations, manifest)."""
+    from adapters.tensorflow import configure_threads
+
+    configure_threads(1)  # before TensorFlow's runtime starts
+    from harness.exchange import tensorflow_ps_graph as graph
+    from harness.training.evaluation import Evaluator
+    from workloads import get_workload
+    from workloads.data import load_dataset
+    from workloads.models import build_spec
+
+    wait_for_servers(run_dir, run, 2 * run.timeout_s + 30)
+    coordinator = graph.connect(os.environ[CLUSTER_ENV])
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    model = graph.Model(coordinator, spec, spec.initial_parameters(run.seed))
+    sizes = static_sizes(run)
+    bounds = slice_bounds(sizes)
+    rows, factors = batch_tables(run, len(data))
+    step = graph.step_function(model, run.lr / run.global_batch, factors)
+    batches = iter(coordinator.create_per_worker_dataset(graph.batches_fn(
+        data.inputs, data.targets.astype(np.int64), rows, bounds, model.workload.NHWC)))
+    sleepers = iter(coordinator.create_per_worker_dataset(graph.sleeper_fn))
+    # the coordinator evaluates the servers' parameters, as worker 0 of hetbench's
+    # asynchronous schemes evaluates its own (harness/training/evaluation.py); training goes on
+    evaluator = None if not run.eval_every else Evaluator(
+        run.eval_every, run.steps, run.global_batch, get_workload(run.workload).metric, 0, 1,
+        model.local, load_dataset(run.dataset, run.workload, run.seed, "heldout"),
+        lambda values: [values], run_dir)
+    if evaluator is not None:
+        model.pull()
+        evaluator(0)
+        evaluator.start_clock()
+    recorder = Recorder(run_dir, run.world_size, bounds)
+    try:
+        schedule(coordinator, step, (batches, sleepers), recorder, run, evaluator, model)
+    finally:
+        arrays = recorder.close()
+    close(run, run_dir, arrays, model.pull().parameters(), sizes, model.placement())
+
+
+def schedule(coordinator: Any, step: Any, args: tuple[Any, ...], recorder: Recorder,
+             run: RunSpec, evaluator: Any, model: Any) -> None:
+    """Step functions for whichever worker is free, until the servers have applied the
+    samples of `steps` global batches (those in flight then are applied too, and
+    recorded); an evaluation whenever the global steps pass a multiple of eval_every."""
+    batch = run.global_batch
+    budget, mean_slice = run.steps * batch, batch / run.world_size
+    pending: deque[Any] = deque()
+
+    def evaluate_if_due() -> None:
+        if evaluator is not None and evaluator.due(recorder.samples // batch):
+            model.pull()
+            evaluator(recorder.samples // batch)
+
+    while recorder.samples < budget:
+        # enough in flight that no worker waits for this loop, no more than the budget needs
+        while len(pending) < 2 * run.world_size and \
+                recorder.samples + len(pending) * mean_slice < budget:
+            pending.append(coordinator.schedule(step, args=args))
+        recorder.add(pending.popleft().fetch())
+        evaluate_if_due()
+    coordinator.join()
+    while pending:
+        recorder.add(pending.popleft().fetch())
+    evaluate_if_due()
+
+
+def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],
+          parameters: dict[str, np.ndarray], sizes: tuple[int, ...],
+          placement: dict[str, str]) -> None:
+    """What rank 0 writes at the end of any other run (harness.loop.worker.finish)."""
+    rundir.complete(
+        run_dir, arrays, rundir.worker_infos(run_dir, run.world_size), parameters, {},
+        "grpc", {"partition_history": [{"step": 0, "sizes": list(sizes),
+                                        "reason": f"policy {run.partition.policy}"}],
+                 "standalone": [],
+                 "aggregator": {"servers": run.aggregator.servers,
+                                "mode": "ParameterServerStrategy", "placement": placement}})
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    run_dir = parser.parse_args(argv).run_dir.resolve()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stopped)
+    run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
+    (run_dir / collector.PARTS_DIR / f"{COORDINATOR}.json").write_text(
+        json.dumps({"pid": os.getpid()}))
+    try:
+        train(run, run_dir)
+    except Stopped:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - its last line is the launcher's reason
+        traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"hetbench coordinator: error: {type(exc).__name__}: {first}", file=sys.stderr,
+              flush=True)
+        return 1
+    (run_dir / collector.PARTS_DIR / SERVED).touch()  # the servers may go
+    return 0
+
+
+if __name__ == "__main__":
+    from harness.system.exits import exit_skipping_teardown
+
+    # without TensorFlow's teardown, which would call the servers as they leave
+    exit_skipping_teardown(main())

@@ -1,0 +1,112 @@
+"""Phase timing of one training step: a mark at the end of each phase (collector.PHASES, in
+order), on the host's monotonic clock, so that the workers' marks line up across processes.
+
+What each phase needs is data (RULES): whether the device may still be working when the host
+has issued the phase (a CUDA stream, MXNet's engine: wait for it before the mark, or the
+mark says when the work was queued, not done) and whether the emulated slowdown stretches it
+(the compute phases).
+
+Two timers:
+- `StepTimer` waits for the device before each such mark (`synchronize`, the adapter's).
+  Simple and exact on the host clock, but on a GPU each wait drains the queue: a short
+  phase is inflated by the launch latency and the next phase cannot overlap it.
+- `CudaEventTimer` (a CUDA worker with no emulated slowdown) records a CUDA event on the
+  current stream at the end of each compute phase instead, and waits once, for the pack,
+  where the host must have the gradients before the exchange reads them; the compute marks
+  are then the step's host begin plus each event's time since the begin event. The
+  exchange, unpack and apply are timed as StepTimer times them (the host takes part).
+  A slowed worker keeps StepTimer: stretching a phase needs its duration as it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.records.collector import PHASES, Phase
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    device: bool  # the device may still be working when the host is done with the phase
+    stretched: bool  # a compute phase: the emulated slowdown stretches it
+
+
+RULES: dict[Phase, PhaseRule] = {
+    Phase.LOAD: PhaseRule(device=False, stretched=True),  # the host reads and prepares
+    Phase.TO_DEVICE: PhaseRule(device=True, stretched=True),
+    Phase.FORWARD: PhaseRule(device=True, stretched=True),
+    Phase.BACKWARD: PhaseRule(device=True, stretched=True),
+    Phase.PACK: PhaseRule(device=True, stretched=True),
+    Phase.ALLREDUCE: PhaseRule(device=True, stretched=False),
+    Phase.UNPACK: PhaseRule(device=True, stretched=False),
+    Phase.APPLY: PhaseRule(device=True, stretched=False),
+}
+_ORDERED = tuple((phase, RULES[phase]) for phase in PHASES)
+# the marks: begin, then one per phase; these indices are the record's instants
+READY, REDUCED, END = (PHASES.index(p) + 1 for p in (Phase.PACK, Phase.ALLREDUCE, Phase.APPLY))
+
+
+class StepTimer:
+    """Host-clock marks, waiting for the device first where RULES say it may be busy.
+    `synchronize`: the adapter's wait for its device, or None where the host's return means
+    the work is done (PyTorch on CPU)."""
+
+    def __init__(self, stretch: Callable[[int, int], int],
+                 synchronize: Callable[[], None] | None = None) -> None:
+        self.stretch = stretch
+        self.synchronize = synchronize
+        self.marks: list[int] = []
+
+    def begin(self) -> None:
+        self.marks = [time.perf_counter_ns()]
+
+    def end(self, phase: Phase) -> None:
+        """The end of `phase`, which must be the next phase in PHASES order."""
+        marks = self.marks
+        expected, rule = _ORDERED[len(marks) - 1]
+        if phase is not expected:
+            raise RuntimeError(f"phase {phase.value} ended where {expected.value} was due")
+        if rule.device and self.synchronize is not None:
+            self.synchronize()
+        now = time.perf_counter_ns()
+        marks.append(self.stretch(marks[-1], now) if rule.stretched else now)
+
+    def durations(self) -> list[int]:
+        """Each phase's duration, in PHASES order (after the last phase has ended)."""
+        marks = self.marks
+        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+
+
+class CudaEventTimer(StepTimer):
+    """Compute phases timed by CUDA events on the current stream (module docstring).
+    `events`: how to make a timing event (torch.cuda.Event(enable_timing=True)); the
+    stream is the one the adapter's work is queued on."""
+
+    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], Any]) -> None:
+        super().__init__(lambda start, end: end, synchronize)
+        self.events = [new_event() for _ in range(PHASES.index(Phase.PACK) + 2)]
+
+    def begin(self) -> None:
+        # the previous step ended with the device idle (its apply waited for it), so the
+        # begin event runs as soon as it is queued: its instant is the host's
+        self.marks = [time.perf_counter_ns()]
+        self.events[0].record()
+
+    def end(self, phase: Phase) -> None:
+        index = len(self.marks)
+        if index >= len(self.events):  # exchange, unpack, apply: on the host clock
+            super().end(phase)
+            return
+        expected = _ORDERED[index - 1][0]
+        if phase is not expected:
+            raise RuntimeError(f"phase {phase.value} ended where {expected.value} was due")
+        self.events[index].record()
+        self.marks.append(-1)  # resolved once the pack is done
+        if phase is Phase.PACK:
+            self.events[index].synchronize()  # the host needs the gradients now
+            first, begin = self.events[0], self.marks[0]
+            for i in range(1, index + 1):
+                self.marks[i] = begin + int(first.elapsed_time(self.events[i]) * 1e6)

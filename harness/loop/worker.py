@@ -1,0 +1,754 @@
+"""THE training loop: one process per worker, the only place phases are timed.
+
+Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
+
+    python -m harness.loop.worker --run-dir DIR                     # prepared by hetbench run
+    torchrun ... -m harness.loop.worker --suite S --run-name NAME --out DIR   # env:// rendezvous
+
+Rank and world size come from RANK and WORLD_SIZE. Core affinity and thread counts are set
+before any framework is imported, so every framework thread inherits them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import exchange as aggregators
+from harness.exchange import Exchange, Holds
+from harness.loop.timer import CudaEventTimer, StepTimer
+from harness.partition.policies import (
+    Damping,
+    Repartitioner,
+    equal_sizes,
+    largest_remainder,
+    slice_bounds,
+    throughput_sizes,
+)
+from harness.records import collector, rundir
+from harness.records.collector import Phase, RecordWriter
+from harness.spec.errors import UsageError
+from harness.spec.suite import RunSpec, WorkerSpec, run_from_dict
+from harness.system import clocks
+from harness.system.cputime import ThreadsCpuClock
+from harness.system.exits import exit_skipping_teardown
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+PR_SET_PDEATHSIG = 1
+
+
+class Stopped(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT so records are flushed on the way out."""
+
+
+def prepare_process(worker: WorkerSpec) -> None:
+    """Affinity and thread limits first: threads started later inherit them."""
+    if worker.cores:
+        os.sched_setaffinity(0, worker.cores)
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(worker.threads)
+    if os.environ.get("HETBENCH_LAUNCHER_PID"):
+        # Die with the launcher: no worker outlives a killed `hetbench run`.
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
+        if os.getppid() != int(os.environ["HETBENCH_LAUNCHER_PID"]):
+            sys.exit(1)
+
+
+class GcTimer:
+    """Time spent in the cyclic garbage collector, via gc.callbacks."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+        self.collections = 0
+        self._start = 0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        else:
+            self.total_ns += time.perf_counter_ns() - self._start
+            self.collections += 1
+
+    def take(self) -> tuple[int, int]:
+        out = (self.total_ns, self.collections)
+        self.total_ns = self.collections = 0
+        return out
+
+
+class Counters:
+    """Per-step process counters: context switches and CPU time from getrusage (~2 us in
+    the loop; psutil's equivalents cost 30-150 us, FRAMEWORK-NOTES.md). RSS moves slowly
+    and reading /proc/self/statm costs ~7 us in the loop, so it is sampled every
+    RSS_EVERY steps and held in between."""
+
+    RSS_EVERY = 8
+
+    def __init__(self) -> None:
+        self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._last = resource.getrusage(resource.RUSAGE_SELF)
+        self._calls = 0
+        self._rss = 0
+        self.gc = GcTimer()
+
+    def take(self) -> tuple[int, int, int, int, int, int, int]:
+        now = resource.getrusage(resource.RUSAGE_SELF)
+        last, self._last = self._last, now
+        if self._calls % self.RSS_EVERY == 0:
+            self._rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
+        self._calls += 1
+        rss = self._rss
+        gc_ns, gc_count = self.gc.take()
+        return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
+                int((now.ru_utime - last.ru_utime) * 1e9),
+                int((now.ru_stime - last.ru_stime) * 1e9), rss, gc_ns, gc_count)
+
+
+class Stretcher:
+    """Emulated slowdown: after a compute phase of d ns, wait (factor - 1) * d more.
+    Sleeps for the bulk and spins the last stretch, as sleep overshoots by ~50-100 us."""
+
+    SPIN_NS = 100_000
+
+    def __init__(self, factor: float) -> None:
+        self.extra = factor - 1.0
+        self.total_ns = 0
+
+    def __call__(self, start: int, end: int) -> int:
+        if self.extra <= 0.0:
+            return end
+        target = end + int(self.extra * (end - start))
+        remaining = target - time.perf_counter_ns()
+        if remaining > self.SPIN_NS:
+            time.sleep((remaining - self.SPIN_NS) / 1e9)
+        while (now := time.perf_counter_ns()) < target:
+            pass
+        self.total_ns += now - end
+        return now
+
+
+@dataclass
+class Trainer:
+    """Holds what one worker needs for a step; `step()` is the timed loop body."""
+
+    run: RunSpec
+    rank: int
+    adapter: Any
+    inputs: Any
+    targets: Any
+    order: Any
+    stretch: Stretcher
+    timer: StepTimer  # marks each phase's end (harness/loop/timer.py)
+    optimizer: Any = None
+    prepare: Any = None  # the workload's per-batch transform (BERT's masking), or None
+    num_classes: int = 0
+    encoded: Any = None  # training images as PNG (loader decode), or None
+    fetch: Any = None  # (step, lo, hi) -> batch: the loader's, or batch() in line
+    buffer: Any = None
+    grads: Any = None
+    aggregator: Any = None  # harness.exchange: how this worker's gradients meet the others'
+    initial: Any = None  # the initial parameters, flat torch float32 in spec order
+    read_loss: Callable[[], float] = field(default=lambda: float("nan"))
+    partition_history: list[dict[str, Any]] = field(default_factory=list)
+    threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
+
+    def set_buffer(self, buffer: Any) -> None:
+        """The communication buffer; its last element is the loss sum."""
+        self.buffer = buffer
+        self.grads = buffer[:-1]
+        if buffer.device.type == "cpu":
+            # A numpy view reads the loss slot in ~0.1 us; indexing the tensor costs ~5 us.
+            view = buffer.numpy()
+            self.read_loss = lambda: float(view[-1])
+        else:
+            self.read_loss = lambda: float(buffer[-1].item())
+
+    def batch(self, step: int, lo: int, hi: int) -> tuple[Any, Any]:
+        """The slice [lo, hi) of step `step`'s global batch, as the workload prepares it."""
+        idx = self.order.indices(step)[lo:hi]
+        loader = self.run.loader
+        if self.encoded is not None:
+            from workloads.pipeline import decode_png
+
+            x = decode_png([self.encoded[i] for i in idx], self.inputs.shape[1])
+        else:
+            x = self.inputs[idx]
+        y = self.targets[idx]
+        if loader is not None and loader.augment:
+            from workloads.pipeline import augment
+
+            x = augment(x, self.run.seed, step, lo, self.run.global_batch)
+        if self.prepare is not None:
+            x, y = self.prepare(x, y, self.run.seed, step, lo, self.run.global_batch,
+                                self.num_classes)
+        return x, y
+
+    def compute(self, step: int, lo: int, hi: int) -> Any:
+        """load -> to_device -> forward -> backward -> pack, each phase's end marked by the
+        timer (begun by the caller)."""
+        adapter, timer = self.adapter, self.timer
+        x, y = self.fetch(step, lo, hi)
+        timer.end(Phase.LOAD)
+        batch = adapter.to_device(x, y)
+        timer.end(Phase.TO_DEVICE)
+        loss = adapter.forward(batch)
+        timer.end(Phase.FORWARD)
+        adapter.backward(loss)
+        timer.end(Phase.BACKWARD)
+        adapter.pack(loss)
+        timer.end(Phase.PACK)
+        return loss
+
+    def step(self, step: int, lo: int, hi: int
+             ) -> tuple[float, float, tuple[int, int], Exchange]:
+        """One step, its phases marked by the timer; returns the loss of the update and the
+        local loss, the CPU time during compute of the main thread (wall minus this is time
+        the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
+        its threads, and what the aggregator's exchange did."""
+        timer = self.timer
+        # the threads' sample outside the main thread's: all threads' time covers the main's
+        all_begin = self.threads_cpu.sample(refresh=False)
+        cpu_begin = time.thread_time_ns()
+        timer.begin()
+        self.compute(step, lo, hi)
+        compute_cpu = (time.thread_time_ns() - cpu_begin,
+                       self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
+        local_loss = self.read_loss() / (hi - lo)
+        exchange = self.aggregator.exchange(step, hi - lo)
+        timer.end(Phase.ALLREDUCE)
+        loss = self.read_loss() / exchange.samples
+        scale = self.take(step, exchange)
+        timer.end(Phase.UNPACK)
+        if scale is not None:
+            self.adapter.apply(scale)
+        self.adapter.zero_grad()
+        timer.end(Phase.APPLY)
+        return loss, local_loss, compute_cpu, exchange
+
+    def take(self, step: int, exchange: Exchange) -> float | None:
+        """The unpack phase: what the exchange left in the buffer goes into the framework.
+        Gradient sums become the update here (the optimizer, in place); parameters are
+        loaded as they are (nothing to apply: None)."""
+        if exchange.holds is Holds.PARAMETERS:
+            self.adapter.load_buffer()
+            return None
+        if exchange.holds is Holds.SUMS:
+            scale = self.optimizer.update(step, self.grads, exchange.samples)
+        else:
+            scale = exchange.scale
+        self.adapter.unpack()
+        return scale
+
+    def step_bare(self, step: int, lo: int, hi: int) -> Exchange:
+        """The same step with no timing, counters or phase synchronisation: the baseline
+        that instrumentation overhead is measured against (instrument = false)."""
+        adapter = self.adapter
+        loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
+        adapter.backward(loss)
+        adapter.pack(loss)
+        exchange = self.aggregator.exchange(step, hi - lo)
+        scale = self.take(step, exchange)
+        if scale is not None:
+            adapter.apply(scale)
+        adapter.zero_grad()
+        return exchange
+
+    def timed_step(self, step: int, lo: int, hi: int, counters: Counters
+                   ) -> tuple[tuple[Any, ...], Exchange]:
+        """step() plus its record: timestamps, phase durations, losses, counters, and the
+        aggregator's part."""
+        loss, local_loss, compute_cpu, ex = self.step(step, lo, hi)
+        stretched, self.stretch.total_ns = self.stretch.total_ns, 0
+        return collector.timed_record(
+            self.rank, step, hi - lo, lo, self.timer.marks, stretched, compute_cpu, loss,
+            local_loss, counters.take(), ex), ex
+
+    def untimed_step(self, step: int, lo: int, hi: int, counters: Counters
+                     ) -> tuple[tuple[Any, ...], Exchange]:
+        """step_bare() with only its begin and end recorded (instrument = false)."""
+        begin = time.perf_counter_ns()
+        ex = self.step_bare(step, lo, hi)
+        end = time.perf_counter_ns()
+        return collector.untimed_record(self.rank, step, hi - lo, lo, begin, end, ex), ex
+
+    def solo_throughput(self, size: int, steps: int) -> float:
+        """Samples/s of this worker computing `size` samples alone (no update applied)."""
+        if size == 0:  # left out: nothing to time
+            return 0.0
+        durations = []
+        for s in range(steps + 1):  # the first step warms caches and allocators
+            self.timer.begin()
+            self.compute(s, 0, size)
+            self.adapter.zero_grad()
+            durations.append(self.timer.marks[-1] - self.timer.marks[0])
+        return size / (statistics.median(durations[1:]) / 1e9)
+
+
+def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ...]:
+    run, policy = trainer.run, trainer.run.partition
+    n, total = run.world_size, run.global_batch
+    reason = f"policy {policy.policy}"
+    if policy.policy == "sizes":
+        sizes = tuple(policy.sizes or ())
+    elif policy.policy == "weights":
+        sizes = largest_remainder(total, policy.weights or ())
+    elif policy.policy == "profiled" or (policy.adaptive and policy.initial == "profiled"):
+        probe = equal_sizes(total, n)[trainer.rank]
+        rate = 0.0
+        for turn in range(n):  # one worker at a time, the others wait in the barrier
+            if turn == trainer.rank:
+                rate = trainer.solo_throughput(probe, policy.profile_steps)
+            comm.barrier()
+        rates = comm.all_gather_floats(rate, device)
+        sizes = throughput_sizes(total, rates)
+        reason += f": solo samples/s {[round(r, 1) for r in rates]}"
+    else:
+        sizes = equal_sizes(total, n)
+    if policy.adaptive:
+        reason += f", then adaptive ({policy.policy})"
+    trainer.partition_history.append({"step": 0, "sizes": list(sizes), "reason": reason})
+    return sizes
+
+
+def make_repartitioner(run: RunSpec) -> Repartitioner | None:
+    p = run.partition
+    if not p.adaptive:
+        return None
+    return Repartitioner(p.policy, run.global_batch, run.world_size, Damping.of(p),
+                         leave_out=p.leave_out)
+
+
+def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
+              ) -> list[dict[str, Any]]:
+    """Each worker's standalone samples/s on its own slice, one worker at a time: the
+    denominator of heterogeneous efficiency (DESIGN.md)."""
+    steps = trainer.run.calibrate_steps
+    rate = 0.0
+    for turn in range(trainer.run.world_size):
+        if turn == trainer.rank:
+            rate = trainer.solo_throughput(sizes[trainer.rank], steps)
+        comm.barrier()
+    rates = comm.all_gather_floats(rate, device)
+    return [{"rank": r, "batch_size": sizes[r], "samples_per_s": rates[r], "steps": steps}
+            for r in range(len(rates))]
+
+
+def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device: Any
+                   ) -> Any:
+    """The held-out evaluation of a run with eval_every, or None."""
+    if not run.eval_every:
+        return None
+    from harness.exchange import comm
+    from harness.training.evaluation import Evaluator
+    from workloads import get_workload
+    from workloads.data import load_dataset
+
+    lockstep = aggregators.kind(run.aggregator.name).lockstep
+    if not lockstep and rank != 0:
+        return None  # worker 0 evaluates alone (harness/training/evaluation.py)
+    workload = get_workload(run.workload)
+    heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
+    if workload.prepare_heldout is not None:  # BERT: the held-out windows masked once
+        inputs, targets = workload.prepare_heldout(heldout.inputs, heldout.targets,
+                                                   heldout.num_classes)
+        heldout = dataclasses.replace(heldout, inputs=inputs, targets=targets)
+    if not lockstep:
+        return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, 0, 1,
+                         adapter, heldout, lambda values: [values], run_dir)
+    return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, rank,
+                     run.world_size, adapter, heldout,
+                     lambda values: comm.all_gather_vectors(values, device), run_dir)
+
+
+def phase_timer(worker: WorkerSpec, adapter: Any, stretch: Stretcher, instrument: bool
+                ) -> StepTimer:
+    """CUDA events for a PyTorch CUDA worker that no slowdown stretches; else the host
+    clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine)."""
+    if worker.is_cuda and instrument and not worker.emulated \
+            and getattr(adapter, "cuda_event", None) is not None:
+        return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
+    waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
+    return StepTimer(stretch, adapter.synchronize if waits else None)
+
+
+def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tuple[Trainer, Any]:
+    """Data, model, adapter and optimizer of one worker, initial parameters loaded; also the
+    dataset."""
+    import numpy as np
+    import torch
+
+    from harness.training.optim import Optimizer
+    from workloads import get_workload
+    from workloads.data import BatchOrder, load_dataset
+    from workloads.models import build_spec
+
+    worker = run.workers[rank]
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    adapter = adapter_cls(spec, worker.device, worker.threads)
+    initial = spec.initial_parameters(run.seed)
+    adapter.load_parameters(initial)
+    stretch = Stretcher(worker.slowdown_for(0))
+    trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
+                      BatchOrder(len(data), run.global_batch, run.seed), stretch,
+                      phase_timer(worker, adapter, stretch, run.instrument),
+                      prepare=get_workload(run.workload).prepare, num_classes=data.num_classes)
+    trainer.fetch = trainer.batch
+    if run.loader is not None and run.loader.decode:
+        from workloads.pipeline import encode_png
+
+        trainer.encoded = encode_png(data.inputs)  # once, before any timing
+    # on the device for nccl, and on a GPU worker whose aggregator sums there itself
+    trainer.set_buffer(adapter.comm_buffer(
+        backend == "nccl" or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu)))
+    flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
+    trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                                  spec.num_elements, flat, trainer.buffer.device)
+    trainer.initial = flat
+    adapter.zero_grad()
+    return trainer, data
+
+
+def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
+    """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
+    if run.pipeline is not None:  # a stage of a virtual worker: its own loop
+        from harness.loop.stage import train_stage
+
+        train_stage(run, run_dir, rank, backend)
+        return
+    aggregators.prepare(run, rank)
+    trainer, data = build_trainer(run, rank, backend, adapter_cls)
+    prefetcher = None
+    if run.loader is not None:
+        from harness.training.loader import Prefetcher
+
+        # a worker of an asynchronous scheme may take more steps than the run's count
+        most = run.steps * (1 if aggregators.kind(run.aggregator.name).lockstep
+                            else run.world_size)
+        prefetcher = Prefetcher(trainer.batch, run.loader, most, run.timeout_s)
+        trainer.fetch = prefetcher.get
+    trainer.aggregator = aggregators.create(aggregators.Context(
+        run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
+        run_dir))
+    failed = True
+    try:
+        _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
+        failed = False
+    finally:
+        trainer.aggregator.close(failed)
+        if prefetcher is not None:
+            prefetcher.close()
+
+
+def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any,
+           trainer: Trainer, data: Any) -> None:
+    import torch
+
+    from harness.exchange import comm
+    from harness.loop.membership import Membership
+    from harness.loop.repartitioning import Repartitioning, sit_out
+
+    worker = run.workers[rank]
+    adapter = trainer.adapter
+    device = torch.device(worker.device if backend == "nccl" else "cpu")
+
+    info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
+            "pid": os.getpid(),
+            "label": worker.label, **run.to_dict()["workers"][rank],
+            "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
+            "versions": adapter_cls.versions(), "dataset_source": data.source,
+            "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
+    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
+
+    clock_start = clocks.measure().to_dict()
+    domains = comm.gather_bytes(info["clock_domain"].encode(), device)
+    if domains is not None:  # rank 0
+        collector.write_clock(run_dir, clock_start, [d.decode() for d in domains])
+    sizes = initial_partition(trainer, comm, device)
+    lo, hi = slice_bounds(sizes)[rank]
+    standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
+    if rank == 0:
+        collector.write_partition_log(run_dir, trainer.partition_history, standalone)
+    trainer.stretch.total_ns = 0
+    membership = None
+    if run.partition.may_leave_out:
+        membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
+        trainer.aggregator.set_members(membership.group(), len(membership.members))
+    evaluator = make_evaluator(run, rank, adapter, run_dir, device)
+    if evaluator:
+        evaluator(0)
+    comm.barrier()  # every worker starts training together, whoever evaluated
+    writer = RecordWriter(collector.part_path(run_dir, rank))
+    counters = Counters()
+    repartitioner = make_repartitioner(run)
+    repartition = Repartitioning(run, rank, device, trainer, repartitioner, membership,
+                                 run_dir, standalone)
+    try:
+        step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
+        if evaluator:
+            evaluator.start_clock()
+        following: int | None = 0
+        while following is not None:
+            step = following
+            if membership is not None and not membership.computing:
+                following = sit_out(membership, step, writer, evaluator, repartition)
+                lo, hi = repartition.bounds()
+                continue
+            if worker.varies:
+                trainer.stretch.extra = worker.factor_at(step, run.seed, rank) - 1.0
+            record, exchange = step_fn(step, lo, hi, counters)
+            writer.append(record)
+            following = exchange.next_step
+            progress = step + 1 if exchange.progress is None else exchange.progress
+            if evaluator and evaluator.due(progress):
+                if membership is not None:
+                    membership.announce_evaluation(step, progress, adapter)
+                evaluator(progress)
+            if membership is not None:
+                membership.keep_alive(step)
+            if repartitioner is None:
+                continue
+            repartition.measure(hi - lo, record)
+            if (step + 1) % run.partition.every == 0 and step + 1 < run.steps:
+                repartition.between_steps(step)  # outside any step's timing
+                lo, hi = repartition.bounds()
+    finally:
+        writer.close()
+    if membership is not None and membership.computing:
+        membership.announce_end(run.steps - 1, adapter)  # rank 0 writes the members' model
+    if run.on_worker_failure == "continue":
+        # A peer may be gone: no collective after training. Each worker leaves what rank 0
+        # would have written, and the launcher finishes the run directory from the parts.
+        collector.write_survivor(run_dir, rank, adapter.parameters(),
+                                 {"aggregator": trainer.aggregator.describe(),
+                                  "partition_history": trainer.partition_history})
+        return
+    if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
+        info["traffic"] = traffic()  # bytes to and from each server (analysis/traffic.py)
+    finish(run, run_dir, device, info, clock_start, writer.records(), adapter.parameters(),
+           backend, {"partition_history": trainer.partition_history, "standalone": standalone,
+                     "aggregator": trainer.aggregator.describe()})
+
+
+def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
+           clock_start: dict[str, Any], records: Any, parameters: dict[str, Any] | None,
+           backend: str, closing: dict[str, Any], micro: Any = None) -> None:
+    """After training, every rank: what each worker was and recorded goes to rank 0 (JSON
+    and the records' fixed dtype), which writes steps.parquet, the trace, params.npz (its
+    `parameters`, the whole model's) and the completed manifest with `closing` in it.
+    `micro`: a pipeline stage's micro-batch records, gathered the same way."""
+    import numpy as np
+
+    from harness.exchange import comm
+
+    clock_end = clocks.measure().to_dict()
+    gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
+    gathered_records = comm.gather_bytes(records.tobytes(), device)
+    gathered_micro = (None if micro is None
+                      else comm.gather_bytes(micro.tobytes(), device))
+    if gathered_infos is None or gathered_records is None:
+        return
+    infos = [json.loads(g) for g in gathered_infos]
+    arrays = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
+    micro_arrays = (None if gathered_micro is None else
+                    [np.frombuffer(g, dtype=collector.MICRO_DTYPE) for g in gathered_micro])
+    rundir.complete(run_dir, arrays, infos, parameters,
+                    {"start": clock_start, "end": clock_end}, backend, closing, micro_arrays)
+    collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.loop.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", type=Path, help="run directory prepared by hetbench run")
+    parser.add_argument("--suite", help="suite file or built-in name (torchrun mode)")
+    parser.add_argument("--run-name", help="run name within the suite (torchrun mode)")
+    parser.add_argument("--repeat", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stopped)
+    try:
+        run, suite_name = _load_run(args)
+    except UsageError as exc:
+        print(f"hetbench worker: error: {exc}", file=sys.stderr)
+        return 2
+    if world_size != run.world_size:
+        print(f"hetbench worker: error: WORLD_SIZE={world_size} but run {run.name!r} has "
+              f"{run.world_size} workers", file=sys.stderr)
+        return 2
+    if args.run_dir is None and (problem := _torchrun_problem(run)):
+        print(f"hetbench worker: error: {problem}", file=sys.stderr)
+        return 2
+    if args.run_dir is None and run.interface is not None:
+        if (missing := bind_interface(run.interface)) is not None:
+            print(f"hetbench worker: error: interface: {missing}", file=sys.stderr)
+            return 2
+    worker = run.workers[rank]
+    prepare_process(worker)
+    if aggregators.kind(run.aggregator.name).serves is not None:
+        # the framework's server: a coordinator (one of the run's services) trains and
+        # records (torchrun mode refuses such aggregators: _torchrun_problem)
+        return _guarded(args.run_dir, run, rank, False,
+                        lambda: aggregators.serve(run, args.run_dir, rank))
+
+    from adapters import load_adapter
+    from harness.exchange import comm as comm_module
+
+    adapter_cls = load_adapter(worker.framework)
+    backend = comm_module.choose_backend(
+        all(w.is_cuda for w in run.workers)
+        and aggregators.kind(run.aggregator.name).device_buffer)
+    comm_module.init(rank, world_size, backend, run.timeout_s, worker.device)
+    run_dir = args.run_dir or _torchrun_run_dir(run, suite_name, args, rank, backend)
+    (run_dir / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        return _guarded(run_dir, run, rank, args.run_dir is None,
+                        lambda: train(run, run_dir, rank, backend, adapter_cls))
+    finally:
+        _quiet_shutdown(comm_module)
+
+
+def _guarded(run_dir: Path, run: RunSpec, rank: int, torchrun: bool,
+             body: Callable[[], None]) -> int:
+    """Run the worker's `body`; its exit status, with the reason it stopped recorded for
+    whoever closes the run (under torchrun, rank 0 closes it)."""
+    try:
+        body()
+        return 0
+    except Stopped:
+        _record_error(run_dir, rank, "interrupted")
+        if torchrun:
+            _close_torchrun_run(run_dir, run, rank, "interrupted", "interrupted by a signal")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - reported to the launcher, then exit non-zero
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        _record_error(run_dir, rank, reason)
+        traceback.print_exc()
+        if torchrun:
+            _close_torchrun_run(run_dir, run, rank, "failed", f"worker {rank}: {reason}")
+        return 1
+
+
+# what each library that listens reads for the interface to bind
+INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                       "DMLC_INTERFACE")
+
+
+def bind_interface(name: str) -> str | None:
+    """Make every library that listens bind interface `name` (torchrun mode, across hosts:
+    the suite's `interface`); why not, when this host has no such interface."""
+    here = sorted(n for _, n in socket.if_nameindex())
+    if name not in here:
+        return f"{name!r} is not an interface of this host (it has {', '.join(here)})"
+    for variable in INTERFACE_VARIABLES:
+        os.environ[variable] = name
+    return None
+
+
+def _torchrun_problem(run: RunSpec) -> str | None:
+    """What torchrun mode cannot do for this run: it has no launcher to start an
+    aggregator's processes or to finish a run that went on without a dead worker."""
+    if aggregators.kind(run.aggregator.name).services is not None:
+        return (f"aggregator {run.aggregator.name!r} needs processes `hetbench run` starts "
+                "(servers); under torchrun use 'torch', 'allreduce-host' or 'local-sgd'")
+    if run.on_worker_failure == "continue":
+        return ("on_worker_failure = 'continue' needs `hetbench run` to finish the run "
+                "directory; under torchrun use 'fail'")
+    return None
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _record_error(run_dir: Path, rank: int, reason: str) -> None:
+    try:
+        collector.error_path(run_dir, rank).write_text(reason + "\n")
+    except OSError:
+        pass
+
+
+def _close_torchrun_run(run_dir: Path, run: RunSpec, rank: int, status: str,
+                        reason: str) -> None:
+    """Under torchrun no hetbench launcher watches the workers: rank 0 marks a run that ends
+    badly itself, with every record flushed on its node, as the launcher would."""
+    if rank != 0:
+        return
+
+    # torchrun signals the surviving workers when one fails: finish the directory first.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    if status == "interrupted":  # stopped because another worker failed, if one says so
+        for peer in range(1, run.world_size):
+            text = collector.read_error(run_dir, peer)
+            if text and text != "interrupted":
+                status, reason = "failed", f"worker {peer}: {text}"
+                break
+    try:
+        rundir.close_run(run_dir, run, status, reason)
+    except Exception:  # noqa: BLE001 - the worker's own error is the one to report
+        traceback.print_exc()
+
+
+def _quiet_shutdown(comm_module: Any) -> None:
+    try:
+        comm_module.shutdown()
+    except Exception:  # noqa: BLE001 - a broken group at exit must not mask the real error
+        pass
+
+
+def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
+    if args.run_dir is not None:
+        data = json.loads((args.run_dir / rundir.RUN_FILE).read_text())
+        return run_from_dict(data["run"]), data["suite"]
+    if not args.suite or not args.run_name:
+        raise UsageError("arguments", "give --run-dir, or --suite and --run-name (torchrun mode)")
+    from harness.spec.suite import load_suite
+
+    suite = load_suite(args.suite)
+    for run in suite.runs:
+        if run.name == args.run_name:
+            return run, suite.name
+    names = ", ".join(r.name for r in suite.runs)
+    raise UsageError("--run-name", f"no run {args.run_name!r} in suite {suite.name} ({names})")
+
+
+def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, rank: int,
+                      backend: str) -> Path:
+    """Rank 0 creates the run directory and manifest; every rank learns its name."""
+    import torch
+
+    from harness.exchange import comm
+
+    name = ""
+    if rank == 0:
+        name = str(rundir.prepare_run_dir(args.out, suite_name, run, args.repeat))
+    device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
+    return Path(comm.broadcast_bytes(name.encode(), device).decode())
+
+
+if __name__ == "__main__":
+    exit_skipping_teardown(main())

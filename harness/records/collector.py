@@ -1,0 +1,538 @@
+"""Step records -> run directory.
+
+While a run is going, each worker appends its records in small parts to
+`parts/rank<R>.bin` (fixed-size binary rows, RECORD_DTYPE), so a crash loses at most the
+last unflushed part and a half-written row is simply dropped on reading. At the end the
+records become `steps.parquet` (one row per worker and step) and `trace.json`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.system import clocks
+
+
+class Phase(StrEnum):
+    LOAD = "load"
+    TO_DEVICE = "to_device"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    PACK = "pack"
+    ALLREDUCE = "allreduce"
+    UNPACK = "unpack"
+    APPLY = "apply"
+
+
+PHASES: tuple[Phase, ...] = tuple(Phase)
+# Phases before `ready` (gradients in the communication buffer): what a slowdown stretches.
+COMPUTE_PHASES: tuple[Phase, ...] = PHASES[: PHASES.index(Phase.PACK) + 1]
+
+RECORD_DTYPE = np.dtype(
+    [("rank", "<i4"), ("step", "<i8"), ("batch_size", "<i4"), ("slice_start", "<i4"),
+     ("begin_ns", "<i8"), ("ready_ns", "<i8"), ("reduced_ns", "<i8"), ("end_ns", "<i8")]
+    + [(f"{p.value}_ns", "<i8") for p in PHASES]
+    # CPU time during compute: of the main thread (wall minus it: off the CPU), and of all
+    # the worker's threads (intra-op pools, the input pipeline: work done on its behalf)
+    + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("compute_cpu_all_ns", "<i8"),
+       ("loss", "<f8"), ("local_loss", "<f8"),
+       ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
+       ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
+       ("gc_ns", "<i8"), ("gc_collections", "<i4"),
+       # the aggregator's view of the exchange (harness/exchange): staleness of the
+       # update, the parts of the exchange it measured, whether the workers did not take
+       # it together (then idle is the measured wait), whether this gradient was dropped
+       ("staleness", "<i8"), ("push_ns", "<i8"), ("wait_ns", "<i8"), ("pull_ns", "<i8"),
+       ("asynchronous", "?"), ("dropped", "?")]
+)
+# A pipeline stage's micro-batches (virtual workers, harness/loop/stage.py): each
+# forward and backward of one micro-batch of one wave, stretched as the worker's slowdown
+# says (stretch_ns of it is the emulation's).
+MICRO_DTYPE = np.dtype(
+    [("rank", "<i4"), ("wave", "<i8"), ("micro_batch", "<i4"), ("backward", "?"),
+     ("begin_ns", "<i8"), ("end_ns", "<i8"), ("stretch_ns", "<i8")]
+)
+EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous", "dropped")
+# What rows written before aggregators existed hold in these fields: all-reduce steps.
+EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
+                     "asynchronous": False, "dropped": False}
+RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
+BEGIN_FIELD, READY_FIELD, REDUCED_FIELD = (RECORD_FIELDS.index(f"{name}_ns")
+                                           for name in ("begin", "ready", "reduced"))
+# A step a worker sat out (harness/loop/membership.py): batch size 0, no timestamps, no loss.
+# Every step keeps a row per worker, so a step missing a row still means a record lost.
+_LEFT_OUT = tuple(float("nan") if RECORD_DTYPE[name].kind == "f" else
+                  False if RECORD_DTYPE[name].kind == "b" else 0 for name in RECORD_FIELDS)
+
+
+def left_out_record(rank: int, step: int) -> tuple[Any, ...]:
+    return (rank, step, *_LEFT_OUT[2:])
+
+
+# A step's marks (harness/loop/timer.py): its begin, then the end of each phase in PHASES order;
+# the record's instants are these.
+MARK_READY, MARK_REDUCED, MARK_END = (PHASES.index(p) + 1 for p in (Phase.PACK,
+                                                                    Phase.ALLREDUCE,
+                                                                    Phase.APPLY))
+# instrument = false: every field between the instants and the exchange's is zero (the
+# losses NaN), as RECORD_DTYPE orders them
+_UNTIMED_MIDDLE = _LEFT_OUT[RECORD_FIELDS.index("end_ns") + 1:RECORD_FIELDS.index("staleness")]
+
+
+def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
+                 marks: Sequence[int], stretch_ns: int, compute_cpu: tuple[int, int],
+                 loss: float, local_loss: float, counters: tuple[int, ...], exchange: Any
+                 ) -> tuple[Any, ...]:
+    """One step's row, in RECORD_DTYPE's field order (the one place that knows it):
+    `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
+    threads' CPU time during compute, `counters` harness.loop.worker.Counters.take()'s
+    (context switches, user and system CPU, rss, gc time and collections), `exchange` the
+    aggregator's Exchange (its EXCHANGE_FIELDS)."""
+    return (rank, step, batch_size, slice_start,
+            marks[0], marks[MARK_READY], marks[MARK_REDUCED], marks[MARK_END],
+            *[b - a for a, b in zip(marks, marks[1:], strict=False)],
+            stretch_ns, *compute_cpu, loss, local_loss, *counters,
+            exchange.staleness, exchange.push_ns, exchange.wait_ns, exchange.pull_ns,
+            exchange.asynchronous, exchange.dropped)
+
+
+def untimed_record(rank: int, step: int, batch_size: int, slice_start: int, begin_ns: int,
+                   end_ns: int, exchange: Any) -> tuple[Any, ...]:
+    """A step recorded with instrument = false: its begin and end, what the exchange says
+    of staleness and whether it was taken together or dropped; nothing else measured."""
+    return (rank, step, batch_size, slice_start, begin_ns, 0, 0, end_ns, *_UNTIMED_MIDDLE,
+            exchange.staleness, 0, 0, 0, exchange.asynchronous, exchange.dropped)
+
+STEPS_FILE = "steps.parquet"
+TRACE_FILE = "trace.json"
+EVAL_FILE = "eval.parquet"
+MICRO_FILE = "microbatches.parquet"
+PARTS_DIR = "parts"
+CLOCK_PART = "clock.json"
+PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
+EVAL_PART = "eval.jsonl"  # rank 0's held-out evaluations so far, one JSON object a line
+
+
+def error_path(run_dir: Path, rank: int) -> Path:
+    """Where a worker leaves the one-line reason it stopped (read by whoever closes the run)."""
+    return run_dir / PARTS_DIR / f"rank{rank}.error"
+
+
+def read_error(run_dir: Path, rank: int) -> str:
+    """The worker's reason, or "" when it left none."""
+    path = error_path(run_dir, rank)
+    return path.read_text().strip() if path.is_file() else ""
+
+
+def part_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / PARTS_DIR / f"rank{rank}.bin"
+
+
+def micro_part_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / PARTS_DIR / f"micro-rank{rank}.bin"
+
+
+class RecordWriter:
+    """Buffers record tuples and appends them to the rank's part file every few steps."""
+
+    def __init__(self, path: Path, flush_every: int = 16, flush_interval_s: float = 0.5,
+                 dtype: np.dtype = RECORD_DTYPE) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._dtype = dtype
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._pending: list[tuple[Any, ...]] = []
+        self._written: list[np.ndarray] = []
+        self._flush_every = flush_every
+        self._interval_ns = int(flush_interval_s * 1e9)
+        self._last_flush = time.perf_counter_ns()
+
+    def append(self, record: tuple[Any, ...]) -> None:
+        self._pending.append(record)
+        if (len(self._pending) >= self._flush_every
+                or time.perf_counter_ns() - self._last_flush >= self._interval_ns):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            rows = np.array(self._pending, dtype=self._dtype)
+            os.write(self._fd, rows.tobytes())
+            self._written.append(rows)
+            self._pending = []
+        self._last_flush = time.perf_counter_ns()
+
+    def records(self) -> np.ndarray:
+        self.flush()
+        if not self._written:
+            return np.empty(0, dtype=self._dtype)
+        return np.concatenate(self._written)
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+def read_part(path: Path, dtype: np.dtype = RECORD_DTYPE) -> np.ndarray:
+    """Every complete row of a part file; a torn last row (crash mid-write) is dropped."""
+    data = path.read_bytes()
+    usable = len(data) - len(data) % dtype.itemsize
+    return np.frombuffer(data[:usable], dtype=dtype).copy()
+
+
+def read_micro_parts(run_dir: Path) -> list[np.ndarray]:
+    folder = run_dir / PARTS_DIR
+    paths = sorted(folder.glob("micro-rank*.bin")) if folder.is_dir() else []
+    return [read_part(p, MICRO_DTYPE) for p in paths]
+
+
+def write_microbatches(run_dir: Path, arrays: list[np.ndarray],
+                       clock: dict[str, Any] | None = None) -> None:
+    """microbatches.parquet: one row per stage, wave, micro-batch and direction, when the
+    run pipelined its model (nothing otherwise)."""
+    import pandas as pd
+
+    arrays = [a for a in arrays if len(a)]
+    if not arrays:
+        return
+    frame = pd.DataFrame(np.concatenate(arrays))
+    if clock:
+        clocks.align(frame, clock["start"], clock.get("end"))
+    frame = frame.sort_values(["wave", "rank", "begin_ns"], kind="stable")
+    tmp = run_dir / f".{MICRO_FILE}.tmp"
+    with _naming(run_dir / MICRO_FILE):
+        frame.reset_index(drop=True).to_parquet(tmp, index=False)
+    tmp.replace(run_dir / MICRO_FILE)
+
+
+def part_files(run_dir: Path) -> list[Path]:
+    """The flushed record files of a run, one per rank that started recording."""
+    folder = run_dir / PARTS_DIR
+    return sorted(folder.glob("rank*.bin")) if folder.is_dir() else []
+
+
+def part_rank(path: Path) -> int | None:
+    """The rank whose records `path` holds (rank<R>.bin), or None for another name."""
+    digits = path.stem.removeprefix("rank")
+    return int(digits) if path.suffix == ".bin" and digits.isdigit() else None
+
+
+def read_parts(run_dir: Path) -> list[np.ndarray]:
+    return [read_part(p) for p in part_files(run_dir)]
+
+
+def write_survivor(run_dir: Path, rank: int, params: dict[str, Any],
+                   finish: dict[str, Any]) -> None:
+    """What a worker that ended training writes when no collective may follow (a run that
+    goes on without dead workers): its parameters and what rank 0 would put in the
+    manifest."""
+    np.savez(run_dir / PARTS_DIR / f"params-rank{rank}.npz", **params)
+    (run_dir / PARTS_DIR / f"finish-rank{rank}.json").write_text(json.dumps(finish))
+
+
+def steps_done(run_dir: Path, world_size: int, ranks: Iterable[int] | None = None) -> int:
+    """Steps flushed by the slowest rank (of `ranks`, default all; for the progress bar;
+    reads only file sizes)."""
+    counts = []
+    for rank in (range(world_size) if ranks is None else ranks):
+        try:
+            counts.append(part_path(run_dir, rank).stat().st_size // RECORD_DTYPE.itemsize)
+        except FileNotFoundError:
+            counts.append(0)
+    return min(counts) if counts else 0
+
+
+def records_frame(arrays: Iterable[np.ndarray], clock: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+    """One tidy DataFrame, one row per (rank, step). `clock`: the offsets measured when the
+    workers do not share a clock ({"start": ..., "end": ...}, harness.system.clocks), applied so
+    that every timestamp is on rank 0's clock."""
+    import pandas as pd
+
+    arrays = [a for a in arrays if len(a)]
+    merged = np.concatenate(arrays) if arrays else np.empty(0, dtype=RECORD_DTYPE)
+    frame = pd.DataFrame(merged)
+    if clock:
+        clocks.align(frame, clock["start"], clock.get("end"))
+    return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def write_clock(run_dir: Path, start: dict[str, Any], domains: list[str]) -> None:
+    """Rank 0's start offsets and every worker's clock domain, for whoever closes a run that
+    fails before rank 0 can (the launcher, or hetbench recover)."""
+    (run_dir / PARTS_DIR / CLOCK_PART).write_text(json.dumps({"start": start,
+                                                              "domains": domains}))
+
+
+def read_clock(run_dir: Path) -> dict[str, Any] | None:
+    """What to align a failed run's records by: None when its workers shared one clock, or
+    when rank 0 never measured (the records then stay on each worker's clock)."""
+    try:
+        saved = json.loads((run_dir / PARTS_DIR / CLOCK_PART).read_text())
+    except (OSError, ValueError):
+        return None
+    return None if len(set(saved["domains"])) == 1 else {"start": saved["start"]}
+
+
+RESERVE_FILE = ".reserve.tmp"
+RESERVE_BYTES = 256 * 1024  # more than a manifest and the small files closing writes
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Ballast written when the run starts: if the disk fills up while the run goes on, its
+    removal is what leaves room to close the run (its manifest saying `failed`, and why)."""
+    with open(run_dir / RESERVE_FILE, "wb") as f:
+        f.write(bytes(RESERVE_BYTES))
+
+
+def remove_temporary(run_dir: Path) -> None:
+    """The reserve, and the half-written files of a write that failed (`.NAME.tmp`,
+    replaced onto NAME only once complete)."""
+    for tmp in run_dir.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError raised while writing `path` names it (pyarrow's do not)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from exc
+
+
+# Which run a row belongs to, as columns of steps.parquet, so that rows of many runs can be
+# concatenated and still told apart (harness.records.results.load_steps adds them to runs recorded
+# before, or read from parts): run id, launch, repeat, and whether the step is warm-up.
+IDENTITY_COLUMNS = ("run_id", "launch", "repeat", "warmup")
+
+
+def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
+    """`frame` with IDENTITY_COLUMNS set from the run's manifest (in place, and returned)."""
+    warmup = int((meta.get("run") or {}).get("warmup_steps", 0))
+    frame["run_id"] = str(meta.get("run_id", ""))
+    frame["launch"] = str(meta.get("launch") or "unrecorded")
+    frame["repeat"] = int(meta.get("repeat", 0))
+    frame["warmup"] = frame["step"] < warmup if "step" in frame else False
+    return frame
+
+
+def with_placement(frame: Any, meta: dict[str, Any]) -> Any:
+    """Where the run pipelined its model (virtual workers): columns `virtual_worker` and
+    `stage` of each row's rank (in place, and returned); nothing otherwise. Every stage of a
+    virtual worker records the virtual worker's slice: its samples count once, at stage 0
+    (analysis.metrics.counted_samples)."""
+    pipeline = (meta.get("run") or {}).get("pipeline")
+    if not pipeline or "rank" not in frame:
+        return frame
+    place = {r: (v, s) for v, ranks in enumerate(pipeline["virtual_workers"])
+             for s, r in enumerate(ranks)}
+    frame["virtual_worker"] = frame["rank"].map(lambda r: place[r][0]).astype("int32")
+    frame["stage"] = frame["rank"].map(lambda r: place[r][1]).astype("int32")
+    return frame
+
+
+def write_steps(run_dir: Path, frame: Any) -> None:
+    """steps.parquet, with the identity (and placement) columns of the run whose manifest
+    is in run_dir."""
+    meta_path = run_dir / "manifest.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        with_placement(with_identity(frame, meta), meta)
+    tmp = run_dir / f".{STEPS_FILE}.tmp"
+    with _naming(run_dir / STEPS_FILE):
+        frame.to_parquet(tmp, index=False)
+    tmp.replace(run_dir / STEPS_FILE)
+
+
+TRACE_CHUNK_ROWS = 20_000  # rows turned into trace events at a time
+MIB = 1 << 20
+# compact, and no check for cycles a flat event cannot have: a third less time and size
+_TRACE_JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
+def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
+    """Chrome trace event JSON (Perfetto, chrome://tracing), in microseconds.
+
+    One process per worker, pid rank + 1 (viewers treat pid 0 as the idle task), named
+    with the worker's label (framework, device, threads, slowdown). Per worker and step a
+    parent slice `step N` whose phases nest in it and tile it from begin to end
+    (`trace_slices`): the exchange split as the analysis splits it, idle before it and
+    communication apart. A flow arrow per step from the straggler (the last worker ready)
+    to every worker that waited for it, landing where its communication starts. Counter
+    tracks per worker: its slice size and resident memory, an event where they change.
+    Written a chunk of rows at a time: a long run's events are never all in memory."""
+    tmp = run_dir / f".{TRACE_FILE}.tmp"
+    with open(tmp, "w") as out:
+        out.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
+        out.write(",\n".join(json.dumps({"ph": "M", "name": "process_name", "pid": rank + 1,
+                                         "tid": 0, "args": {"name": f"worker {rank} ({label})"}})
+                             for rank, label in enumerate(worker_labels)))
+        frame = frame[frame["batch_size"] > 0]  # a worker left out of a step has no slices
+        if len(frame):
+            origin = int(frame["begin_ns"].min())
+            arrival = frame.groupby("step")["ready_ns"].transform("max")
+            last = frame.loc[frame.groupby("step")["ready_ns"].idxmax(), ["step", "rank"]]
+            straggler = frame["step"].map(dict(zip(last["step"], last["rank"], strict=True)))
+            counters: dict[tuple[int, str], float] = {}
+            for start in range(0, len(frame), TRACE_CHUNK_ROWS):
+                chunk = slice(start, start + TRACE_CHUNK_ROWS)
+                rows = frame.iloc[chunk]
+                events = [*trace_slices(rows, arrival.iloc[chunk], origin),
+                          *trace_flows(rows, arrival.iloc[chunk], straggler.iloc[chunk],
+                                       origin),
+                          *trace_counters(rows, origin, counters)]
+                out.write("".join(",\n" + _TRACE_JSON.encode(e) for e in events))
+        out.write("\n]}\n")
+    tmp.replace(run_dir / TRACE_FILE)
+
+
+def trace_slices(rows: Any, arrival: Any, origin: int) -> Iterator[dict[str, Any]]:
+    """Each row's parent slice, then its phases in order from its begin: the compute
+    phases; the exchange as `idle` (waiting for the last worker's gradients: arrival -
+    ready) and `allreduce` (the rest), or, where the worker took its exchange alone
+    (`asynchronous`), as `push`, `wait` (for others or a staleness bound) and `pull`; then
+    unpack and apply."""
+    exchange = PHASES.index(Phase.ALLREDUCE)
+    before = [p.value for p in PHASES[:exchange]]
+    after = [p.value for p in PHASES[exchange + 1:]]
+    columns = ["rank", "step", "batch_size", "begin_ns", "ready_ns", "end_ns",
+               *(f"{p.value}_ns" for p in PHASES), "push_ns", "wait_ns", "asynchronous"]
+    for row, arrive in zip(rows[columns].itertuples(index=False), arrival, strict=True):
+        pid, step = row.rank + 1, row.step
+        yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0,
+               "ts": (row.begin_ns - origin) / 1000.0,
+               "dur": (row.end_ns - row.begin_ns) / 1000.0,
+               "args": {"step": step, "batch_size": row.batch_size}}
+        if row.ready_ns <= 0:
+            continue  # instrument = false: no phase was timed
+        durations = row[6:6 + len(PHASES)]
+        parts = list(zip(before, durations[:exchange], strict=True))
+        total = durations[exchange]
+        if row.asynchronous:
+            pull = max(total - row.push_ns - row.wait_ns, 0)
+            parts += [("push", row.push_ns), ("wait", row.wait_ns), ("pull", pull)]
+        else:
+            idle = min(max(arrive - row.ready_ns, 0), total)
+            parts += [("idle", idle), ("allreduce", total - idle)]
+        parts += zip(after, durations[exchange + 1:], strict=True)
+        ts = row.begin_ns - origin
+        for name, duration in parts:
+            yield {"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": 0,
+                   "ts": ts / 1000.0, "dur": duration / 1000.0, "args": {"step": step}}
+            ts += duration
+
+
+def trace_flows(rows: Any, arrival: Any, straggler: Any, origin: int
+                ) -> Iterator[dict[str, Any]]:
+    """Per waiting worker of a lockstep step: an arrow from the straggler's ready (where
+    its communication starts) to where the waiting worker's communication starts."""
+    columns = ["rank", "step", "ready_ns", "asynchronous"]
+    for row, arrive, last in zip(rows[columns].itertuples(index=False), arrival, straggler,
+                                 strict=True):
+        if row.asynchronous or row.rank == last or row.ready_ns <= 0:
+            continue
+        flow = {"name": "waits for", "cat": "straggler", "id": f"{row.step}-{row.rank}",
+                "tid": 0, "ts": (arrive - origin) / 1000.0}
+        yield {**flow, "ph": "s", "pid": int(last) + 1}
+        yield {**flow, "ph": "f", "bp": "e", "pid": row.rank + 1}
+
+
+def trace_counters(rows: Any, origin: int, last: dict[tuple[int, str], float]
+                   ) -> Iterator[dict[str, Any]]:
+    """A counter event where a worker's slice size or resident memory (MiB) changed;
+    `last` carries the values across chunks."""
+    columns = ["rank", "begin_ns", "batch_size", "rss_bytes"]
+    for row in rows[columns].itertuples(index=False):
+        for name, value in (("slice (samples)", float(row.batch_size)),
+                            ("rss (MiB)", round(row.rss_bytes / MIB, 1))):
+            key = (row.rank, name)
+            if name == "rss (MiB)" and value <= 0 or last.get(key) == value:
+                continue
+            last[key] = value
+            yield {"ph": "C", "name": name, "pid": row.rank + 1, "tid": 0,
+                   "ts": (row.begin_ns - origin) / 1000.0, "args": {"value": value}}
+
+
+def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
+             clock: dict[str, Any] | None = None,
+             micro: list[np.ndarray] | None = None) -> int:
+    """Write steps.parquet and trace.json from the records, and microbatches.parquet from
+    `micro` (None: the micro-batch parts on disk, if any); returns the number of rows."""
+    frame = records_frame(arrays, clock)
+    write_steps(run_dir, frame)
+    write_microbatches(run_dir, read_micro_parts(run_dir) if micro is None else micro, clock)
+    write_trace(run_dir, frame, worker_labels)
+    write_eval(run_dir)
+    return len(frame)
+
+
+def write_partition_log(run_dir: Path, history: list[dict[str, Any]],
+                        standalone: list[dict[str, Any]]) -> None:
+    """Written by rank 0 whenever the partition changes (every few steps at most), atomically,
+    so the launcher can put a failed run's partition history into its manifest."""
+    path = run_dir / PARTS_DIR / PARTITION_LOG
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"partition_history": history, "standalone": standalone}))
+    tmp.replace(path)
+
+
+def append_eval(run_dir: Path, row: dict[str, Any]) -> None:
+    """One held-out evaluation (rank 0), appended and flushed at once: a run that fails
+    later keeps every evaluation it made."""
+    with open(run_dir / PARTS_DIR / EVAL_PART, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def eval_frame(run_dir: Path):  # type: ignore[no-untyped-def]
+    """The held-out evaluations: eval.parquet, or the part rank 0 flushed (a torn last line
+    is dropped); an empty frame when the run evaluated nothing."""
+    import pandas as pd
+
+    path = eval_source(run_dir)
+    if path.name == EVAL_FILE:
+        return pd.read_parquet(path)
+    rows = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break
+    return pd.DataFrame(rows)
+
+
+def eval_source(run_dir: Path) -> Path:
+    """Where the held-out evaluations are read from: eval.parquet once the run is finished,
+    before that the part rank 0 appends to."""
+    path = run_dir / EVAL_FILE
+    return path if path.is_file() else run_dir / PARTS_DIR / EVAL_PART
+
+
+def write_eval(run_dir: Path) -> int:
+    """eval.parquet from the flushed evaluations (none: no file); returns the row count."""
+    frame = eval_frame(run_dir)
+    if len(frame) and not (run_dir / EVAL_FILE).is_file():
+        tmp = run_dir / f".{EVAL_FILE}.tmp"
+        with _naming(run_dir / EVAL_FILE):
+            frame.to_parquet(tmp, index=False)
+        tmp.replace(run_dir / EVAL_FILE)
+    return len(frame)
+
+
+def read_partition_log(run_dir: Path) -> dict[str, Any]:
+    """What write_partition_log last wrote; {} when it never ran or left a torn file."""
+    try:
+        data = json.loads((run_dir / PARTS_DIR / PARTITION_LOG).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,407 @@
+"""Reading run directories back: manifest (schema-checked) and step records (checked too:
+a damaged file is refused by name, never reported as numbers)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from harness.records import collector, manifest
+from harness.spec.errors import UsageError
+from harness.system import procfs
+from harness.system import sampler as system
+
+
+@dataclass(frozen=True)
+class RunData:
+    run_dir: Path
+    manifest: dict[str, Any]
+    steps: pd.DataFrame
+    evals: pd.DataFrame  # held-out evaluations (eval.parquet); empty without eval_every
+    # a pipelined run's micro-batches (microbatches.parquet); empty for other runs
+    micro: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", "unknown"))
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.manifest["run"].get("warmup_steps", 0))
+
+    @property
+    def suite(self) -> str:
+        return str(self.manifest["suite"]["name"])
+
+    @property
+    def launch(self) -> str:
+        """The `hetbench run` that made it (runs recorded before launches had ids: one
+        launch, "unrecorded")."""
+        return str(self.manifest.get("launch") or "unrecorded")
+
+
+def load_run(run_dir: Path) -> RunData:
+    """A run directory's manifest and steps; a run that never finalised is read from its
+    flushed parts, so a crashed run still shows every step it recorded."""
+    return _load(run_dir, manifest.read(run_dir))
+
+
+def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
+    steps, file_of_rank = read_steps(run_dir)
+    for column, default in collector.EXCHANGE_DEFAULTS.items():
+        if column not in steps.columns:  # recorded before aggregators: all-reduce steps
+            steps[column] = default
+    problem = step_problem(steps, instrumented=meta["run"].get("instrument", True))
+    if problem:
+        raise UsageError(str(file_of_rank(problem.rank)), problem.message)
+    if (samples := read_system(run_dir)) is not None:
+        steps = system.join_to_steps(steps, samples)
+    return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+
+
+def read_system(run_dir: Path) -> pd.DataFrame | None:
+    """The launcher's samples of the host (harness/system/sampler.py), or None where the run has
+    none (torchrun mode, a simulated run, a run recorded before them)."""
+    path = run_dir / system.SYSTEM_FILE
+    if not path.is_file():
+        return None
+    try:
+        samples = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(path), f"unreadable: {_one_line(exc)}") from None
+    if missing := [c for c in system.COLUMNS if c not in samples.columns]:
+        raise UsageError(str(path), f"missing columns {', '.join(missing)}")
+    return samples
+
+
+def read_micro(run_dir: Path) -> pd.DataFrame:
+    """A pipelined run's micro-batch records: microbatches.parquet, or the flushed parts
+    of a run that never finalised; empty for a run that pipelined nothing."""
+    path = run_dir / collector.MICRO_FILE
+    try:
+        if path.is_file():
+            return pd.read_parquet(path)
+        parts = [p for p in collector.read_micro_parts(run_dir) if len(p)]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(path), f"unreadable: {_one_line(exc)}") from None
+    return pd.DataFrame(np.concatenate(parts)) if parts else pd.DataFrame()
+
+
+def load_steps(*paths: str | os.PathLike[str]) -> pd.DataFrame:
+    """Every run at `paths` (run directories, or suite and results folders holding them) as
+    one tidy DataFrame, one row per (run, worker, step): the step records (README, Results)
+    after columns suite, run, run_id, launch, repeat and a `warmup` flag. Every launch
+    found is there: filter on `launch` to keep one, the column says which is which.
+
+        from harness.records.results import load_steps
+        steps = load_steps("results/variability")
+        steps[~steps.warmup].groupby(["run", "repeat"])["allreduce_ns"].median()
+    """
+    frames = []
+    for run_dir in find_runs([Path(p) for p in paths]):
+        data = load_run(run_dir)
+        frame = collector.with_identity(data.steps.copy(), data.manifest)
+        frame.insert(0, "suite", data.suite)
+        frame.insert(1, "run", str(data.manifest["run"]["name"]))
+        leading = ["suite", "run", *collector.IDENTITY_COLUMNS]
+        frames.append(frame[leading + [c for c in frame.columns if c not in leading]])
+    return pd.concat(frames, ignore_index=True)
+
+
+# -- step records ---------------------------------------------------------------------------
+
+TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")
+# Every other *_ns field is a duration (a phase, a measured part of the exchange, CPU or GC
+# time): never negative.
+DURATIONS = tuple(f for f in collector.RECORD_FIELDS if f.endswith("_ns") and f not in TIMESTAMPS)
+# Fields added after the first runs were recorded: older step tables lack them (the exchange
+# fields get their defaults above; the straggler attribution does without the CPU times).
+LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns", "compute_cpu_all_ns")
+# Record dtype kind -> kinds a column read back may have: integers where integers are
+# written (NaN or text in a timestamp is damage), any number for floats, flags as 0/1 too.
+ALLOWED_KINDS = {"i": "iu", "f": "fiu", "b": "biu"}
+KIND_NAMES = {"i": "integers", "f": "numbers", "b": "true/false"}
+
+
+class StepProblem(NamedTuple):
+    rank: int | None  # the rank of the first bad row; None for the table as a whole
+    message: str
+
+
+def read_steps(run_dir: Path) -> tuple[pd.DataFrame, Callable[[int | None], Path]]:
+    """The run's step records, and which file holds the rows of a rank (to name it in an
+    error): steps.parquet, or each rank's part for a run that never finalised."""
+    steps_file = run_dir / collector.STEPS_FILE
+    if steps_file.is_file():
+        try:
+            steps = pd.read_parquet(steps_file)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+            raise UsageError(str(steps_file), f"unreadable: {_one_line(exc)}") from None
+        return steps, lambda rank: steps_file
+    arrays = [_checked_part(path, collector.read_part(path))
+              for path in collector.part_files(run_dir)]
+
+    def part_of(rank: int | None) -> Path:
+        if rank is None:  # (a table read from parts has every column, of the right kind)
+            return run_dir / collector.PARTS_DIR
+        return collector.part_path(run_dir, rank)
+
+    return collector.records_frame(arrays), part_of
+
+
+def _checked_part(path: Path, rows: np.ndarray) -> np.ndarray:
+    """A part holds only its own rank's rows; anything else is not what a worker wrote
+    (damaged, shifted by lost bytes, or a record layout of another hetbench version)."""
+    rank = collector.part_rank(path)
+    if rank is None:
+        raise UsageError(str(path), "not a part file hetbench writes (rank<N>.bin)")
+    wrong = rows["rank"] != rank
+    if wrong.any():
+        first = int(wrong.argmax())
+        raise UsageError(str(path), f"row {first} holds rank {rows['rank'][first]}, not "
+                         f"{rank}: damaged, or records of another hetbench version")
+    return rows
+
+
+def step_problem(steps: pd.DataFrame, instrumented: bool = True) -> StepProblem | None:
+    """What makes a step table unusable, or None: a missing column, a column of the wrong
+    kind, or a row whose time goes backwards (a timestamp before the one it follows, a
+    negative duration), which analysis would turn into negative idle.
+
+    Rows of a run recorded with instrument = false hold only begin and end (ready and
+    reduced are 0), so only those two are ordered there. Vectorised: a few passes over
+    each column, well under the cost of reading the table."""
+    missing = [f for f in collector.RECORD_FIELDS
+               if f not in steps.columns and f not in LATER_FIELDS]
+    if missing:
+        return StepProblem(None, f"lacks column(s) {_listed(missing)}: not a step table "
+                                 "this hetbench reads")
+    for field in collector.RECORD_FIELDS:
+        if field not in steps.columns:
+            continue
+        kind = collector.RECORD_DTYPE[field].kind
+        if steps[field].dtype.kind not in ALLOWED_KINDS[kind]:
+            return StepProblem(None, f"column {field} holds {steps[field].dtype} values "
+                                     f"({KIND_NAMES[kind]} are expected)")
+    return _first_backwards_row(steps, instrumented)
+
+
+def _first_backwards_row(steps: pd.DataFrame, instrumented: bool) -> StepProblem | None:
+    order = TIMESTAMPS if instrumented else (TIMESTAMPS[0], TIMESTAMPS[-1])
+    found: list[tuple[int, str]] = []  # (row, what is wrong there)
+    for before, after in zip(order, order[1:], strict=False):
+        early, late = steps[before].to_numpy(), steps[after].to_numpy()
+        backwards = late < early
+        if backwards.any():
+            row = int(backwards.argmax())
+            found.append((row, f"{after} {late[row]} is before {before} {early[row]} "
+                               "(time goes backwards)"))
+    for field in DURATIONS:
+        if field not in steps.columns or not len(steps):
+            continue
+        values = steps[field].to_numpy()
+        if values.min() < 0:
+            row = int((values < 0).argmax())
+            found.append((row, f"{field} is negative ({values[row]})"))
+    if not found:
+        return None
+    row, what = min(found)
+    rank, step = int(steps["rank"].iat[row]), int(steps["step"].iat[row])
+    return StepProblem(rank, f"rank {rank}, step {step}: {what}")
+
+
+# -- held-out evaluations -------------------------------------------------------------------
+
+EVAL_COLUMNS = ("step", "samples", "wall_s", "train_s", "loss")
+
+
+def read_evals(run_dir: Path) -> pd.DataFrame:
+    """The run's held-out evaluations (empty when it made none), with the columns the
+    convergence analysis reads, as numbers."""
+    source = collector.eval_source(run_dir)
+    try:
+        evals = collector.eval_frame(run_dir)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        raise UsageError(str(source), f"unreadable: {_one_line(exc)}") from None
+    if evals.empty:
+        return evals
+    missing = [c for c in EVAL_COLUMNS if c not in evals.columns]
+    if missing:
+        raise UsageError(str(source), f"lacks column(s) {_listed(missing)}: not held-out "
+                                      "evaluations this hetbench reads")
+    for column in EVAL_COLUMNS:
+        if evals[column].dtype.kind not in "iuf":
+            raise UsageError(str(source), f"column {column} holds {evals[column].dtype} "
+                                          "values (numbers are expected)")
+    return evals
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -- several runs ---------------------------------------------------------------------------
+
+
+def load_finished_runs(run_dirs: Iterable[Path]) -> list[RunData]:
+    """The runs that are not still going, each loaded; a run whose manifest says `running`
+    is left out with a note saying why (its records are still being written, or its
+    launcher died before it could close it), never analysed as if it had ended."""
+    runs = []
+    for run_dir in run_dirs:
+        meta = manifest.read(run_dir)
+        if meta["status"] == "running":
+            note(running_note(run_dir, meta))
+        else:
+            runs.append(_load(run_dir, meta))
+    return runs
+
+
+def running_note(run_dir: Path, meta: dict[str, Any]) -> str:
+    alive = launcher_alive(meta)
+    if alive:
+        return f"{run_dir} is still running (launcher pid {meta['launcher']['pid']} " \
+               "alive): left out"
+    if alive is False:
+        return f"{run_dir} says running but its launcher is gone: left out (hetbench " \
+               f"recover {run_dir} closes it as failed from its parts)"
+    host = (meta.get("launcher") or {}).get("host")
+    where = f"recorded on host {host}" if host else "no launcher recorded"
+    return f"{run_dir} says running; cannot tell whether its launcher lives ({where}): " \
+           "left out"
+
+
+def by_suite(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+    """Runs grouped by suite, in the order suites first appear: runs of different suites
+    are never pooled (a run name may mean different things in two suites)."""
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.suite, []).append(run)
+    return groups
+
+
+def finished_runs_by_suite(paths: list[Path], outcome: str,
+                           launches: LaunchChoice | None = None) -> dict[str, list[RunData]]:
+    """The finished runs at `paths` by suite (see load_finished_runs and by_suite), with a
+    note saying so when there are several suites (`outcome`: what is done with them), and
+    of each suite the launches chosen (`choose_launches`). No finished run at all is an
+    error."""
+    suites = by_suite(load_finished_runs(find_runs(paths)))
+    if not suites:
+        raise UsageError(" ".join(map(str, paths)), "no finished run here (every run found "
+                         "says it is still running)")
+    mixed_suites_note(paths, suites, outcome)
+    return {name: choose_launches(runs, launches or LaunchChoice(), f"suite {name}")
+            for name, runs in suites.items()}
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """Which launches' runs to read together (`--launch`, `--pool-launches`)."""
+
+    pattern: str | None = None  # launch ids matching this glob
+    pool: bool = False  # every launch, pooled as repeats
+
+
+def choose_launches(runs: list[RunData], choice: LaunchChoice, where: str) -> list[RunData]:
+    """Runs of different launches are not repeats of one experiment unless the user says
+    so: the launches matching `choice.pattern`, or all of them with `choice.pool`, else
+    the newest launch alone; a note says which were read whenever there was a choice."""
+    launches = list(dict.fromkeys(r.launch for r in sorted(
+        runs, key=lambda r: str(r.manifest.get("start", "")))))
+    if choice.pattern is not None:
+        picked = [launch for launch in launches if fnmatch.fnmatchcase(launch, choice.pattern)]
+        if not picked:
+            raise UsageError("--launch", f"{choice.pattern!r} matches no launch of {where} "
+                             f"(launches: {', '.join(launches)})")
+        note(f"{where}: reading launch{'es' if len(picked) > 1 else ''} {', '.join(picked)}"
+             + (" (pooled as repeats)" if len(picked) > 1 else ""))
+    elif len(launches) == 1:
+        return runs
+    elif choice.pool:
+        picked = launches
+        note(f"{where}: pooling {len(picked)} launches as repeats ({', '.join(picked)})")
+    else:
+        picked = launches[-1:]
+        note(f"{where} holds {len(launches)} launches ({', '.join(launches)}): reading the "
+             f"newest, {picked[0]} (--launch GLOB picks others, --pool-launches pools them)")
+    return [r for r in runs if r.launch in picked]
+
+
+def mixed_suites_note(paths: Sequence[object], suites: Iterable[str], outcome: str) -> None:
+    """One note when the paths together hold runs of more than one suite."""
+    names = list(dict.fromkeys(suites))
+    if len(names) > 1:
+        holders = " and ".join(map(str, paths)) + (" holds" if len(paths) == 1 else " hold")
+        note(f"{holders} runs of {len(names)} suites ({', '.join(names)}): {outcome}")
+
+
+def note(text: str) -> None:
+    """A remark on what is (not) shown, beside the output: one stderr line, not an error."""
+    print(f"hetbench: note: {text}", file=sys.stderr)
+
+
+# -- is a run's launcher alive? -------------------------------------------------------------
+
+
+def launcher_alive(meta: dict[str, Any]) -> bool | None:
+    """Whether the launcher that wrote this manifest still runs: None when that cannot be
+    told from here (no launcher recorded, another host, or no start time recorded). An
+    exited launcher its parent has not reaped yet (a zombie) is not alive."""
+    launcher = meta.get("launcher")
+    if not isinstance(launcher, dict) or launcher.get("host") != socket.gethostname():
+        return None
+    started = launcher.get("started")
+    if not isinstance(started, int):
+        return None
+    return procfs.alive(int(launcher["pid"]), started)
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+
+def writable_folder(path: Path, where: str) -> Path:
+    """Create `path` if needed and check that files can be written in it, before anything
+    runs: a bad --out is one line, not a traceback after the first run."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".hetbench-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(where, f"{path} is not a writable folder ({exc.strerror})") from None
+    return path
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run directories named directly, or found below a suite or results folder (two
+    levels down at most), in a stable order. A path with no run is an error."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise UsageError(str(path), "no such file or directory")
+        if (path / manifest.MANIFEST_FILE).is_file():
+            found.append(path)
+            continue
+        below = sorted(p.parent for p in path.glob(f"*/{manifest.MANIFEST_FILE}"))
+        below += sorted(p.parent for p in path.glob(f"*/*/{manifest.MANIFEST_FILE}"))
+        if not below:
+            raise UsageError(str(path), "not a run directory, and no run directories below it "
+                             "(a run directory holds manifest.json)")
+        found.extend(below)
+    return list(dict.fromkeys(found))

@@ -1,0 +1,374 @@
+"""Starts one OS process per worker on this host, joined over torch.distributed (env://).
+
+The launcher imports no framework. It watches the workers: when one dies the others are
+stopped within a bounded time, and whatever they flushed becomes the run's records, marked
+`failed` (or `interrupted` on Ctrl-C) with the reason. For several hosts, start
+harness.loop.worker with torchrun instead (README).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from adapters import missing_framework
+from harness.records import collector, manifest
+from harness.records.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
+from harness.run import services as aggregator_services
+from harness.spec.errors import DeviceUnavailable
+from harness.spec.suite import RunSpec, SuiteSpec, cpu_list
+from harness.system import procfs, signals
+from harness.system import sampler as system
+
+POLL_S = 0.1
+TERMINATE_GRACE_S = 5.0
+SERVICE_FAILURE_GRACE_S = 0.5
+STALL_MARGIN_S = 5.0  # beyond timeout_s, before a run without progress is stopped
+STALL_GRACE_S = 1.0  # for workers stuck in a wait, between SIGTERM and SIGKILL
+SETTLE_S = 3.0  # after a failure, for the healthy peers of a hung worker to time out too
+QUIET_S = 5.0  # no step for longer than this before a failure: the failures were waits
+FULL_DISK_BYTES = 64 * 1024  # less free than this after a failure: it was the disk
+
+
+def gpu_count(framework: str) -> int:
+    """GPUs that `framework` itself sees here, probed in a throw-away process (the launcher
+    imports no framework). It can differ between frameworks on one host: tensorflow-cpu
+    and MXNet's CPU wheel see none even where torch sees several."""
+    from harness.run.probe import DEFAULT_TIMEOUT_S, probe
+
+    info = probe(framework, DEFAULT_TIMEOUT_S)
+    if info.status != "ok":
+        raise DeviceUnavailable(framework, f"cannot list its GPUs: {info.reason}")
+    return sum(d.startswith(("cuda:", "gpu:")) for d in info.devices)
+
+
+def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
+    """Raise DeviceUnavailable naming the first worker whose device, cores or framework
+    this host lacks (a framework is looked up, not imported). `gpu_counts` caches the
+    probes per framework across the runs of a suite."""
+
+    cores_here = os.sched_getaffinity(0)
+    for i, w in enumerate(run.workers):
+        absent = missing_framework(w.framework)
+        if absent:
+            raise DeviceUnavailable(f"{where}.workers[{i}].framework", absent)
+        missing = set(w.cores or ()) - cores_here
+        if missing:  # checked before the GPUs: probing them starts the framework
+            raise DeviceUnavailable(f"{where}.workers[{i}].cores",
+                                    f"{cpu_list(missing)} not available (this host allows "
+                                    f"{cpu_list(cores_here)})")
+        if w.is_cuda:
+            if w.framework not in gpu_counts:
+                gpu_counts[w.framework] = gpu_count(w.framework)
+            count, index = gpu_counts[w.framework], int(w.device.split(":")[1])
+            if index >= count:
+                raise DeviceUnavailable(f"{where}.workers[{i}].device",
+                                        f"{w.device} not available ({w.framework} sees "
+                                        f"{count} GPU(s) on this host)")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_environment(run: RunSpec, rank: int, port: int) -> dict[str, str]:
+    # Loopback only (issue 18): the rendezvous store listens on MASTER_ADDR alone
+    # (harness.exchange.comm), gloo's pair sockets and TensorPipe's (RPC) listeners on lo's address.
+    env = dict(os.environ)
+    env.update({
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(run.world_size),
+        "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo",
+        "HETBENCH_LAUNCHER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def skip_run(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, reason: str,
+             launch: str | None = None) -> RunResult:
+    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
+    manifest.update(run_dir, status="skipped", reason=reason, end=manifest.now_iso())
+    collector.remove_temporary(run_dir)
+    return RunResult(run, repeat, run_dir, "skipped", reason)
+
+
+def suite_info(suite: SuiteSpec) -> dict[str, Any]:
+    return {"name": suite.name, "source": suite.source, "repeats": suite.repeats,
+            "description": suite.description}
+
+
+def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
+                 progress: Any = None, launch: str | None = None) -> RunResult:
+    """One run on this host. However it ends (completed, a failure, Ctrl-C or SIGTERM, a
+    fault of the launcher itself), the run directory is closed: every process stopped,
+    the flushed records written, the manifest saying how it ended. An interrupt or a
+    launcher error is raised again once the run is closed."""
+    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
+    procs: list[subprocess.Popen[bytes]] = []
+    services = aggregator_services.Services()
+    sampler: system.Sampler | None = None
+    status, reason = "failed", ""
+    dropped: list[dict[str, Any]] = []
+    # Services end by themselves once every worker has left them cleanly; after a failure or
+    # an interrupt nobody will, so they are signalled almost at once.
+    grace_s = SERVICE_FAILURE_GRACE_S
+    raised: BaseException | None = None
+    try:
+        port = free_port()
+        logs = run_dir / "logs"
+        logs.mkdir()
+        # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
+        # server) and what its workers must be told (their addresses)
+        services = aggregator_services.start(run, free_port, logs, run_dir)
+        manifest.update(run_dir, network=services.network)
+        if services.network.startswith("host ("):
+            print(f"   warning: listening on every interface: {services.network}",
+                  flush=True)
+        for rank in range(run.world_size):
+            with open(logs / f"rank{rank}.log", "wb") as log:
+                procs.append(subprocess.Popen(
+                    services.worker_command([sys.executable, "-m", "harness.loop.worker",
+                                             "--run-dir", str(run_dir)]),
+                    env=worker_environment(run, rank, port) | services.env, stdout=log,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                ))
+        sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs),
+                                          *(p.pid for p in services.procs.values())]).start()
+        status, reason, dropped = _watch(procs, run, run_dir, progress, services)
+        if status == "completed" and dropped:
+            reason = "; ".join(f"worker {d['rank']} dropped after {d['steps']} steps "
+                               f"(status {d['status']}: {d['reason']})" for d in dropped)
+        if status == "completed" and run.on_worker_failure != "continue":
+            # (a run that may go on without a worker ends without a graceful goodbye)
+            grace_s = aggregator_services.STOP_GRACE_S
+    except KeyboardInterrupt as exc:
+        raised, status, reason = exc, "interrupted", signals.describe(exc)
+    except Exception as exc:  # noqa: BLE001 - the run is closed, then the error goes on
+        raised, status = exc, "failed"
+        reason = f"the launcher failed: {type(exc).__name__}: {exc}"
+    with signals.held() as held:
+        if isinstance(raised, KeyboardInterrupt):
+            print(f"\nhetbench: {reason}: stopping the workers, closing {run_dir}",
+                  file=sys.stderr, flush=True)
+        _stop(procs)
+        services.stop(grace_s)
+        if sampler is not None:
+            try:
+                system.write(run_dir, sampler.stop())
+            except OSError:  # a full disk: the step records matter more (close_run says)
+                pass
+        result = close_run(run_dir, run, status, reason, repeat, dropped)
+    if raised is not None:
+        raise raised
+    if held:  # a Ctrl-C or SIGTERM during the closing: the suite stops now
+        raise signals.as_interrupt(held[0])
+    return result
+
+
+def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
+           progress: Any, services: aggregator_services.Services | None = None
+           ) -> tuple[str, str, list[dict[str, Any]]]:
+    """Wait for the workers; on the first failure (of a worker, or of a process the
+    aggregator needs) stop the rest, unless the run goes on without a dead worker
+    (on_worker_failure = "continue") while any other lives. Returns (status, reason, the
+    workers dropped)."""
+    last_progress, last_change = -1, time.monotonic()
+    dropped: list[dict[str, Any]] = []
+    while True:
+        codes = [p.poll() for p in procs]
+        gone = {d["rank"] for d in dropped}
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0) and r not in gone]
+        living = [r for r, c in enumerate(codes) if c is None]
+        if failed and services is not None and (dead := services.failed()) is not None \
+                and dead[1] < 0:
+            # a service killed by a signal, seen in the same poll as the workers that lost
+            # it: the cause is the service (a worker's RPC error is what followed)
+            _stop(procs)
+            return "failed", f"{dead[0]} exited with status {dead[1]} while the workers ran", \
+                dropped
+        if failed and run.on_worker_failure == "continue" and living:
+            for rank, code in failed:
+                dropped.append({"rank": rank, "status": code,
+                                "reason": _worker_reason(run_dir, rank, code),
+                                "steps": collector.steps_done(run_dir, 1, [rank])})
+            continue
+        if failed:
+            reason = _failure_reason(procs, run_dir, time.monotonic() - last_change)
+            _stop(procs)
+            return "failed", reason, dropped
+        if all(c == 0 or r in gone for r, c in enumerate(codes)):
+            return "completed", "", dropped
+        if services is not None and (dead := services.failed()) is not None:
+            _stop(procs)
+            name, code = dead
+            reason = f"{name} exited with status {code} while the workers ran"
+            # one that ended itself says why last (a signal's victim says nothing of it)
+            if code > 0 and (words := services.last_words(name, run_dir / "logs")):
+                reason += f" ({words})"
+            return "failed", reason, dropped
+        done = collector.steps_done(run_dir, run.world_size, living)
+        if progress is not None and done != last_progress:
+            progress(done)
+        if done != last_progress:
+            last_progress, last_change = done, time.monotonic()
+        elif time.monotonic() - last_change > stall_limit(run, started=done > 0):
+            stuck = time.monotonic() - last_change
+            reason = "; ".join(_stopped_workers(procs)) or "workers stopped"
+            # waits with no timeout (ps-lite) hold the workers in C code, where a SIGTERM
+            # is not handled until they return: they could not flush more anyway
+            _stop(procs, grace_s=STALL_GRACE_S)
+            return "failed", f"no step completed for {stuck:.0f} s: {reason}", dropped
+        time.sleep(POLL_S)
+
+
+def stall_limit(run: RunSpec, started: bool) -> float:
+    """How long the launcher lets a run go without a flushed step before it stops it: a
+    worker that waits longer than timeout_s for a peer fails by itself, except where the
+    wait has no timeout of its own (MXNet's ps-lite kvstore), which this bounds. Before the
+    first step, start-up (imports, data, calibration, a first evaluation) gets more."""
+    return run.timeout_s + STALL_MARGIN_S if started else 2 * run.timeout_s + 60
+
+
+def _failure_reason(procs: list[subprocess.Popen[bytes]], run_dir: Path,
+                    quiet_s: float) -> str:
+    """Why the run failed, naming the worker that caused it, not the healthy peers that
+    failed waiting for it: a worker killed by a signal; else a stopped worker (SIGSTOP);
+    else, when nothing had moved for a while (the failures are timeouts), the workers
+    still alive once the others had time to exit, which did not answer; else the first
+    worker to fail."""
+    deadline = time.monotonic() + SETTLE_S  # healthy peers time out nearly together
+    while time.monotonic() < deadline and not any(p.poll() is not None and p.returncode < 0
+                                                  for p in procs):
+        if sum(p.poll() is None for p in procs) <= 1 or _stopped_workers(procs):
+            break
+        time.sleep(POLL_S)
+    codes = [p.poll() for p in procs]
+    killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
+    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+    first = failed[0]
+    waited = f"worker {first}: {_worker_reason(run_dir, first, codes[first])}"
+    if killed:
+        reason = "; ".join(_worker_reason(run_dir, r, codes[r], named=True) for r in killed)
+    elif stopped := _stopped_workers(procs):
+        reason = f"{'; '.join(stopped)} ({waited})"
+    elif quiet_s > QUIET_S and (alive := [r for r, c in enumerate(codes) if c is None]):
+        reason = (f"{', '.join(f'worker {r}' for r in alive)} stopped answering (no step "
+                  f"for {quiet_s:.0f} s) ({waited})")
+    else:
+        reason = _worker_reason(run_dir, first, codes[first], named=True)
+    if _disk_full(run_dir):
+        reason += f" (no space left on the device holding {run_dir})"
+    return reason
+
+
+def _stopped_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
+    return [f"worker {r} was stopped (SIGSTOP or a debugger)"
+            for r, p in enumerate(procs) if p.poll() is None and procfs.stopped(p.pid)]
+
+
+def _disk_full(run_dir: Path) -> bool:
+    try:
+        return shutil.disk_usage(run_dir).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+def _worker_reason(run_dir: Path, rank: int, code: int | None = None,
+                   named: bool = False) -> str:
+    """What ended a worker: the signal that killed it, else the error it recorded, else its
+    log's last line. `named`: as a sentence about worker `rank`."""
+    if code is not None and code < 0:
+        killed = f"worker {rank} killed by {_signal_name(-code)}"
+        # a signal the process raised itself (an abort, a crash): its last words say why
+        last = _last_log_line(run_dir, rank) if -code in SELF_INFLICTED else None
+        return f"{killed} ({last})" if last else killed
+    prefix = f"worker {rank} exited with status {code}: " if named else ""
+    if error := collector.read_error(run_dir, rank):
+        return prefix + error
+    return prefix + (_last_log_line(run_dir, rank) or "no message")
+
+
+SELF_INFLICTED = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+
+
+def _last_log_line(run_dir: Path, rank: int) -> str | None:
+    log = run_dir / "logs" / f"rank{rank}.log"
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] \
+        if log.is_file() else []
+    return lines[-1].strip() if lines else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = TERMINATE_GRACE_S) -> None:
+    """SIGTERM (workers flush and exit), then SIGKILL whatever is left after a grace period."""
+    for p in procs:
+        if p.poll() is None:
+            _signal_group(p, signal.SIGTERM)
+            _signal_group(p, signal.SIGCONT)  # a stopped worker flushes too, not only dies
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p, signal.SIGKILL)
+            p.wait()
+
+
+def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
+              on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
+              gpu_counts: dict[str, int] | None = None) -> list[RunResult]:
+    """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
+    so slow drifts of a shared machine spread over runs instead of biasing one. One launch:
+    its runs share a launch id, and their repeats are numbered on from those already in the
+    suite's folder. `gpu_counts`: the GPUs each framework sees, where already probed."""
+    unavailable: dict[str, str] = {}
+    gpu_counts = {} if gpu_counts is None else gpu_counts
+    for i, run in enumerate(suite.runs):
+        try:
+            check_devices(run, f"runs[{i}]", gpu_counts)
+        except DeviceUnavailable as exc:
+            if not skip_unavailable:
+                raise
+            unavailable[run.name] = str(exc)
+    results = []
+    launch, first = new_launch(), next_repeat(out / suite.name)
+    for repeat in range(first, first + suite.repeats):
+        for run in suite.runs:
+            if run.name in unavailable:
+                result = skip_run(out, suite, run, repeat, unavailable[run.name], launch)
+            else:
+                if on_start:
+                    on_start(run, repeat)
+                progress = progress_factory(run) if progress_factory else None
+                try:
+                    result = launch_local(out, suite, run, repeat,
+                                          progress.update if progress else None, launch)
+                finally:
+                    if progress:
+                        progress.close()
+            results.append(result)
+            if on_end:
+                on_end(result)
+    return results

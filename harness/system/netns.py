@@ -1,0 +1,159 @@
+"""A private network namespace for a run's workers: the loopback interface and nothing
+else, so that a listener bound to every interface is still reachable from this host only.
+
+TensorFlow's gRPC servers bind "0.0.0.0:<port>" whatever address they are given, with no
+setting for it (issue 18); inside such a namespace "every interface" is `lo`. The launcher
+starts a holder (`python -m harness.system.netns hold`) that creates the namespace (a user
+namespace too when not root, as `unshare -Urn` does), brings `lo` up and waits; each worker
+is started as `python -m harness.system.netns join PID -- COMMAND`, which enters the holder's
+namespaces and then becomes COMMAND (exec: same pid, nothing left between). The holder ends
+when the launcher stops it or dies (its stdin closes).
+
+Linux only; where namespaces are not allowed (a container without the capability, a
+kernel with unprivileged user namespaces off) `start_holder` says why and the run goes on
+in the host's network.
+This module imports no framework: the launcher and the joiner use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+READY = b"ready\n"
+START_TIMEOUT_S = 20.0
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _create(user: bool) -> None:
+    """This (single-threaded) process moves to a new network namespace, in a new user
+    namespace where it is root when `user` (what an unprivileged process needs)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc().unshare(CLONE_NEWNET | (CLONE_NEWUSER if user else 0)), "unshare")
+    if user:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def loopback_up() -> None:
+    """Bring `lo` up (a new namespace has it down): the flags through ioctl, as `ip link set
+    lo up` does, without needing iproute2."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, request)[:18])[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def hold() -> int:
+    """Create the namespace, say ready on stdout, and keep it until stdin closes."""
+    try:
+        _create(user=os.geteuid() != 0)
+        loopback_up()
+    except OSError as exc:
+        print(f"no private network namespace: {exc}", file=sys.stderr, flush=True)
+        return 1
+    sys.stdout.buffer.write(READY)
+    sys.stdout.flush()
+    sys.stdin.buffer.read()  # returns at EOF: the launcher closed it, or died
+    return 0
+
+
+def join(pid: int) -> None:
+    """Enter the network namespace of holder `pid` (and first its user namespace, when it
+    made one: this process must still be single-threaded)."""
+    libc = _libc()
+    for kind, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
+        theirs = f"/proc/{pid}/ns/{kind}"
+        if os.readlink(theirs) == os.readlink(f"/proc/self/ns/{kind}"):
+            continue
+        fd = os.open(theirs, os.O_RDONLY)
+        try:
+            _check(libc.setns(fd, flag), f"setns into {theirs}")
+        finally:
+            os.close(fd)
+
+
+def namespace(pid: int | str = "self") -> str:
+    """The network namespace of a process, as /proc names it ("net:[4026531840]")."""
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def interfaces(pid: int | str = "self") -> list[str]:
+    """The network interfaces a process sees (its namespace's), from /proc/PID/net/dev."""
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":", 1)[0].strip() for line in lines)
+
+
+def start_holder(log: Path) -> subprocess.Popen[bytes] | str:
+    """The holder process, once its namespace is ready; else why not (its log's words)."""
+    with open(log, "wb") as err:
+        holder = subprocess.Popen([sys.executable, "-m", "harness.system.netns", "hold"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                  start_new_session=True)
+    assert holder.stdout is not None
+    # the holder writes READY or exits: a blocking read would end either way; bounded anyway
+    with selectors.DefaultSelector() as wait:
+        wait.register(holder.stdout, selectors.EVENT_READ)
+        answered = bool(wait.select(timeout=START_TIMEOUT_S))
+    if answered and holder.stdout.readline() == READY:
+        return holder
+    stop_holder(holder)
+    why = log.read_text(errors="replace").strip().splitlines()
+    return why[-1] if why else f"the holder did not answer in {START_TIMEOUT_S:.0f} s"
+
+
+def stop_holder(holder: subprocess.Popen[bytes]) -> None:
+    """Close its stdin (it exits), kill it if it does not."""
+    if holder.stdin is not None:
+        holder.stdin.close()
+    try:
+        holder.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait()
+    if holder.stdout is not None:
+        holder.stdout.close()
+
+
+def join_command(pid: int, command: list[str]) -> list[str]:
+    """`command`, run inside the namespace of holder `pid`."""
+    return [sys.executable, "-m", "harness.system.netns", "join", str(pid), "--", *command]
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["hold"]:
+        return hold()
+    if len(argv) >= 4 and argv[0] == "join" and argv[2] == "--":
+        try:
+            join(int(argv[1]))
+        except OSError as exc:
+            print(f"hetbench: error: cannot enter the run's network namespace: {exc}",
+                  file=sys.stderr)
+            return 1
+        os.execv(argv[3], argv[3:])
+    print("usage: python -m harness.system.netns hold | join PID -- COMMAND...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
