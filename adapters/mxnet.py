@@ -18,21 +18,13 @@ for the gradients, timed or not: torch must not all-reduce memory the engine sti
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from workloads.models import ModelSpec, builder
-
-if "bool" not in vars(np):  # MXNet 1.9.1 uses np.bool, removed in numpy 1.24
-    np.bool = bool  # type: ignore[attr-defined]
-
-with warnings.catch_warnings():  # its import warns about numpy and distutils APIs it uses
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import mxnet as mx
-    from mxnet import autograd, gluon
+from workloads.mx_layers import autograd, gluon, mx
 
 ENGINE_DEFAULT = "ThreadedEnginePerDevice"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.loop.worker import Counters
+from harness.loop.counters import Counters
 from harness.records.collector import RECORD_FIELDS, RecordWriter
 
 COUNTER_FIELDS = 7  # the tail of a record that Counters.take() returns

@@ -26,8 +26,9 @@ from typing import Any
 from adapters.pytorch import TorchAdapter
 from harness import exchange as aggregators
 from harness.exchange import comm
+from harness.loop.counters import Counters
 from harness.loop.timer import StepTimer
-from harness.loop.worker import Counters, build_trainer
+from harness.loop.worker import build_trainer
 from harness.records.collector import RecordWriter
 from harness.run.launcher import free_port
 from harness.spec.suite import parse_suite

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness.exchange import AGGREGATORS, kind
-from harness.exchange.parameter_server import ShardServer, placement
+from harness.exchange.parameter_server import ShardServer
+from harness.exchange.placement import balanced_cuts as placement
 from harness.exchange.placement import segments
 from harness.spec.errors import UsageError
 from harness.spec.suite import parse_suite, run_from_dict

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from harness.loop.timer import RULES, CudaEventTimer, StepTimer
-from harness.loop.worker import Stretcher
 from harness.records import collector
 from harness.records.collector import PHASES, RECORD_DTYPE, Phase
+from harness.spec.emulation import Stretcher
 
 COMPUTE = [p for p in PHASES if RULES[p].stretched]
 

@@ -2,9 +2,10 @@
 
 hetbench starts S server processes on 127.0.0.1 (start_servers, from the launcher) and
 stops them after the workers. The flat parameter vector is cut into S contiguous shards on
-parameter boundaries, balanced by element count (`placement`, recorded in the manifest);
-each server holds its shard and runs the run's optimizer on it (harness/training/optim.py, the code
-the all-reduce path runs on the workers), so updates are the same mathematics. A worker
+parameter boundaries, balanced by element count (`placement.balanced_cuts`, recorded in the
+manifest); each server holds its shard and runs the run's optimizer on it
+(harness/training/optim.py, the code the all-reduce path runs on the workers), so updates
+are the same mathematics. A worker
 pushes each shard of its gradient sums (the loss sum rides with the last shard) to its
 server and gets the shard's parameters back in the reply: one RPC per shard per step, all
 shards in flight together.
@@ -57,45 +58,12 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from harness.exchange import Context, Exchange, Holds, next_step, rendezvous
+from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
 from harness.run.services import Services
 from harness.system.exits import exit_skipping_teardown
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 PR_SET_PDEATHSIG = 1
-
-
-def placement(sizes: list[int], servers: int) -> list[tuple[int, int]]:
-    """Per server, the [first, last) parameter indices of its contiguous shard: the cuts on
-    parameter boundaries that make the largest shard smallest (its elements are what the
-    busiest server receives and sends every step), every server at least one parameter."""
-    if servers > len(sizes):
-        raise ValueError(f"{servers} servers for {len(sizes)} parameters: every server "
-                         "needs at least one parameter")
-
-    def greedy(capacity: int) -> list[int]:
-        """Cut points of the fewest shards of at most `capacity` elements each."""
-        cuts, load = [], 0
-        for i, size in enumerate(sizes):
-            if load and load + size > capacity:
-                cuts.append(i)
-                load = 0
-            load += size
-        return cuts
-
-    low, high = max(sizes), sum(sizes)
-    while low < high:  # the smallest capacity that needs no more than `servers` shards
-        middle = (low + high) // 2
-        if len(greedy(middle)) + 1 <= servers:
-            high = middle
-        else:
-            low = middle + 1
-    cuts = greedy(low)
-    # fewer shards than servers: split off single parameters (no shard grows)
-    spare = [i for i in range(1, len(sizes)) if i not in cuts]
-    cuts = sorted(cuts + spare[: servers - 1 - len(cuts)])
-    bounds = [0, *cuts, len(sizes)]
-    return list(zip(bounds, bounds[1:], strict=False))
 
 
 def start_servers(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
@@ -280,6 +248,7 @@ def serve(run_dir: Path, index: int) -> int:
     from harness.spec.suite import run_from_dict
 
     _run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
+    placement.serving(_run)
     n = _run.world_size
     die_with_launcher()
     (run_dir / "parts" / f"ps{index}.json").write_text(json.dumps(
@@ -317,7 +286,6 @@ class ParameterServerClient:
         # without dead workers (every reply of ours has come)
         self.graceful = run.on_worker_failure != "continue"
         self.lockstep = spec.name == "ps-sync"
-        from harness.exchange.placement import gather, offsets, segments
 
         params = context.adapter.spec.params
         sizes = [p.size for p in params]
@@ -325,9 +293,9 @@ class ParameterServerClient:
         self.servers = [f"ps{k}" for k in range(spec.servers)]
         self.tail = (TailClient(run, context.adapter, self.servers[-1])
                      if run.placement == "fc-on-server" else None)
-        self.segments = segments(run.placement or "sharded", sizes, spec.servers,
+        self.segments = placement.segments(run.placement or "sharded", sizes, spec.servers,
                                  self.tail.first_tensor if self.tail else None)
-        starts = offsets(sizes)
+        starts = placement.offsets(sizes)
         self.placement = [{"server": server, "parameters": [
             p.name for p, at in zip(params, starts, strict=False)
             if any(lo <= at < hi for lo, hi in pieces)],
@@ -347,8 +315,9 @@ class ParameterServerClient:
             initial = context.initial
             for server, pieces in zip(self.servers, self.segments, strict=True):
                 if pieces:
+                    held = [(lo, hi) for lo, hi in pieces if lo < n]
                     rpc.rpc_sync(server, init_shard, args=(
-                        gather(initial, [(lo, hi) for lo, hi in pieces if lo < n]).clone(),
+                        placement.gather(initial, held).clone(),
                         any(lo >= n for lo, _ in pieces)))
             if self.tail is not None:
                 self.tail.start(initial)
@@ -359,19 +328,18 @@ class ParameterServerClient:
         self.clock = 0
 
     def exchange(self, step: int, samples: int) -> Exchange:
-        from harness.exchange.placement import gather, scatter
 
         start = time.perf_counter_ns()
         pushing = [(server, pieces) for server, pieces in zip(self.servers, self.segments,
                                                               strict=True) if pieces]
-        sums = [gather(self.buffer, pieces) for _, pieces in pushing]
+        sums = [placement.gather(self.buffer, pieces) for _, pieces in pushing]
         futures = [rpc.rpc_async(server, push, args=(
             self.version, self.clock, self.rank, values, samples))
             for (server, _), values in zip(pushing, sums, strict=True)]
         replies = []
         for (server, pieces), pushed, future in zip(pushing, sums, futures, strict=True):
             values, reply = future.wait()
-            scatter(values, self.buffer, pieces)
+            placement.scatter(values, self.buffer, pieces)
             self.sent[server] += pushed.numel() * pushed.element_size()
             self.received[server] += values.numel() * values.element_size()
             replies.append(reply)
@@ -450,27 +418,24 @@ class TailClient:
         self.lo, self.hi = parameter_range(adapter.spec, adapter.model,
                                            layers[self.first_layer:],
                                            getattr(module, "PARAMETER_NAMES", {}))
-        from harness.exchange.placement import offsets
 
-        starts = offsets([p.size for p in adapter.spec.params])
+        starts = placement.offsets([p.size for p in adapter.spec.params])
         self.first_tensor = starts.index(self.lo)
         self.names = [p.name for p in adapter.spec.params[self.first_tensor:]]
         self.server, self.adapter = server, adapter
         self.sent = self.received = self.read = 0
 
     def start(self, initial: torch.Tensor) -> None:
-        from harness.exchange.placement import init_tail
 
         spec = self.adapter.spec
-        rpc.rpc_sync(self.server, init_tail, args=(
+        rpc.rpc_sync(self.server, placement.init_tail, args=(
             tuple(spec.sample_shape), spec.num_classes, self.first_layer,
             initial[self.lo:self.hi].clone()))
 
     def compute(self, features: torch.Tensor, targets: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        from harness.exchange.placement import tail_step
 
-        loss, grad = rpc.rpc_sync(self.server, tail_step, args=(features.cpu(),
+        loss, grad = rpc.rpc_sync(self.server, placement.tail_step, args=(features.cpu(),
                                                                targets.cpu()))
         self.sent += (features.numel() * features.element_size()
                       + targets.numel() * targets.element_size())
@@ -481,9 +446,8 @@ class TailClient:
         """The tail's part of the buffer the loop loads as parameters: the server's when
         they are about to be read, else the worker's own copy, unchanged."""
         if pull:
-            from harness.exchange.placement import pull_tail
 
-            values = rpc.rpc_sync(self.server, pull_tail)
+            values = rpc.rpc_sync(self.server, placement.pull_tail)
             self.read += values.numel() * values.element_size()
             buffer[self.lo:self.hi].copy_(values)
         else:

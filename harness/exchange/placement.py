@@ -6,7 +6,7 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
   over the servers, as TensorFlow's replica_device_setter places variables (the busiest
   server is the one that drew the largest tensor);
 - sharded (the default): every layer computed on the workers; contiguous shards cut on
-  tensor boundaries, balanced by bytes (parameter_server.placement);
+  tensor boundaries, balanced by bytes (`balanced_cuts`);
 - fc-on-server: the convolutional layers computed on the workers, their parameters
   sharded over the servers but the last; the fully connected tail held *and computed* by
   the last server: a worker sends the activations entering it and the labels, the server
@@ -26,9 +26,40 @@ from typing import Any
 
 import torch
 
-from harness.exchange.parameter_server import placement as balanced_cuts
-
 Segments = list[tuple[int, int]]  # [lo, hi) pieces of the flat buffer
+
+
+def balanced_cuts(sizes: list[int], servers: int) -> list[tuple[int, int]]:
+    """Per server, the [first, last) parameter indices of its contiguous shard: the cuts on
+    parameter boundaries that make the largest shard smallest (its elements are what the
+    busiest server receives and sends every step), every server at least one parameter."""
+    if servers > len(sizes):
+        raise ValueError(f"{servers} servers for {len(sizes)} parameters: every server "
+                         "needs at least one parameter")
+
+    def greedy(capacity: int) -> list[int]:
+        """Cut points of the fewest shards of at most `capacity` elements each."""
+        cuts, load = [], 0
+        for i, size in enumerate(sizes):
+            if load and load + size > capacity:
+                cuts.append(i)
+                load = 0
+            load += size
+        return cuts
+
+    low, high = max(sizes), sum(sizes)
+    while low < high:  # the smallest capacity that needs no more than `servers` shards
+        middle = (low + high) // 2
+        if len(greedy(middle)) + 1 <= servers:
+            high = middle
+        else:
+            low = middle + 1
+    cuts = greedy(low)
+    # fewer shards than servers: split off single parameters (no shard grows)
+    spare = [i for i in range(1, len(sizes)) if i not in cuts]
+    cuts = sorted(cuts + spare[: servers - 1 - len(cuts)])
+    bounds = [0, *cuts, len(sizes)]
+    return list(zip(bounds, bounds[1:], strict=False))
 
 
 def offsets(sizes: list[int]) -> list[int]:
@@ -134,15 +165,20 @@ class TailServer:
 
 
 _tail: TailServer | None = None
+_run: Any = None  # the run this server process serves (parameter_server.serve sets it)
+
+
+def serving(run: Any) -> None:
+    """The run of this server process, for the tail it may hold."""
+    global _run
+    _run = run
 
 
 def init_tail(sample_shape: tuple[int, ...], num_classes: int, first_layer: int,
               values: torch.Tensor) -> int:
     """Called once by worker 0 before any step: the tail and its initial parameters."""
     global _tail
-    from harness.exchange import parameter_server
-
-    _tail = TailServer(parameter_server._run, sample_shape, num_classes, first_layer, values)
+    _tail = TailServer(_run, sample_shape, num_classes, first_layer, values)
     return len(values)
 
 

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
-from harness.loop.worker import Counters, Stretcher, finish
+from harness.loop.counters import Counters
+from harness.loop.finish import finish
 from harness.partition.policies import slice_bounds
 from harness.partition.stages import Links, Profile, split_layers, stage_times
 from harness.partition.virtual import bounds_of, kind_of
 from harness.records import collector
+from harness.spec.emulation import Stretcher
 from harness.spec.suite import RunSpec, vw_slices
 from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock

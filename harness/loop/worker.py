@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import gc
 import json
 import os
-import resource
 import signal
 import socket
 import statistics
@@ -31,6 +29,8 @@ from typing import Any
 
 from harness import exchange as aggregators
 from harness.exchange import Exchange, Holds
+from harness.loop.counters import Counters
+from harness.loop.finish import finish
 from harness.loop.timer import CudaEventTimer, StepTimer
 from harness.partition.policies import (
     Damping,
@@ -42,6 +42,7 @@ from harness.partition.policies import (
 )
 from harness.records import collector, rundir
 from harness.records.collector import Phase, RecordWriter
+from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, WorkerSpec, run_from_dict
 from harness.system import clocks
@@ -70,80 +71,6 @@ def prepare_process(worker: WorkerSpec) -> None:
             pass
         if os.getppid() != int(os.environ["HETBENCH_LAUNCHER_PID"]):
             sys.exit(1)
-
-
-class GcTimer:
-    """Time spent in the cyclic garbage collector, via gc.callbacks."""
-
-    def __init__(self) -> None:
-        self.total_ns = 0
-        self.collections = 0
-        self._start = 0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._start = time.perf_counter_ns()
-        else:
-            self.total_ns += time.perf_counter_ns() - self._start
-            self.collections += 1
-
-    def take(self) -> tuple[int, int]:
-        out = (self.total_ns, self.collections)
-        self.total_ns = self.collections = 0
-        return out
-
-
-class Counters:
-    """Per-step process counters: context switches and CPU time from getrusage (~2 us in
-    the loop; psutil's equivalents cost 30-150 us, FRAMEWORK-NOTES.md). RSS moves slowly
-    and reading /proc/self/statm costs ~7 us in the loop, so it is sampled every
-    RSS_EVERY steps and held in between."""
-
-    RSS_EVERY = 8
-
-    def __init__(self) -> None:
-        self._statm = os.open("/proc/self/statm", os.O_RDONLY)
-        self._page = os.sysconf("SC_PAGE_SIZE")
-        self._last = resource.getrusage(resource.RUSAGE_SELF)
-        self._calls = 0
-        self._rss = 0
-        self.gc = GcTimer()
-
-    def take(self) -> tuple[int, int, int, int, int, int, int]:
-        now = resource.getrusage(resource.RUSAGE_SELF)
-        last, self._last = self._last, now
-        if self._calls % self.RSS_EVERY == 0:
-            self._rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
-        self._calls += 1
-        rss = self._rss
-        gc_ns, gc_count = self.gc.take()
-        return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
-                int((now.ru_utime - last.ru_utime) * 1e9),
-                int((now.ru_stime - last.ru_stime) * 1e9), rss, gc_ns, gc_count)
-
-
-class Stretcher:
-    """Emulated slowdown: after a compute phase of d ns, wait (factor - 1) * d more.
-    Sleeps for the bulk and spins the last stretch, as sleep overshoots by ~50-100 us."""
-
-    SPIN_NS = 100_000
-
-    def __init__(self, factor: float) -> None:
-        self.extra = factor - 1.0
-        self.total_ns = 0
-
-    def __call__(self, start: int, end: int) -> int:
-        if self.extra <= 0.0:
-            return end
-        target = end + int(self.extra * (end - start))
-        remaining = target - time.perf_counter_ns()
-        if remaining > self.SPIN_NS:
-            time.sleep((remaining - self.SPIN_NS) / 1e9)
-        while (now := time.perf_counter_ns()) < target:
-            pass
-        self.total_ns += now - end
-        return now
 
 
 @dataclass
@@ -547,33 +474,6 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     finish(run, run_dir, device, info, clock_start, writer.records(), adapter.parameters(),
            backend, {"partition_history": trainer.partition_history, "standalone": standalone,
                      "aggregator": trainer.aggregator.describe()})
-
-
-def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
-           clock_start: dict[str, Any], records: Any, parameters: dict[str, Any] | None,
-           backend: str, closing: dict[str, Any], micro: Any = None) -> None:
-    """After training, every rank: what each worker was and recorded goes to rank 0 (JSON
-    and the records' fixed dtype), which writes steps.parquet, the trace, params.npz (its
-    `parameters`, the whole model's) and the completed manifest with `closing` in it.
-    `micro`: a pipeline stage's micro-batch records, gathered the same way."""
-    import numpy as np
-
-    from harness.exchange import comm
-
-    clock_end = clocks.measure().to_dict()
-    gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
-    gathered_records = comm.gather_bytes(records.tobytes(), device)
-    gathered_micro = (None if micro is None
-                      else comm.gather_bytes(micro.tobytes(), device))
-    if gathered_infos is None or gathered_records is None:
-        return
-    infos = [json.loads(g) for g in gathered_infos]
-    arrays = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
-    micro_arrays = (None if gathered_micro is None else
-                    [np.frombuffer(g, dtype=collector.MICRO_DTYPE) for g in gathered_micro])
-    rundir.complete(run_dir, arrays, infos, parameters,
-                    {"start": clock_start, "end": clock_end}, backend, closing, micro_arrays)
-    collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,7 @@ def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
                  ) -> tuple[Any, ...]:
     """One step's row, in RECORD_DTYPE's field order (the one place that knows it):
     `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
-    threads' CPU time during compute, `counters` harness.loop.worker.Counters.take()'s
+    threads' CPU time during compute, `counters` harness.loop.counters.Counters.take()'s
     (context switches, user and system CPU, rss, gc time and collections), `exchange` the
     aggregator's Exchange (its EXCHANGE_FIELDS)."""
     return (rank, step, batch_size, slice_start,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import random
 import re
 import tomllib
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from harness.exchange import problem as aggregator_problem
 from harness.partition.policies import ADAPTIVE, POLICIES, equal_sizes, largest_remainder
 from harness.partition.virtual import ALLOCATIONS, PROFILED, SCHEDULES, PipelineSpec, allocate
 from harness.records.manifest import NAME_PATTERN
+from harness.spec import emulation
 from harness.spec.builtin import builtin_suites, builtin_text
 from harness.spec.errors import UsageError
 from harness.training.loader import KINDS, LoaderSpec
@@ -79,25 +79,12 @@ class WorkerSpec:
         return bool(self.slowdown_at) or bool(self.jitter)
 
     def factor_at(self, step: int, seed: int, rank: int) -> float:
-        """The slowdown of this worker's step `step`: the schedule's, times the jitter
-        factor on the steps the jitter hits."""
-        factor = self.slowdown_for(step)
-        if self.jitter is not None:
-            probability, extra = self.jitter
-            if random.Random(seed * 1_000_003 + rank * 10_007 + step).random() < probability:
-                factor *= extra
-        return factor
+        """The slowdown of this worker's step `step` (harness.spec.emulation)."""
+        return emulation.factor_at(self, step, seed, rank)
 
     def slowdown_for(self, step: int) -> float:
-        points = self.slowdown_at
-        if not points:
-            return self.slowdown
-        if step <= points[0][0]:
-            return points[0][1]
-        for (s0, f0), (s1, f1) in zip(points, points[1:], strict=False):
-            if step <= s1:
-                return f0 + (f1 - f0) * (step - s0) / (s1 - s0)
-        return points[-1][1]
+        """The schedule's slowdown at `step`, without jitter (harness.spec.emulation)."""
+        return emulation.scheduled(self, step)
 
     @property
     def label(self) -> str:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.tensorflow import dense, tf
 from workloads.models import ModelSpec
+from workloads.tf_layers import dense, tf
 from workloads.transformer.tensorflow import embed, encoder_layer, layer_norm
 
 NHWC = False  # token inputs

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.tensorflow import Layout, dense, flatten_layout, tf
 from workloads.models import ModelSpec
+from workloads.tf_layers import Layout, dense, flatten_layout, tf
 
 NHWC = True
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.mxnet import gluon, mx
 from workloads.models import ModelSpec
+from workloads.mx_layers import gluon, mx
 
 
 class Block(gluon.HybridBlock):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.mxnet import gluon
 from workloads.models import ModelSpec
+from workloads.mx_layers import gluon
 from workloads.transformer import MASK_BIAS
 
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters.tensorflow import dense, tf
 from workloads.models import ModelSpec
+from workloads.tf_layers import dense, tf
 from workloads.transformer import MASK_BIAS
 
 NHWC = False  # token inputs

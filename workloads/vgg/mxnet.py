@@ -3,8 +3,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from adapters.mxnet import gluon
 from workloads.models import ModelSpec
+from workloads.mx_layers import gluon
 from workloads.vgg import POOL
 
 
