@@ -562,8 +562,9 @@ def test_overrides_for_a_quick_study_are_checked_like_the_suite() -> None:
 
 
 def test_the_readme_example_suite_parses_and_gives_the_slow_worker_the_small_slice() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("## Suites", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "suites.md"
+    text = page.read_text().split("## A suite file", 1)[1]
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     (run,) = parse_suite(tomllib.loads(block)).runs
     slow = max(range(run.world_size), key=lambda r: run.workers[r].slowdown)
     sizes = run.partition.sizes

@@ -1,0 +1,593 @@
+"""mkdocs hook: the reference pages' tables, generated from the code at every build.
+
+The pages under docs/reference/ hold the prose; where one holds a marker such as
+`<!-- hetbench:suite-keys -->`, `on_page_markdown` puts the table generated from the code
+in its place: the CLI's help from its argparse parsers, every suite key from the spec
+dataclasses (`dataclasses.fields`, so a new field appears without anyone listing it), the
+step record's fields from `RECORD_DTYPE`, the run directory's file names from their
+constants. A marker left unexpanded, or one that no page holds, fails the build.
+
+Why a hook and not the mkdocs-gen-files plugin: the generated parts sit inside
+hand-written pages (a marker is one line, readable on GitHub too), a hook is one file of
+plain Python that tests/test_docs.py imports directly, and it adds no dependency to the
+`docs` extra. Nothing here imports mkdocs at module level (the test does not need it) or
+any framework: the modules read below import no framework (DESIGN.md, Principles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: build the docs of this code
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# --- Every import of hetbench's own modules, in this one block. Each names the module's
+# path in the layout of issue 26 first and falls back to the path before the move, so the
+# docs build on both sides of it. After the move the fallbacks can go.
+import harness  # noqa: E402  (SCHEMA_VERSION)
+from adapters import FRAMEWORKS  # noqa: E402
+from harness.cli import main as cli_main  # noqa: E402
+from workloads import DATASETS, WORKLOADS, get_workload  # noqa: E402
+from workloads import models as workload_models  # noqa: E402
+
+try:
+    from harness.spec import suite as spec_suite  # SuiteSpec, RunSpec, ..., RUN_KEYS, ...
+except ImportError:
+    from harness import config as spec_suite  # type: ignore[no-redef]
+try:
+    from harness.spec import builtin
+except ImportError:
+    from harness import builtin  # type: ignore[no-redef]
+try:
+    from harness import exchange  # AggregatorSpec, AGGREGATORS, PLACEMENTS, STALENESS_LR
+except ImportError:
+    from harness import aggregators as exchange  # type: ignore[no-redef]
+try:
+    from harness.training import loader, optim
+except ImportError:
+    from harness import loader, optim  # type: ignore[no-redef]
+try:
+    from harness.partition import policies, virtual
+except ImportError:
+    from harness import partition as policies  # type: ignore[no-redef]
+    from harness import virtual  # type: ignore[no-redef]
+try:
+    from harness.records import collector, manifest, rundir
+except ImportError:
+    from harness import collector, manifest, rundir  # type: ignore[no-redef]
+try:
+    from harness.system import sampler
+except ImportError:
+    from harness import system as sampler  # type: ignore[no-redef]
+# --- end of the imports of hetbench
+
+
+# ---------------------------------------------------------------------------------------
+# Small Markdown helpers
+
+def _cell(text: Any) -> str:
+    """Text for a table cell: one line, pipes escaped outside code spans (Python-Markdown's
+    tables leave a pipe inside backticks alone, and would show the backslash there)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
+
+
+def _code(value: Any) -> str:
+    return f"`{value}`"
+
+
+def _toml(value: Any) -> str:
+    """A Python default as a suite file would write it."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return _code(str(value).lower())
+    if isinstance(value, str):
+        return _code(f'"{value}"')
+    if isinstance(value, tuple | list):
+        return _code("[" + ", ".join(_plain(v) for v in value) + "]")
+    if isinstance(value, dict):
+        return _code("{}") if not value else _code(value)
+    return _code(value)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_plain(v) for v in value) + "]"
+    return str(value)
+
+
+def _choices(values: Iterable[Any]) -> str:
+    return ", ".join(_code(v) for v in values)
+
+
+def _type(field: dataclasses.Field[Any]) -> str:
+    # `from __future__ import annotations`: the annotation as written in the code
+    text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__",
+                                                                     str(field.type))
+    return _code(text.replace(" | ", " or "))
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+
+def cli_markdown() -> str:
+    """`hetbench --help`, then every subcommand's help, in the order the CLI registers them
+    (harness.cli.main's map of subcommands)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix it for the page
+    try:
+        parser = cli_main.build_parser()
+        parts = ["## hetbench", "", "```text", parser.format_help().rstrip(), "```", ""]
+        for action in parser._actions:  # argparse keeps its subparsers only here
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    parts += [f"## hetbench {name}", "", "```text",
+                              sub.format_help().rstrip(), "```", ""]
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# Suite keys
+
+# One line per key; a key without one still gets its row (its name, type and default).
+DESCRIPTIONS: dict[str, str] = {
+    # [suite]
+    "SuiteSpec.name": "the suite's name: results go to `<out>/<name>/`",
+    "SuiteSpec.repeats": "repeats of every run, interleaved: all runs of repeat 0, then "
+                         "repeat 1, ...",
+    "SuiteSpec.runs": "the `[[runs]]` tables, one per run",
+    "SuiteSpec.source": "where the suite was read from (a path or `builtin:NAME`)",
+    "SuiteSpec.description": "one line, shown by `hetbench suites`",
+    "SuiteSpec.extra": "anything else the code attaches to a suite",
+    # run keys
+    "RunSpec.name": "the run's name, unique in the suite (letters, digits, `.`, `_`, `-`)",
+    "RunSpec.framework": "every worker's framework unless the worker sets its own",
+    "RunSpec.workload": "the model ([Workloads](../concepts/workloads.md))",
+    "RunSpec.dataset": "the data set; default: the workload's own",
+    "RunSpec.steps": "training steps (under asynchronous schemes: global batches applied)",
+    "RunSpec.warmup_steps": "first steps, recorded and marked `warmup`, left out of "
+                            "summaries; must be below `steps`",
+    "RunSpec.global_batch": "samples per step, over all workers; at least the number of "
+                            "workers and at most the data set's size",
+    "RunSpec.lr": "learning rate (the optimizer's peak rate with a schedule)",
+    "RunSpec.seed": "initial weights, batch order, jitter and masking all derive from it",
+    "RunSpec.partition": "a table: how the global batch is sliced over the workers "
+                         "([partition](#partition))",
+    "RunSpec.workers": "a list of tables, one per worker, in rank order ([workers](#workers))",
+    "RunSpec.timeout_s": "any collective waiting longer fails the run",
+    "RunSpec.instrument": "`false`: only step begin and end are recorded (the overhead "
+                          "baseline)",
+    "RunSpec.calibrate": "time each worker alone on its own slice before training "
+                         "(heterogeneous efficiency)",
+    "RunSpec.calibrate_steps": "steps timed per worker when `calibrate` is true",
+    "RunSpec.aggregator": "how gradients meet: a name or a table ([aggregator](#aggregator))",
+    "RunSpec.size": "model size",
+    "RunSpec.optimizer": "a name or a table ([optimizer](#optimizer))",
+    "RunSpec.eval_every": "held-out evaluation every N steps (and before the first and after "
+                          "the last) into eval.parquet; not set: none",
+    "RunSpec.target": "the held-out value to reach, a table ([target](#target)); needs "
+                      "`eval_every`",
+    "RunSpec.loader": "a table: load batches through an input pipeline ([loader](#loader)); "
+                      "not set: slices of the in-memory arrays",
+    "RunSpec.on_worker_failure": "`continue`: ps-async goes on without a worker that dies",
+    "RunSpec.interface": "torchrun across hosts: the network interface every listener binds",
+    "RunSpec.pipeline": "a table: pipeline the model over virtual workers "
+                        "([pipeline](#pipeline)); needs `virtual_workers`",
+    "RunSpec.placement": "where a parameter-server aggregator puts the layers",
+    "RunSpec.strategy": "the older key for the frameworks' own aggregators: an aggregator "
+                        "name",
+    "RunSpec.virtual_workers": "ranks of each virtual worker in stage order, e.g. "
+                               "`[[0, 1], [2, 3]]`, or `{ allocation = ..., size = k }`",
+    # workers
+    "WorkerSpec.device": "`cpu` or `cuda:N`; a missing device fails the suite before "
+                         "anything runs",
+    "WorkerSpec.threads": "the framework's intra-op threads",
+    "WorkerSpec.cores": "CPU affinity, set before the framework is imported",
+    "WorkerSpec.slowdown": "every compute phase stretched by this factor (>= 1): emulated "
+                           "heterogeneity",
+    "WorkerSpec.framework": "this worker's framework (mixed jobs); default: the run's",
+    "WorkerSpec.slowdown_at": "`[[step, factor], ...]`: a slowdown that changes during the "
+                              "run, linear between points; overrides `slowdown`",
+    "WorkerSpec.jitter": "`{ probability = p, factor = f }`: each step slowed by f with "
+                         "probability p, drawn from seed, rank and step",
+    # partition
+    "PartitionSpec.policy": "how the global batch is sliced",
+    "PartitionSpec.sizes": "`sizes`: one slice per worker, summing to the global batch; 0 "
+                           "leaves a worker out",
+    "PartitionSpec.weights": "`weights`: sizes in proportion to these",
+    "PartitionSpec.profile_steps": "`profiled`: steps each worker is timed alone",
+    "PartitionSpec.initial": "adaptive policies: the partition they start from",
+    "PartitionSpec.every": "adaptive policies: steps between updates",
+    "PartitionSpec.dead_band": "adaptive: no change while the window's imbalance is below it",
+    "PartitionSpec.max_move": "adaptive: a slice moves by at most this fraction of the global "
+                              "batch per update",
+    "PartitionSpec.min_slice": "adaptive: the smallest slice",
+    "PartitionSpec.smoothing": "`proportional`: weight of the newest window in the moving "
+                               "average",
+    "PartitionSpec.max_ratio": "adaptive: a slice at most grows or shrinks by this factor per "
+                               "update",
+    "PartitionSpec.reset": "adaptive: a window this far from the prediction restarts the "
+                           "worker's history",
+    "PartitionSpec.leave_out": "`model` only: leave out a worker that does not pay for itself",
+    # aggregator
+    "AggregatorSpec.name": "the synchronisation scheme",
+    "AggregatorSpec.staleness": "`ssp`: a worker at clock c waits until every worker reached "
+                                "c - s",
+    "AggregatorSpec.backup": "`backup`: gradients dropped per step (the last to arrive)",
+    "AggregatorSpec.local_steps": "`local-sgd`: steps between parameter averages (H)",
+    "AggregatorSpec.servers": "parameter servers the parameters are sharded over",
+    "AggregatorSpec.staleness_lr": "`dynsgd`: an update is scaled by 1 / (1 + its staleness)",
+    # optimizer
+    "OptimizerSpec.name": "the update rule, run once in torch on the reduced buffer",
+    "OptimizerSpec.momentum": "momentum factor",
+    "OptimizerSpec.nesterov": "Nesterov momentum",
+    "OptimizerSpec.beta1": "AdamW's first-moment decay",
+    "OptimizerSpec.beta2": "AdamW's second-moment decay",
+    "OptimizerSpec.eps": "AdamW's epsilon",
+    "OptimizerSpec.weight_decay": "L2 for sgd and momentum, decoupled for adamw",
+    "OptimizerSpec.warmup_steps": "linear warm-up from lr / warmup_steps",
+    "OptimizerSpec.decay": "learning-rate decay to `min_lr` at the last step",
+    "OptimizerSpec.min_lr": "the rate the decay ends at",
+    # loader
+    "LoaderSpec.workers": "background threads or processes making batches",
+    "LoaderSpec.prefetch": "steps made ahead",
+    "LoaderSpec.kind": "threads, or forked processes (batches cross a pipe)",
+    "LoaderSpec.decode": "store training images as PNG and decode every batch (Pillow)",
+    "LoaderSpec.augment": "pad by 4, random crop, flip half (image classification only)",
+    # pipeline
+    "PipelineSpec.virtual_workers": "set by the run key `virtual_workers`: the ranks of "
+                                    "each virtual worker, in stage order",
+    "PipelineSpec.schedule": "torch.distributed.pipelining's schedule",
+    "PipelineSpec.micro_batches": "Nm per wave; must divide each virtual worker's slice",
+    "PipelineSpec.wave_bound": "D: 0 all-reduces every wave; D > 0 runs parameter servers "
+                               "(`wsp`), a virtual worker at most D waves ahead",
+    "PipelineSpec.split": "`profiled`, or layers per stage (e.g. `[3, 3]`)",
+    "PipelineSpec.profile_steps": "timed passes per layer when the split is profiled",
+    "PipelineSpec.allocation": "set by `virtual_workers = { allocation = ... }`: how devices "
+                               "were grouped (`given`: listed by hand)",
+    # target
+    "TargetSpec.metric": "the workload's held-out metric, or `loss`",
+    "TargetSpec.value": "reached at or above (accuracies) or at or below (loss)",
+}
+
+
+def _aggregators_taking(key: str) -> list[str]:
+    return [name for name, kind in exchange.AGGREGATORS.items() if key in kind.keys]
+
+
+# (class name, field) -> allowed values, read from the code's own collections
+ALLOWED: dict[tuple[str, str], Callable[[], str]] = {
+    ("RunSpec", "framework"): lambda: _choices(FRAMEWORKS),
+    ("RunSpec", "workload"): lambda: _choices(WORKLOADS),
+    ("RunSpec", "dataset"): lambda: _choices(DATASETS) + " (each workload takes some)",
+    ("RunSpec", "size"): lambda: _choices(workload_models.SIZES),
+    ("RunSpec", "on_worker_failure"): lambda: _choices(spec_suite.ON_WORKER_FAILURE),
+    ("RunSpec", "aggregator"): lambda: _choices(exchange.AGGREGATORS) + ", or a table",
+    ("RunSpec", "strategy"): lambda: _choices(n for n, k in exchange.AGGREGATORS.items()
+                                              if k.framework is not None),
+    ("RunSpec", "optimizer"): lambda: _choices(optim.OPTIMIZERS) + ", or a table",
+    ("RunSpec", "placement"): lambda: _choices(exchange.PLACEMENTS) + " (not set: `sharded`)",
+    ("RunSpec", "target"): lambda: "`{ value = X }` or `{ metric = \"loss\", value = X }`",
+    ("RunSpec", "virtual_workers"): lambda: "a list of rank lists, or allocation "
+                                            + _choices(virtual.ALLOCATIONS),
+    ("WorkerSpec", "device"): lambda: f"matches `{spec_suite.DEVICE_PATTERN.pattern}`",
+    ("WorkerSpec", "framework"): lambda: _choices(FRAMEWORKS),
+    ("PartitionSpec", "policy"): lambda: _choices(dict.fromkeys([*policies.POLICIES,
+                                                                 *policies.ADAPTIVE])),
+    ("PartitionSpec", "initial"): lambda: _choices(("equal", "profiled")),
+    ("PartitionSpec", "leave_out"): lambda: "policy `model`, aggregators "
+                                            + _choices(spec_suite.MEMBERSHIP_AGGREGATORS),
+    ("AggregatorSpec", "name"): lambda: _choices(exchange.AGGREGATORS),
+    ("AggregatorSpec", "staleness_lr"): lambda: _choices(exchange.STALENESS_LR),
+    ("OptimizerSpec", "name"): lambda: _choices(optim.OPTIMIZERS),
+    ("OptimizerSpec", "decay"): lambda: _choices(optim.DECAYS),
+    ("LoaderSpec", "kind"): lambda: _choices(loader.KINDS),
+    ("PipelineSpec", "schedule"): lambda: _choices(virtual.SCHEDULES),
+    ("PipelineSpec", "split"): lambda: f"`\"{virtual.PROFILED}\"` or a list of layer counts",
+    ("PipelineSpec", "allocation"): lambda: _choices(("given", *virtual.ALLOCATIONS)),
+    ("TargetSpec", "metric"): lambda: "`loss`, or the workload's: `accuracy` (classifiers), "
+                                      "`token_accuracy` (token outputs)",
+}
+
+
+class Section:
+    """One table of the suite-key reference: a spec dataclass and the keys a suite file
+    gives it. (A plain class: mkdocs and the test load this file by path.)"""
+
+    def __init__(self, title: str, spec: type, keys: Iterable[str], where: str,
+                 defaults: dict[str, Any] | None = None,
+                 used_by: Callable[[str], str] | None = None) -> None:
+        self.title = title  # also the heading's anchor
+        self.spec = spec  # the frozen dataclass whose every field the table lists
+        self.keys = frozenset(keys)  # the keys a suite file accepts there
+        self.where = where  # where the table is written in a suite file
+        self.defaults = defaults or {}  # suite-level defaults (RUN_DEFAULTS)
+        self.used_by = used_by  # which names (aggregators, optimizers) a key applies to
+
+
+def suite_key_sections() -> list[Section]:
+    optimizer_keys = spec_suite.OPTIMIZER_KEYS
+    return [
+        Section("suite", spec_suite.SuiteSpec, spec_suite.SUITE_KEYS, "`[suite]`"),
+        Section("runs", spec_suite.RunSpec, spec_suite.RUN_KEYS,
+                "each `[[runs]]` table, and `[defaults]` (every key but `name`)",
+                defaults=dict(spec_suite.RUN_DEFAULTS)),
+        Section("workers", spec_suite.WorkerSpec, spec_suite.WORKER_KEYS,
+                "each table of a run's `workers = [ {...}, ... ]`"),
+        Section("partition", spec_suite.PartitionSpec, spec_suite.PARTITION_KEYS,
+                "a run's `partition = { policy = ..., ... }`"),
+        Section("aggregator", exchange.AggregatorSpec,
+                {"name", *exchange.SPEC_KEYS},
+                "a run's `aggregator = \"name\"` or `aggregator = { name = ..., ... }`",
+                used_by=lambda key: _choices(_aggregators_taking(key)) if key != "name"
+                else "every aggregator"),
+        Section("optimizer", optim.OptimizerSpec, optimizer_keys,
+                "a run's `optimizer = \"name\"` or `optimizer = { name = ..., ... }`",
+                used_by=lambda key: _choices(optimizer_keys.get(key, ()))),
+        Section("loader", loader.LoaderSpec, spec_suite.LOADER_KEYS,
+                "a run's `loader = { ... }`"),
+        Section("pipeline", virtual.PipelineSpec, spec_suite.PIPELINE_KEYS,
+                "a run's `pipeline = { ... }` (with the run key `virtual_workers`)"),
+        Section("target", spec_suite.TargetSpec, spec_suite.TARGET_KEYS,
+                "a run's `target = { ... }`"),
+    ]
+
+
+# What the suite parser (spec_suite.parse_suite, parse_run) fills in where the dataclass
+# itself has no default: the suite file may leave these out.
+PARSER_DEFAULTS: dict[str, str] = {
+    "SuiteSpec.name": "the file's name",
+    "SuiteSpec.repeats": "`1`",
+    "RunSpec.partition": "`{ policy = \"equal\" }`",
+    "TargetSpec.metric": "the workload's",
+}
+
+
+def _default(section: Section, field: dataclasses.Field[Any]) -> str:
+    if f"{section.spec.__name__}.{field.name}" in PARSER_DEFAULTS:
+        return PARSER_DEFAULTS[f"{section.spec.__name__}.{field.name}"]
+    if field.name in section.defaults:
+        value = section.defaults[field.name]
+        if field.name == "aggregator" and value is None:
+            return _toml("torch")
+        if field.name == "dataset" and value is None:
+            return "the workload's"
+        if field.name == "eval_every" and value is None:
+            return "not set (no evaluation)"
+        return _toml(value)
+    if field.default is not dataclasses.MISSING:
+        return _toml(field.default)
+    if field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+        return _toml(getattr(value, "name", value))  # a spec: its name (AggregatorSpec)
+    return "required"
+
+
+def section_rows(section: Section) -> list[list[str]]:
+    """A row per dataclass field, then a row per suite key that is no field."""
+    cls = section.spec.__name__
+    header_used = section.used_by is not None
+    rows = []
+    names = [f.name for f in dataclasses.fields(section.spec)]
+    for field in dataclasses.fields(section.spec):
+        in_suite = field.name in section.keys
+        allowed = ALLOWED.get((cls, field.name), lambda: "")()
+        row = [_code(field.name), _type(field), _default(section, field), allowed,
+               DESCRIPTIONS.get(f"{cls}.{field.name}", "")
+               + ("" if in_suite else " (not a suite key)")]
+        if header_used:
+            row.insert(4, section.used_by(field.name) if in_suite else "")  # type: ignore[misc]
+        rows.append(row)
+    for key in sorted(section.keys - set(names)):
+        default = _toml(section.defaults[key]) if key in section.defaults else ""
+        row = [_code(key), "", default, ALLOWED.get((cls, key), lambda: "")(),
+               DESCRIPTIONS.get(f"{cls}.{key}", "") + " (a suite key only)"]
+        if header_used:
+            row.insert(4, section.used_by(key))  # type: ignore[misc]
+        rows.append(row)
+    return rows
+
+
+def section_markdown(section: Section) -> str:
+    header = ["key", "type", "default", "allowed", "description"]
+    if section.used_by is not None:
+        header.insert(4, "applies to")
+    return "\n".join([
+        f"### {section.title}", "",
+        f"Where: {section.where}. From `{section.spec.__module__}.{section.spec.__name__}`.",
+        "", _table(header, section_rows(section)), ""])
+
+
+def aggregators_markdown() -> str:
+    rows = [[_code(name), kind.framework or "any", "yes" if kind.lockstep else "no",
+             _choices(kind.keys) if kind.keys else "", kind.summary]
+            for name, kind in exchange.AGGREGATORS.items()]
+    return _table(["aggregator", "framework", "lockstep", "keys", "what"], rows)
+
+
+def limits_markdown() -> str:
+    rows = [[_code(name), _code(f"{getattr(spec_suite, name):,}"
+                                if isinstance(getattr(spec_suite, name), int)
+                                else getattr(spec_suite, name))]
+            for name in sorted(vars(spec_suite)) if name.startswith("MAX_")]
+    return _table(["limit", "value"], rows)
+
+
+def suite_keys_markdown() -> str:
+    parts = [section_markdown(s) for s in suite_key_sections()]
+    parts += ["### aggregators", "", "Every name `aggregator` takes, from the registry "
+              f"`{exchange.__name__}.AGGREGATORS`:", "", aggregators_markdown(), "",
+              "### limits", "", "Upper bounds every value is checked against "
+              f"(`{spec_suite.__name__}`): a typo is refused before anything runs.", "",
+              limits_markdown(), ""]
+    return "\n".join(parts)
+
+
+def builtin_suites_markdown() -> str:
+    rows = [[_code(name), builtin.builtin_summary(name)] for name in builtin.builtin_suites()]
+    return _table(["suite", "what"], rows)
+
+
+def catalogue_markdown() -> str:
+    """Frameworks, workloads and data sets a suite may name, from their registries."""
+    workloads = [[_code(name), ", ".join(_code(d) for d in w.datasets), w.loss,
+                  w.description]
+                 for name, w in ((n, get_workload(n)) for n in WORKLOADS)]
+    return "\n".join([
+        "Frameworks: " + _choices(FRAMEWORKS) + ". Data sets: " + _choices(DATASETS) + ".",
+        "", _table(["workload", "data sets (first: default)", "loss", "model"], workloads)])
+
+
+# ---------------------------------------------------------------------------------------
+# Results format
+
+RECORD_DESCRIPTIONS: dict[str, str] = {
+    "rank": "the worker",
+    "step": "the step (under pipelines: the wave)",
+    "batch_size": "samples in the worker's slice (0: left out of the step)",
+    "slice_start": "the slice's first sample in the global batch",
+    "begin_ns": "step begins (perf_counter_ns, on rank 0's clock)",
+    "ready_ns": "gradient and loss sums in the communication buffer",
+    "reduced_ns": "the exchange returned",
+    "end_ns": "update applied",
+    "stretch_ns": "emulated slowdown inside the compute phases",
+    "compute_cpu_ns": "CPU time of the main thread from begin to ready",
+    "compute_cpu_all_ns": "CPU time of all the worker's threads from begin to ready",
+    "loss": "global mean loss",
+    "local_loss": "this worker's mean loss",
+    "ctx_voluntary": "voluntary context switches in the step (getrusage)",
+    "ctx_involuntary": "involuntary context switches in the step (getrusage)",
+    "cpu_user_ns": "user CPU time in the step (getrusage)",
+    "cpu_system_ns": "system CPU time in the step (getrusage)",
+    "rss_bytes": "resident memory, sampled every 8 steps",
+    "gc_ns": "time in Python's garbage collector (gc.callbacks)",
+    "gc_collections": "garbage collections in the step",
+    "staleness": "server version at apply minus the version computed on (0: synchronous, "
+                 "-1: not reported)",
+    "push_ns": "the exchange's push to the server",
+    "wait_ns": "the exchange's wait for other workers or the bound",
+    "pull_ns": "the exchange's pull (the update and the way back)",
+    "asynchronous": "the workers did not take this exchange together (idle = wait_ns)",
+    "dropped": "the gradient came too late and was not used (backup)",
+}
+MICRO_DESCRIPTIONS = {"wave": "the wave (the step)", "micro_batch": "the micro-batch",
+                      "backward": "false: forward, true: backward",
+                      "begin_ns": "begins", "end_ns": "ends",
+                      "stretch_ns": "emulated slowdown inside it", "rank": "the stage's worker"}
+# constant -> what the file holds; the constant's module is where its name comes from
+FILE_CONSTANTS: list[tuple[Any, str, str]] = [
+    (manifest, "MANIFEST_FILE", "the run's metadata (fields below)"),
+    (rundir, "RUN_FILE", "`{suite, run}`: the configuration the workers and servers read"),
+    (collector, "STEPS_FILE", "one row per (worker, step): the record fields below"),
+    (collector, "TRACE_FILE", "Chrome trace events"),
+    (collector, "EVAL_FILE", "held-out evaluations (`eval_every`)"),
+    (collector, "MICRO_FILE", "pipelined runs: every micro-batch's forward and backward"),
+    (sampler, "SYSTEM_FILE", "the launcher's samples of the host's CPU (local runs)"),
+    (collector, "PARTS_DIR", "records as flushed while running, kept"),
+    (collector, "CLOCK_PART", "in parts/: clock offsets to rank 0"),
+    (collector, "PARTITION_LOG", "in parts/: rank 0's partition history and standalone "
+                                 "rates so far"),
+    (collector, "EVAL_PART", "in parts/: rank 0's held-out evaluations so far, a JSON "
+                             "object a line"),
+    (collector, "RESERVE_FILE", "while running: room to close the run on a full disk"),
+]
+
+
+def _dtype(kind: Any) -> str:
+    return {"i": "int", "f": "float", "b": "bool", "u": "uint"}.get(kind.kind, kind.kind) + (
+        "" if kind.kind == "b" else str(kind.itemsize * 8))
+
+
+def record_fields() -> list[tuple[str, str]]:
+    """(name, dtype) of every field of a step record, in order."""
+    dtype = collector.RECORD_DTYPE
+    return [(name, _dtype(dtype[name])) for name in dtype.names]
+
+
+def results_markdown() -> str:
+    record = _table(["column", "dtype", "what"],
+                    [[_code(n), t, RECORD_DESCRIPTIONS.get(n, "")] for n, t in record_fields()])
+    identity = ", ".join(_code(c) for c in collector.IDENTITY_COLUMNS)
+    micro = collector.MICRO_DTYPE
+    micro_table = _table(["column", "dtype", "what"],
+                         [[_code(n), _dtype(micro[n]), MICRO_DESCRIPTIONS.get(n, "")]
+                          for n in micro.names])
+    files = _table(["file", "constant", "what"],
+                   [[_code(getattr(module, name)), _code(f"{module.__name__}.{name}"), what]
+                    for module, name, what in FILE_CONSTANTS])
+    kinds = {str: "string", int: "integer", bool: "boolean", dict: "object", list: "list",
+             type(None): "null"}
+    fields = _table(["field", "kinds", "required"],
+                    [[_code(name), " or ".join(kinds.get(k, k.__name__) for k in types),
+                      "yes" if required else "no"]
+                     for name, (types, required) in manifest.FIELDS.items()])
+    phases = ", ".join(_code(p.value) for p in collector.PHASES)
+    return "\n".join([
+        "### Files", "", files, "",
+        f"### steps.parquet columns (`{collector.__name__}.RECORD_DTYPE`)", "",
+        f"The phases, in the order a step runs them: {phases}; each has a `<phase>_ns` "
+        "column. After the record's fields come the identity columns " + identity +
+        " (which run, launch and repeat a row is from; `warmup`: a warm-up step), and "
+        "`virtual_worker`, `stage` for pipelined runs.", "", record, "",
+        f"### microbatches.parquet columns (`{collector.__name__}.MICRO_DTYPE`)", "",
+        micro_table, "",
+        f"### manifest.json fields read strictly (`{manifest.__name__}.FIELDS`)", "",
+        f"`schema_version` must be {harness.SCHEMA_VERSION} (`harness.SCHEMA_VERSION`); "
+        f"`status` one of {_choices(manifest.STATUSES)}. A missing required field or a "
+        "value of another kind is refused, naming the file.", "", fields, ""])
+
+
+# ---------------------------------------------------------------------------------------
+# mkdocs events
+
+MARKERS: dict[str, Callable[[], str]] = {
+    "<!-- hetbench:cli -->": cli_markdown,
+    "<!-- hetbench:suite-keys -->": suite_keys_markdown,
+    "<!-- hetbench:builtin-suites -->": builtin_suites_markdown,
+    "<!-- hetbench:catalogue -->": catalogue_markdown,
+    "<!-- hetbench:results-format -->": results_markdown,
+}
+_expanded: set[str] = set()
+
+
+def on_pre_build(config: Any) -> None:
+    _expanded.clear()
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for marker, generate in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, generate())
+            _expanded.add(marker)
+    return markdown
+
+
+def on_post_build(config: Any) -> None:
+    missing = sorted(set(MARKERS) - _expanded)
+    if missing:
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(f"docs/hooks/reference.py: no page holds {', '.join(missing)}")
