@@ -1,5 +1,5 @@
 """Calibrate the regression gate: how often does it cry wolf, and how often does it catch a
-real slowdown? (issue 6; the numbers are in README.md, "Regression gate").
+real slowdown? (issue 6; the numbers are in docs/measurements.md and docs/howto/ci-gate.md).
 
     python benchmarks/calibrate_gate.py pool --rounds 50 --out /tmp/gate-pool
     python benchmarks/calibrate_gate.py pool --rounds 100 --variants A,A2 --out /tmp/aa-pool

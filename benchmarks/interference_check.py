@@ -1,4 +1,4 @@
-"""Interference by other processes, measured (README, "Analysis"): a two-worker run of the
+"""Interference by other processes, measured (docs/concepts/analysis.md): a two-worker run of the
 MLP on digits, 1200 steps, with two CPU-bound processes outside the run for one second in
 the middle; per repeat, what the host samples saw and what straggler attribution names in
 that second and outside it.

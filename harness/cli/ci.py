@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
 def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool) -> None:
     """The working tree's runs against the committed baseline: a drift that HEAD~1 cannot
     show (a series of small slowdowns). Reported only: the baseline was recorded in another
-    session, and sessions of one machine class differ by more than a threshold (README,
-    "Regression gate"). With --json, its verdict goes to stderr."""
+    session, and sessions of one machine class differ by more than a threshold
+    (docs/howto/ci-gate.md). With --json, its verdict goes to stderr."""
     from analysis.compare import compare_paths
 
     if not baseline.is_dir():

@@ -20,7 +20,8 @@ of the host shares, and the records carry them (push_ns, wait_ns, pull_ns, stale
 `asynchronous` says that the workers did not take this step's exchange together (a
 parameter server's asynchronous push, a local step): then the aggregator measured each
 worker's own wait, and that is its idle time. Otherwise (an all-reduce: every worker took
-it together) idle is read off the records as always, arrival - ready (DESIGN.md, README).
+it together) idle is read off the records as always, arrival - ready (DESIGN.md,
+docs/concepts/step.md).
 A record of zeros is a synchronous step, as every record before aggregators was.
 
 This module imports no framework: config validation and the launcher use it.

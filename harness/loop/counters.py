@@ -34,7 +34,7 @@ class GcTimer:
 
 class Counters:
     """Per-step process counters: context switches and CPU time from getrusage (~2 us in
-    the loop; psutil's equivalents cost 30-150 us, FRAMEWORK-NOTES.md). RSS moves slowly
+    the loop; psutil's equivalents cost 30-150 us, docs/frameworks.md). RSS moves slowly
     and reading /proc/self/statm costs ~7 us in the loop, so it is sampled every
     RSS_EVERY steps and held in between."""
 

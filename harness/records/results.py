@@ -99,8 +99,9 @@ def read_micro(run_dir: Path) -> pd.DataFrame:
 
 def load_steps(*paths: str | os.PathLike[str]) -> pd.DataFrame:
     """Every run at `paths` (run directories, or suite and results folders holding them) as
-    one tidy DataFrame, one row per (run, worker, step): the step records (README, Results)
-    after columns suite, run, run_id, launch, repeat and a `warmup` flag. Every launch
+    one tidy DataFrame, one row per (run, worker, step): the step records
+    (docs/reference/results.md) after columns suite, run, run_id, launch, repeat and a
+    `warmup` flag. Every launch
     found is there: filter on `launch` to keep one, the column says which is which.
 
         from harness.records.results import load_steps

@@ -3,7 +3,7 @@
 The launcher imports no framework. It watches the workers: when one dies the others are
 stopped within a bounded time, and whatever they flushed becomes the run's records, marked
 `failed` (or `interrupted` on Ctrl-C) with the reason. For several hosts, start
-harness.loop.worker with torchrun instead (README).
+harness.loop.worker with torchrun instead (docs/howto/multi-host.md).
 """
 
 from __future__ import annotations

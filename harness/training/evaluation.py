@@ -10,7 +10,7 @@ so an evaluation never shows as idle time in the next step's records.
 Under an asynchronous aggregator (workers not in lockstep) no collective can line them
 up: worker 0 alone evaluates the whole held-out split on the parameters it has just
 pulled, whenever the global steps the servers applied pass a multiple of `eval_every`,
-while the others train on (a perturbation of the run that the README names).
+while the others train on (a perturbation of the run that docs/concepts/synchronisation.md names).
 
 Time is kept twice: `wall_s` since the first step began, and `train_s`, the same minus the
 time spent evaluating. Time to target is read on `train_s` by default: evaluation costs the
