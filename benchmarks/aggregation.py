@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
 from harness.exchange import comm
-from workloads.models import build_spec
+from workloads import build_spec
 
 ROUNDS = 25
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from adapters.pytorch import TorchAdapter
-from workloads.models import build_spec
+from workloads import build_spec
 
 # (sample shape, classes): the MLP on digits (85k floats) and one of 9.9M floats
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from adapters.pytorch import TorchAdapter
 from harness.exchange import comm
-from workloads.models import build_spec
+from workloads import build_spec
 
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}
 

@@ -64,9 +64,8 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float
 
 
 def model_mb(args: argparse.Namespace) -> float:
-    from workloads import get_workload
+    from workloads import build_spec, get_workload
     from workloads.data import load_dataset
-    from workloads.models import build_spec
 
     workload = get_workload(args.workload)
     data = load_dataset(args.dataset or workload.default_dataset, args.workload, 0)

@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch import nn
 
 from adapters.pytorch import loss_sum
-from workloads import get_workload
+from workloads import build_spec, get_workload
 from workloads.data import BatchOrder, load_dataset
-from workloads.models import build_spec, builder
+from workloads.models import builder
 
 
 def main() -> None:

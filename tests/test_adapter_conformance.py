@@ -29,9 +29,9 @@ import torch
 
 from adapters import FRAMEWORKS, load_adapter
 from harness.training.optim import Optimizer, OptimizerSpec
-from workloads import WORKLOADS, get_workload
+from workloads import WORKLOADS, build_spec, get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
-from workloads.models import ModelSpec, build_spec
+from workloads.models import ModelSpec
 
 # framework -> the module whose absence skips its tests
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}

@@ -20,8 +20,8 @@ from torch import nn
 
 from harness.run.launcher import run_suite
 from harness.spec.suite import load_suite
+from workloads import build_spec
 from workloads.data import BatchOrder, load_dataset
-from workloads.models import build_spec
 
 pytestmark = pytest.mark.slow
 STEPS = 25

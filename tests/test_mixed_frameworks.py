@@ -80,7 +80,7 @@ def test_mixed_job_ends_where_a_pytorch_job_ends(tmp_path: Path, write_suite) ->
     assert [r.status for r in results] == ["completed"] * 2, [r.reason for r in results]
     alone, mixed = (dict(np.load(r.run_dir / "params.npz")) for r in results)
     initial = suite.runs[0]
-    from workloads.models import build_spec
+    from workloads import build_spec
 
     start = build_spec("cnn", (1, 8, 8), 10).initial_parameters(initial.seed)
     for name, expected in alone.items():

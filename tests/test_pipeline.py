@@ -25,9 +25,9 @@ from harness.spec.errors import UsageError
 from harness.spec.suite import parse_run
 from tests.conftest import completed_runs, hetbench_command
 from tests.trace_check import check_trace
-from workloads import get_workload
+from workloads import build_spec, get_workload
 from workloads.data import load_dataset
-from workloads.models import build_spec, builder
+from workloads.models import builder
 from workloads.torch_layers import parameter_range
 
 PIPED = [("mlp", "digits"), ("cnn", "digits"), ("resnet", "scenes"), ("vgg", "scenes")]

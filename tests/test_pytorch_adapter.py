@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from adapters.pytorch import TorchAdapter
+from workloads import build_spec
 from workloads.data import BatchOrder, load_dataset
-from workloads.models import build_spec
 
 CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
          ("cnn", "synthetic"), ("lstm", "synthetic")]

@@ -246,7 +246,7 @@ def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path) -> No
     import sys
 
     from harness.run.launcher import _watch
-    from harness.run.services import Services
+    from harness.system.services import Services
 
     [run] = parse_suite(suite_with()).runs
     (tmp_path / "parts").mkdir()

@@ -12,10 +12,8 @@ Adding a workload is one new package and one line here; nothing here imports a f
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from workloads.models import Workload
+from workloads.models import DEFAULT_SIZE, ModelSpec, Workload
 
 WORKLOADS: dict[str, str] = {
     "mlp": "workloads.mlp:WORKLOAD",
@@ -39,3 +37,9 @@ DATASETS: dict[str, str] = {
 def get_workload(name: str) -> Workload:
     module_name, attr = WORKLOADS[name].split(":")
     return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+
+
+def build_spec(workload: str, sample_shape: tuple[int, ...], num_classes: int,
+               size: str = DEFAULT_SIZE) -> ModelSpec:
+    """The model of `workload` at `size` for samples of `sample_shape` and `num_classes`."""
+    return get_workload(workload).spec(size, tuple(sample_shape), num_classes)

@@ -134,13 +134,6 @@ def check_size(workload: str, size: str) -> None:
         raise ValueError(f"{workload}: unknown size {size!r} (allowed: {', '.join(SIZES)})")
 
 
-def build_spec(workload: str, sample_shape: tuple[int, ...], num_classes: int,
-               size: str = DEFAULT_SIZE) -> ModelSpec:
-    from workloads import get_workload
-
-    return get_workload(workload).spec(size, tuple(sample_shape), num_classes)
-
-
 def builder(workload: str, framework: str) -> Any:
     """The module that builds `workload` in `framework` (workloads/<name>/<framework>.py)."""
     return importlib.import_module(f"workloads.{workload}.{framework}")

@@ -30,10 +30,13 @@ This module imports no framework: config validation and the launcher use it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
+
+from harness.system.services import Services
 
 
 class Holds(StrEnum):
@@ -248,3 +251,15 @@ def create(context: Context) -> Aggregator:
 def next_step(step: int, steps: int) -> int | None:
     """The step after `step` in a run of `steps` steps every worker takes (lockstep)."""
     return step + 1 if step + 1 < steps else None
+
+
+def start_services(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
+                   ) -> Services:
+    """The processes the run's aggregator needs beside the workers (none for most), started
+    by its own starter (`Kind.services`); the launcher stops them."""
+    target = kind(run.aggregator.name).services
+    if target is None:
+        return Services()
+    module, attr = target.split(":")
+    starter = getattr(importlib.import_module(module), attr)
+    return starter(run, free_port, logs, run_dir)  # type: ignore[no-any-return]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exchange import Context, Exchange, Holds, next_step
-from harness.run.services import Services
+from harness.system.services import Services
 
 TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
 KVSTORE_MODE = "dist_sync"

@@ -59,8 +59,8 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
-from harness.run.services import Services
 from harness.system.exits import exit_skipping_teardown
+from harness.system.services import Services
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 PR_SET_PDEATHSIG = 1

@@ -114,7 +114,8 @@ class TailServer:
                  first_layer: int, values: torch.Tensor) -> None:
         from adapters.pytorch import loss_sum
         from harness.training.optim import Optimizer
-        from workloads.models import build_spec, builder
+        from workloads import build_spec
+        from workloads.models import builder
         from workloads.torch_layers import parameter_range
 
         spec = build_spec(run.workload, sample_shape, num_classes, run.size)

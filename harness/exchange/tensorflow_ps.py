@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import collector
-from harness.run.services import Services
+from harness.system.services import Services
 
 CLUSTER_ENV = "HETBENCH_TF_CLUSTER"  # the cluster spec, JSON: {"worker": [...], "ps": [...], ...}
 RANK_FILE = "hetbench-rank"  # in a worker server's working folder: its rank

@@ -262,8 +262,9 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     from harness.exchange import comm
     from harness.partition.layerprofile import profile_layers
     from harness.training.optim import Optimizer
+    from workloads import build_spec
     from workloads.data import BatchOrder, load_dataset
-    from workloads.models import build_spec, builder
+    from workloads.models import builder
 
     pipe = run.pipeline
     assert pipe is not None

@@ -173,9 +173,8 @@ def train(run: RunSpec, run_dir: Path) -> None:
     configure_threads(1)  # before TensorFlow's runtime starts
     from harness.exchange import tensorflow_ps_graph as graph
     from harness.training.evaluation import Evaluator
-    from workloads import get_workload
+    from workloads import build_spec, get_workload
     from workloads.data import load_dataset
-    from workloads.models import build_spec
 
     wait_for_servers(run_dir, run, 2 * run.timeout_s + 30)
     coordinator = graph.connect(os.environ[CLUSTER_ENV])

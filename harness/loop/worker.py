@@ -324,9 +324,8 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     import torch
 
     from harness.training.optim import Optimizer
-    from workloads import get_workload
+    from workloads import build_spec, get_workload
     from workloads.data import BatchOrder, load_dataset
-    from workloads.models import build_spec
 
     worker = run.workers[rank]
     data = load_dataset(run.dataset, run.workload, run.seed)

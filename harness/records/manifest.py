@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harness import SCHEMA_VERSION
 from harness.spec.errors import UsageError
+from harness.spec.suite import NAME_PATTERN
 
 MANIFEST_FILE = "manifest.json"
 STATUSES = ("running", "completed", "failed", "interrupted", "skipped")
@@ -75,9 +75,8 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launcher.pid": ((int,), True),
     "launcher.started": ((int, type(None)), True),
 }
-# suite and run names: the folders a run directory's path is made of (config checks them
-# on the way in; a hand-edited manifest must not lead `report` out of its --out)
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# suite and run names (NAME_PATTERN) are the folders a run directory's path is made of: the
+# spec checks them on the way in; a hand-edited manifest must not lead `report` out of --out
 PATH_NAMES = ("suite.name", "run.name")
 NON_NEGATIVE = ("run.steps", "run.warmup_steps", "run.global_batch", "repeat", "launcher.pid")
 LISTS_OF_OBJECTS = ("run.workers", "workers")

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from adapters import missing_framework
+from harness import exchange
 from harness.records import collector, manifest
 from harness.records.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
-from harness.run import services as aggregator_services
 from harness.spec.errors import DeviceUnavailable
 from harness.spec.suite import RunSpec, SuiteSpec, cpu_list
 from harness.system import procfs, signals
 from harness.system import sampler as system
+from harness.system import services as aggregator_services
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
@@ -128,7 +129,7 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         logs.mkdir()
         # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
         # server) and what its workers must be told (their addresses)
-        services = aggregator_services.start(run, free_port, logs, run_dir)
+        services = exchange.start_services(run, free_port, logs, run_dir)
         manifest.update(run_dir, network=services.network)
         if services.network.startswith("host ("):
             print(f"   warning: listening on every interface: {services.network}",

@@ -38,7 +38,6 @@ from harness.exchange import kind as aggregator_kind
 from harness.exchange import problem as aggregator_problem
 from harness.partition.policies import ADAPTIVE, POLICIES, equal_sizes, largest_remainder
 from harness.partition.virtual import ALLOCATIONS, PROFILED, SCHEDULES, PipelineSpec, allocate
-from harness.records.manifest import NAME_PATTERN
 from harness.spec import emulation
 from harness.spec.builtin import builtin_suites, builtin_text
 from harness.spec.errors import UsageError
@@ -48,6 +47,8 @@ from workloads import DATASETS, WORKLOADS, get_workload
 from workloads.models import DEFAULT_SIZE, SIZES
 
 # Used with fullmatch: '$' alone would also accept a trailing newline.
+# Suite and run names: the folders a run directory's path is made of.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 DEVICE_PATTERN = re.compile(r"cpu|cuda:\d+")
 
 

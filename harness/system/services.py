@@ -8,14 +8,13 @@ This module imports no framework: the launcher uses it.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from harness.system import netns
 
 STOP_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -35,8 +34,6 @@ class Services:
         """Start the workers in a network namespace of their own with loopback only (for
         listeners that bind every interface); where that is not allowed, say why in
         `network` and leave them in the host's."""
-        from harness.system import netns
-
         started = netns.start_holder(logs / "netns.log")
         if isinstance(started, str):
             self.network = f"host (no private namespace: {started})"
@@ -45,8 +42,6 @@ class Services:
 
     def worker_command(self, command: list[str]) -> list[str]:
         """How to start a worker running `command`: inside the private namespace if any."""
-        from harness.system import netns
-
         return command if self.holder is None else netns.join_command(self.holder.pid,
                                                                       command)
 
@@ -83,9 +78,7 @@ class Services:
             _wait_or_signal(p, grace_s, signal.SIGKILL)
             p.wait()
         if self.holder is not None:  # the workers are gone: nothing uses the namespace
-            from harness.system import netns
-
-            netns.stop_holder(self.holder)
+                netns.stop_holder(self.holder)
 
 
 def _die_with_parent() -> None:
@@ -105,15 +98,3 @@ def _wait_or_signal(p: subprocess.Popen[bytes], grace_s: float, sig: int) -> Non
             os.killpg(p.pid, sig)
         except ProcessLookupError:
             pass
-
-
-def start(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path) -> Services:
-    """The services of the run's aggregator (none for most)."""
-    from harness.exchange import kind
-
-    target = kind(run.aggregator.name).services
-    if target is None:
-        return Services()
-    module, attr = target.split(":")
-    starter = getattr(importlib.import_module(module), attr)
-    return starter(run, free_port, logs, run_dir)  # type: ignore[no-any-return]
