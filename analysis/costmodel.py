@@ -26,7 +26,7 @@ import pandas as pd
 from analysis.metrics import after_warmup, complete_steps, lockstep, run_summary, with_derived
 from harness.partition.policies import WindowStats, equal_finish, largest_remainder
 from harness.partition.policies import fit_line as partition_fit_line
-from harness.spec.suite import WorkerSpec
+from harness.spec.workers import WorkerSpec
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from analysis.costmodel import Line
 from analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
 from harness.records.collector import COMPUTE_PHASES
 from harness.spec.errors import UsageError
-from harness.spec.suite import WorkerSpec
+from harness.spec.workers import WorkerSpec
 
 # Message latency of a gloo all-reduce step on loopback, used to split a communication time
 # measured at one world size into latency and bandwidth (ring model) when the runs given

@@ -28,7 +28,8 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, load_adapter
-from harness.training.optim import Optimizer, OptimizerSpec
+from harness.spec.optimizers import OptimizerSpec
+from harness.training.optim import Optimizer
 from workloads import WORKLOADS, build_spec, get_workload
 from workloads.data import BatchOrder, Dataset, load_dataset
 from workloads.models import ModelSpec

@@ -12,7 +12,8 @@ import pytest
 
 from harness.cli.run import refuse_missing_devices
 from harness.spec.errors import UsageError
-from harness.spec.suite import MAX_CORE, load_suite
+from harness.spec.fields import MAX_CORE
+from harness.spec.suite import load_suite
 from tests.test_cli_errors import cuda_7_missing, error_line, hetbench  # noqa: F401 - a fixture
 
 DIRECTORY = b"<a directory, not a file>"  # content marker: the suite path is a folder

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from harness.spec.errors import UsageError
+from harness.spec.partitions import PartitionSpec
 from harness.spec.suite import (
     Overrides,
-    PartitionSpec,
     RunSpec,
     SuiteSpec,
-    WorkerSpec,
     builtin_suites,
     load_suite,
     parse_suite,
 )
+from harness.spec.workers import WorkerSpec
 
 TWO_CPUS = [{"device": "cpu"}, {"device": "cpu"}]
 
@@ -526,8 +526,8 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     left out takes the workload's default; the spec survives the JSON the launcher writes."""
     import json
 
+    from harness.spec.optimizers import OptimizerSpec
     from harness.spec.suite import run_from_dict
-    from harness.training.optim import OptimizerSpec
 
     table = run(workload="resnet", size="tiny", eval_every=5, target={"value": 0.5},
                 optimizer={"name": "adamw", "weight_decay": 0.01, "warmup_steps": 3,

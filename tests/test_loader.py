@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.training.loader import LoaderSpec, Prefetcher
+from harness.spec.loaders import LoaderSpec
+from harness.training.loader import Prefetcher
 from workloads.pipeline import PAD, augment, decode_png, encode_png
 
 

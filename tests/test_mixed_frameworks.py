@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
-from harness.exchange import AGGREGATORS
+from harness.spec.aggregators import AGGREGATORS
 from tests.conftest import REPO, hetbench_command
 from tests.trace_check import check_trace
 

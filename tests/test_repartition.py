@@ -195,7 +195,7 @@ def test_replay_of_a_static_run_predicts_what_a_policy_would_do() -> None:
 
 
 def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
-    from harness.spec.suite import PartitionSpec
+    from harness.spec.partitions import PartitionSpec
 
     spec = PartitionSpec(policy="model", every=7, max_ratio=3.0, reset=0.2)
     assert Damping.of(spec) == Damping(every=7, max_ratio=3.0, reset=0.2)

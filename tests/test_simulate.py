@@ -14,7 +14,7 @@ from analysis import deviceclass, simulate
 from analysis.deviceclass import CommModel, Source
 from analysis.metrics import run_summary
 from harness.records import collector
-from harness.spec.suite import WorkerSpec
+from harness.spec.workers import WorkerSpec
 from tests.synthetic import MS, steps_frame
 
 PARAMETERS = 1000

@@ -215,7 +215,7 @@ def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: floa
                                                      adapter: Device, instrument: bool,
                                                      expected: str) -> None:
     from harness.loop.worker import phase_timer
-    from harness.spec.suite import WorkerSpec
+    from harness.spec.workers import WorkerSpec
 
     timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,
                         Stretcher(slowdown), instrument)

@@ -28,44 +28,22 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout: build the docs of th
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# --- Every import of hetbench's own modules, in this one block. Each names the module's
-# path in the layout of issue 26 first and falls back to the path before the move, so the
-# docs build on both sides of it. After the move the fallbacks can go.
+# --- Every import of hetbench's own modules, in this one block.
 import harness  # noqa: E402  (SCHEMA_VERSION)
 from adapters import FRAMEWORKS  # noqa: E402
 from harness.cli import main as cli_main  # noqa: E402
+from harness.partition import policies  # noqa: E402
+from harness.records import collector, manifest, rundir  # noqa: E402
+from harness.spec import aggregators as exchange  # noqa: E402  (the aggregators' registry)
+from harness.spec import builtin, partitions, pipelines  # noqa: E402
+from harness.spec import loaders as loader  # noqa: E402
+from harness.spec import optimizers as optim  # noqa: E402
+from harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec, RunSpec, RUN_KEYS, ...)
+from harness.spec import workers as spec_workers  # noqa: E402
+from harness.system import sampler  # noqa: E402
 from workloads import DATASETS, WORKLOADS, get_workload  # noqa: E402
 from workloads import models as workload_models  # noqa: E402
 
-try:
-    from harness.spec import suite as spec_suite  # SuiteSpec, RunSpec, ..., RUN_KEYS, ...
-except ImportError:
-    from harness import config as spec_suite  # type: ignore[no-redef]
-try:
-    from harness.spec import builtin
-except ImportError:
-    from harness import builtin  # type: ignore[no-redef]
-try:
-    from harness import exchange  # AggregatorSpec, AGGREGATORS, PLACEMENTS, STALENESS_LR
-except ImportError:
-    from harness import aggregators as exchange  # type: ignore[no-redef]
-try:
-    from harness.training import loader, optim
-except ImportError:
-    from harness import loader, optim  # type: ignore[no-redef]
-try:
-    from harness.partition import policies, virtual
-except ImportError:
-    from harness import partition as policies  # type: ignore[no-redef]
-    from harness import virtual  # type: ignore[no-redef]
-try:
-    from harness.records import collector, manifest, rundir
-except ImportError:
-    from harness import collector, manifest, rundir  # type: ignore[no-redef]
-try:
-    from harness.system import sampler
-except ImportError:
-    from harness import system as sampler  # type: ignore[no-redef]
 # --- end of the imports of hetbench
 
 
@@ -292,22 +270,23 @@ ALLOWED: dict[tuple[str, str], Callable[[], str]] = {
     ("RunSpec", "placement"): lambda: _choices(exchange.PLACEMENTS) + " (not set: `sharded`)",
     ("RunSpec", "target"): lambda: "`{ value = X }` or `{ metric = \"loss\", value = X }`",
     ("RunSpec", "virtual_workers"): lambda: "a list of rank lists, or allocation "
-                                            + _choices(virtual.ALLOCATIONS),
-    ("WorkerSpec", "device"): lambda: f"matches `{spec_suite.DEVICE_PATTERN.pattern}`",
+                                            + _choices(pipelines.ALLOCATIONS),
+    ("WorkerSpec", "device"): lambda: f"matches `{spec_workers.DEVICE_PATTERN.pattern}`",
     ("WorkerSpec", "framework"): lambda: _choices(FRAMEWORKS),
     ("PartitionSpec", "policy"): lambda: _choices(dict.fromkeys([*policies.POLICIES,
                                                                  *policies.ADAPTIVE])),
     ("PartitionSpec", "initial"): lambda: _choices(("equal", "profiled")),
     ("PartitionSpec", "leave_out"): lambda: "policy `model`, aggregators "
-                                            + _choices(spec_suite.MEMBERSHIP_AGGREGATORS),
+                                            + _choices(n for n, k in exchange.AGGREGATORS.items()
+                                                     if k.leaves_out),
     ("AggregatorSpec", "name"): lambda: _choices(exchange.AGGREGATORS),
     ("AggregatorSpec", "staleness_lr"): lambda: _choices(exchange.STALENESS_LR),
     ("OptimizerSpec", "name"): lambda: _choices(optim.OPTIMIZERS),
     ("OptimizerSpec", "decay"): lambda: _choices(optim.DECAYS),
     ("LoaderSpec", "kind"): lambda: _choices(loader.KINDS),
-    ("PipelineSpec", "schedule"): lambda: _choices(virtual.SCHEDULES),
-    ("PipelineSpec", "split"): lambda: f"`\"{virtual.PROFILED}\"` or a list of layer counts",
-    ("PipelineSpec", "allocation"): lambda: _choices(("given", *virtual.ALLOCATIONS)),
+    ("PipelineSpec", "schedule"): lambda: _choices(pipelines.SCHEDULES),
+    ("PipelineSpec", "split"): lambda: f"`\"{pipelines.PROFILED}\"` or a list of layer counts",
+    ("PipelineSpec", "allocation"): lambda: _choices(("given", *pipelines.ALLOCATIONS)),
     ("TargetSpec", "metric"): lambda: "`loss`, or the workload's: `accuracy` (classifiers), "
                                       "`token_accuracy` (token outputs)",
 }
@@ -329,15 +308,15 @@ class Section:
 
 
 def suite_key_sections() -> list[Section]:
-    optimizer_keys = spec_suite.OPTIMIZER_KEYS
+    optimizer_keys = optim.OPTIMIZER_KEYS
     return [
         Section("suite", spec_suite.SuiteSpec, spec_suite.SUITE_KEYS, "`[suite]`"),
         Section("runs", spec_suite.RunSpec, spec_suite.RUN_KEYS,
                 "each `[[runs]]` table, and `[defaults]` (every key but `name`)",
                 defaults=dict(spec_suite.RUN_DEFAULTS)),
-        Section("workers", spec_suite.WorkerSpec, spec_suite.WORKER_KEYS,
+        Section("workers", spec_workers.WorkerSpec, spec_workers.WORKER_KEYS,
                 "each table of a run's `workers = [ {...}, ... ]`"),
-        Section("partition", spec_suite.PartitionSpec, spec_suite.PARTITION_KEYS,
+        Section("partition", partitions.PartitionSpec, partitions.PARTITION_KEYS,
                 "a run's `partition = { policy = ..., ... }`"),
         Section("aggregator", exchange.AggregatorSpec,
                 {"name", *exchange.SPEC_KEYS},
@@ -347,9 +326,9 @@ def suite_key_sections() -> list[Section]:
         Section("optimizer", optim.OptimizerSpec, optimizer_keys,
                 "a run's `optimizer = \"name\"` or `optimizer = { name = ..., ... }`",
                 used_by=lambda key: _choices(optimizer_keys.get(key, ()))),
-        Section("loader", loader.LoaderSpec, spec_suite.LOADER_KEYS,
+        Section("loader", loader.LoaderSpec, loader.LOADER_KEYS,
                 "a run's `loader = { ... }`"),
-        Section("pipeline", virtual.PipelineSpec, spec_suite.PIPELINE_KEYS,
+        Section("pipeline", pipelines.PipelineSpec, pipelines.PIPELINE_KEYS,
                 "a run's `pipeline = { ... }` (with the run key `virtual_workers`)"),
         Section("target", spec_suite.TargetSpec, spec_suite.TARGET_KEYS,
                 "a run's `target = { ... }`"),

@@ -39,7 +39,8 @@ from harness.partition.stages import Links, Profile, split_layers, stage_times
 from harness.partition.virtual import bounds_of, kind_of
 from harness.records import collector
 from harness.spec.emulation import Stretcher
-from harness.spec.suite import RunSpec, vw_slices
+from harness.spec.pipelines import vw_slices
+from harness.spec.suite import RunSpec
 from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock
 from workloads.torch_layers import parameter_range

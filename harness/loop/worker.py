@@ -44,7 +44,8 @@ from harness.records import collector, rundir
 from harness.records.collector import Phase, RecordWriter
 from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
-from harness.spec.suite import RunSpec, WorkerSpec, run_from_dict
+from harness.spec.suite import RunSpec, run_from_dict
+from harness.spec.workers import WorkerSpec
 from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_skipping_teardown

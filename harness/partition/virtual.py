@@ -9,37 +9,7 @@ batches. No framework is imported here (config reads it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-
-SCHEDULES = ("gpipe", "1f1b")
-PROFILED = "profiled"
-# How devices are grouped into virtual workers (HetPipe's policies, on a device list sorted
-# fastest first): same-kind (NP: a node's devices, one kind per node), spread (ED: each
-# virtual worker an equal share of every kind), hybrid (HD: half from a fast kind, half
-# from a slow one, the fastest paired with the slowest). "given": ranks listed by hand.
-ALLOCATIONS = ("same-kind", "spread", "hybrid")
-
-
-@dataclass(frozen=True)
-class PipelineSpec:
-    virtual_workers: tuple[tuple[int, ...], ...]
-    schedule: str = "gpipe"
-    micro_batches: int = 4
-    wave_bound: int = 0  # D: waves a virtual worker may run ahead of the slowest
-    split: str | tuple[int, ...] = PROFILED  # or layers per stage, the same for every one
-    profile_steps: int = 3  # timed passes per layer when the split is profiled
-    allocation: str = "given"  # or one of ALLOCATIONS, which made virtual_workers
-
-    def place(self, rank: int) -> tuple[int, int]:
-        """(virtual worker, stage) of `rank`."""
-        for index, ranks in enumerate(self.virtual_workers):
-            if rank in ranks:
-                return index, ranks.index(rank)
-        raise ValueError(f"rank {rank} is in no virtual worker")
-
-    def stages(self, virtual_worker: int) -> int:
-        return len(self.virtual_workers[virtual_worker])
 
 
 def bounds_of(counts: tuple[int, ...]) -> tuple[int, ...]:

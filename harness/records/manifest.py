@@ -10,7 +10,7 @@ from typing import Any
 
 from harness import SCHEMA_VERSION
 from harness.spec.errors import UsageError
-from harness.spec.suite import NAME_PATTERN
+from harness.spec.fields import NAME_PATTERN
 
 MANIFEST_FILE = "manifest.json"
 STATUSES = ("running", "completed", "failed", "interrupted", "skipped")

@@ -23,7 +23,8 @@ from harness import exchange
 from harness.records import collector, manifest
 from harness.records.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
 from harness.spec.errors import DeviceUnavailable
-from harness.spec.suite import RunSpec, SuiteSpec, cpu_list
+from harness.spec.suite import RunSpec, SuiteSpec
+from harness.spec.workers import cpu_list
 from harness.system import procfs, signals
 from harness.system import sampler as system
 from harness.system import services as aggregator_services

@@ -122,7 +122,7 @@ def _unprobed(framework: str) -> FrameworkInfo:
     """What is known without starting the framework: installed or not, hetbench's
     aggregators for it."""
     from adapters import install_hint, missing_framework
-    from harness.exchange import AGGREGATORS
+    from harness.spec.aggregators import AGGREGATORS
 
     info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_aggregators=[
         name for name, k in AGGREGATORS.items() if k.framework in (None, framework)])

@@ -17,23 +17,14 @@ import multiprocessing
 import signal
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("threads", "processes")
+from harness.spec.loaders import LoaderSpec
+
 PR_SET_PDEATHSIG = 1
 
 Batch = tuple[Any, Any]
 _make_in_child: Callable[[int, int, int], Batch] | None = None
-
-
-@dataclass(frozen=True)
-class LoaderSpec:
-    workers: int = 2
-    prefetch: int = 4  # steps made ahead
-    kind: str = "threads"
-    decode: bool = False  # images stored as PNG, decoded per batch
-    augment: bool = False  # random crop and flip, fixed by (seed, step, place in the batch)
 
 
 def _child_init(make: Callable[[int, int, int], Batch]) -> None:

@@ -17,25 +17,9 @@ from lr / warmup_steps, then constant, cosine or linear decay to min_lr at the l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-OPTIMIZERS = ("sgd", "momentum", "adamw")
-DECAYS = ("none", "cosine", "linear")
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    name: str = "sgd"
-    momentum: float = 0.9
-    nesterov: bool = False
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    decay: str = "none"
-    min_lr: float = 0.0
+from harness.spec.optimizers import OptimizerSpec
 
 
 def learning_rate(spec: OptimizerSpec, lr: float, step: int, steps: int) -> float:

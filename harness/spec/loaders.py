@@ -1,0 +1,53 @@
+"""The input pipeline's options (`loader`) and their check; the pipeline itself is
+harness/training/loader.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.spec.errors import UsageError
+from harness.spec.fields import (
+    MAX_LOADER_WORKERS,
+    MAX_PREFETCH,
+    boolean,
+    check_keys,
+    choice,
+    integer,
+    table,
+)
+
+KINDS = ("threads", "processes")
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    workers: int = 2
+    prefetch: int = 4  # steps made ahead
+    kind: str = "threads"
+    decode: bool = False  # images stored as PNG, decoded per batch
+    augment: bool = False  # random crop and flip, fixed by (seed, step, place in the batch)
+
+
+LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment"}
+
+
+def parse_loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
+    """`{ workers = 2, prefetch = 4, kind = "threads", decode = true, augment = true }`;
+    decode and augment only where the samples are images with a label."""
+    if raw is None:
+        return None
+    raw = table(raw, where)
+    check_keys(raw, LOADER_KEYS, where)
+    workers = integer(raw.get("workers", 2), f"{where}.workers", minimum=1,
+                   maximum=MAX_LOADER_WORKERS)
+    prefetch = integer(raw.get("prefetch", 4), f"{where}.prefetch", minimum=1, maximum=MAX_PREFETCH)
+    decode = boolean(raw.get("decode", False), f"{where}.decode")
+    augment = boolean(raw.get("augment", False), f"{where}.augment")
+    for key, on in (("decode", decode), ("augment", augment)):
+        if on and not images:
+            raise UsageError(f"{where}.{key}", "only for image classification workloads "
+                             "(mlp, cnn, resnet, vgg)")
+    return LoaderSpec(workers=workers, prefetch=prefetch,
+                      kind=choice(raw.get("kind", "threads"), KINDS, f"{where}.kind"),
+                      decode=decode, augment=augment)
