@@ -38,16 +38,18 @@ def parse_loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
     if raw is None:
         return None
     raw = table(raw, where)
+    default = LoaderSpec  # the fields' defaults, written once there
     check_keys(raw, LOADER_KEYS, where)
-    workers = integer(raw.get("workers", 2), f"{where}.workers", minimum=1,
+    workers = integer(raw.get("workers", default.workers), f"{where}.workers", minimum=1,
                    maximum=MAX_LOADER_WORKERS)
-    prefetch = integer(raw.get("prefetch", 4), f"{where}.prefetch", minimum=1, maximum=MAX_PREFETCH)
-    decode = boolean(raw.get("decode", False), f"{where}.decode")
-    augment = boolean(raw.get("augment", False), f"{where}.augment")
+    prefetch = integer(raw.get("prefetch", default.prefetch), f"{where}.prefetch", minimum=1,
+                       maximum=MAX_PREFETCH)
+    decode = boolean(raw.get("decode", default.decode), f"{where}.decode")
+    augment = boolean(raw.get("augment", default.augment), f"{where}.augment")
     for key, on in (("decode", decode), ("augment", augment)):
         if on and not images:
             raise UsageError(f"{where}.{key}", "only for image classification workloads "
                              "(mlp, cnn, resnet, vgg)")
     return LoaderSpec(workers=workers, prefetch=prefetch,
-                      kind=choice(raw.get("kind", "threads"), KINDS, f"{where}.kind"),
+                      kind=choice(raw.get("kind", default.kind), KINDS, f"{where}.kind"),
                       decode=decode, augment=augment)

@@ -52,32 +52,34 @@ def parse_optimizer(raw: Any, lr: float, steps: int, where: str) -> OptimizerSpe
     if isinstance(raw, str):
         raw = {"name": raw}
     raw = table(raw, where)
+    default = OptimizerSpec  # the fields' defaults, written once there
     check_keys(raw, set(OPTIMIZER_KEYS), where)
-    name = choice(raw.get("name", "sgd"), OPTIMIZERS, f"{where}.name")
+    name = choice(raw.get("name", default.name), OPTIMIZERS, f"{where}.name")
     for key in raw:
         if name not in OPTIMIZER_KEYS[key]:
             raise UsageError(f"{where}.{key}", f"only allowed with optimizer "
                              f"{' or '.join(repr(o) for o in OPTIMIZER_KEYS[key])}, not {name!r}")
-    default = OptimizerSpec()
 
     def fraction(key: str) -> float:  # 0 <= value < 1
         return number(raw.get(key, getattr(default, key)), f"{where}.{key}", minimum=0.0,
                       maximum=1.0, below_maximum=True)
 
-    warmup = integer(raw.get("warmup_steps", 0), f"{where}.warmup_steps", minimum=0,
-                  maximum=MAX_STEPS)
+    warmup = integer(raw.get("warmup_steps", default.warmup_steps), f"{where}.warmup_steps",
+                     minimum=0, maximum=MAX_STEPS)
     if warmup > steps:
         raise UsageError(f"{where}.warmup_steps", f"{warmup} exceeds steps ({steps})")
-    min_lr = number(raw.get("min_lr", 0.0), f"{where}.min_lr", minimum=0.0, maximum=MAX_LR)
+    min_lr = number(raw.get("min_lr", default.min_lr), f"{where}.min_lr", minimum=0.0,
+                    maximum=MAX_LR)
     if min_lr > lr:
         raise UsageError(f"{where}.min_lr", f"{min_lr} is above lr ({lr})")
     return OptimizerSpec(
         name=name, momentum=fraction("momentum"),
-        nesterov=boolean(raw.get("nesterov", False), f"{where}.nesterov"),
+        nesterov=boolean(raw.get("nesterov", default.nesterov), f"{where}.nesterov"),
         beta1=fraction("beta1"), beta2=fraction("beta2"),
         eps=number(raw.get("eps", default.eps), f"{where}.eps", minimum=0.0, maximum=MAX_EPS,
                    strict=True),
-        weight_decay=number(raw.get("weight_decay", 0.0), f"{where}.weight_decay", minimum=0.0,
-                            maximum=MAX_WEIGHT_DECAY),
-        warmup_steps=warmup, decay=choice(raw.get("decay", "none"), DECAYS, f"{where}.decay"),
+        weight_decay=number(raw.get("weight_decay", default.weight_decay),
+                            f"{where}.weight_decay", minimum=0.0, maximum=MAX_WEIGHT_DECAY),
+        warmup_steps=warmup,
+        decay=choice(raw.get("decay", default.decay), DECAYS, f"{where}.decay"),
         min_lr=min_lr)

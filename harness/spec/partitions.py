@@ -61,8 +61,9 @@ PARTITION_KEYS = {"policy", "sizes", "weights", "profile_steps"} | ADAPTIVE_KEYS
 
 def parse_partition(raw: Any, n_workers: int, global_batch: int, where: str) -> PartitionSpec:
     raw = table(raw, where)
+    default = PartitionSpec  # the fields' defaults, written once there
     check_keys(raw, PARTITION_KEYS, where)
-    policy = choice(raw.get("policy", "equal"), POLICIES, f"{where}.policy")
+    policy = choice(raw.get("policy", default.policy), POLICIES, f"{where}.policy")
     sizes = weights = None
     if policy == "sizes":
         if "sizes" not in raw:
@@ -88,38 +89,40 @@ def parse_partition(raw: Any, n_workers: int, global_batch: int, where: str) -> 
         )
     elif "weights" in raw:
         raise UsageError(f"{where}.weights", f"only allowed with policy 'weights', not {policy!r}")
-    profile_steps = integer(raw.get("profile_steps", 5), f"{where}.profile_steps", minimum=1,
-                         maximum=MAX_STEPS)
+    profile_steps = integer(raw.get("profile_steps", default.profile_steps),
+                            f"{where}.profile_steps", minimum=1, maximum=MAX_STEPS)
     if policy not in ADAPTIVE:
         for key in sorted(ADAPTIVE_KEYS & set(raw)):
             raise UsageError(f"{where}.{key}",
                              f"only allowed with an adaptive policy ({', '.join(ADAPTIVE)})")
         return PartitionSpec(policy=policy, sizes=sizes, weights=weights,
                              profile_steps=profile_steps)
-    leave_out = boolean(raw.get("leave_out", False), f"{where}.leave_out")
+    leave_out = boolean(raw.get("leave_out", default.leave_out), f"{where}.leave_out")
     if leave_out and policy != "model":
         raise UsageError(f"{where}.leave_out", f"needs policy 'model' (fitted lines predict "
                          f"the step with and without a worker), not {policy!r}")
-    min_slice = integer(raw.get("min_slice", 1), f"{where}.min_slice", minimum=1,
+    min_slice = integer(raw.get("min_slice", default.min_slice), f"{where}.min_slice", minimum=1,
                      maximum=global_batch)
     if min_slice * n_workers > global_batch:
         raise UsageError(f"{where}.min_slice", f"{min_slice} x {n_workers} workers exceeds "
                          f"global_batch {global_batch}")
     return PartitionSpec(
         policy=policy, profile_steps=profile_steps,
-        initial=choice(raw.get("initial", "equal"), ("equal", "profiled"), f"{where}.initial"),
-        every=integer(raw.get("every", 10), f"{where}.every", minimum=1, maximum=MAX_STEPS),
-        dead_band=number(raw.get("dead_band", 0.05), f"{where}.dead_band", minimum=0.0,
+        initial=choice(raw.get("initial", default.initial), ("equal", "profiled"),
+                       f"{where}.initial"),
+        every=integer(raw.get("every", default.every), f"{where}.every", minimum=1,
+                      maximum=MAX_STEPS),
+        dead_band=number(raw.get("dead_band", default.dead_band), f"{where}.dead_band", minimum=0.0,
                          maximum=MAX_TOLERANCE),
         # a fraction of the global batch
-        max_move=number(raw.get("max_move", 0.25), f"{where}.max_move", minimum=0.0,
+        max_move=number(raw.get("max_move", default.max_move), f"{where}.max_move", minimum=0.0,
                         maximum=1.0, strict=True),
         min_slice=min_slice,
-        smoothing=number(raw.get("smoothing", 0.5), f"{where}.smoothing", minimum=0.0,
+        smoothing=number(raw.get("smoothing", default.smoothing), f"{where}.smoothing", minimum=0.0,
                          maximum=1.0, strict=True),
-        max_ratio=number(raw.get("max_ratio", 2.0), f"{where}.max_ratio", minimum=1.0,
+        max_ratio=number(raw.get("max_ratio", default.max_ratio), f"{where}.max_ratio", minimum=1.0,
                          maximum=MAX_SLICE_RATIO, strict=True),
-        reset=number(raw.get("reset", 0.3), f"{where}.reset", minimum=0.0,
+        reset=number(raw.get("reset", default.reset), f"{where}.reset", minimum=0.0,
                      maximum=MAX_TOLERANCE, strict=True),
         leave_out=leave_out,
     )

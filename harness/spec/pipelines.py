@@ -100,17 +100,18 @@ def parse_pipeline(values: dict[str, Any], workers: Sequence[WorkerSpec], global
         raise UsageError(where, f"must name every worker rank 0 to {n - 1} exactly once, "
                          f"not {[list(g) for g in groups]}")
     raw = table({} if raw is None else raw, at("pipeline"))
+    default = PipelineSpec  # the fields' defaults, written once there
     where = at("pipeline")
     check_keys(raw, PIPELINE_KEYS, where)
-    schedule = choice(raw.get("schedule", "gpipe"), SCHEDULES, f"{where}.schedule")
-    micro = integer(raw.get("micro_batches", 4), f"{where}.micro_batches", minimum=1,
-                 maximum=MAX_MICRO_BATCHES)
-    wave_bound = integer(raw.get("wave_bound", 0), f"{where}.wave_bound", minimum=0,
-                      maximum=MAX_STEPS)
+    schedule = choice(raw.get("schedule", default.schedule), SCHEDULES, f"{where}.schedule")
+    micro = integer(raw.get("micro_batches", default.micro_batches), f"{where}.micro_batches",
+                    minimum=1, maximum=MAX_MICRO_BATCHES)
+    wave_bound = integer(raw.get("wave_bound", default.wave_bound), f"{where}.wave_bound",
+                         minimum=0, maximum=MAX_STEPS)
     if wave_bound > 0 and len({len(g) for g in groups}) > 1:
         raise UsageError(f"{where}.wave_bound", f"{wave_bound} needs virtual workers of "
                          "equal size (one parameter server per stage); 0 runs with any")
-    raw_split = raw.get("split", PROFILED)
+    raw_split = raw.get("split", default.split)
     split: str | tuple[int, ...]
     if isinstance(raw_split, str):
         split = choice(raw_split, (PROFILED,), f"{where}.split")
@@ -138,8 +139,8 @@ def parse_pipeline(values: dict[str, Any], workers: Sequence[WorkerSpec], global
             raise UsageError(f"{where}.micro_batches", f"{micro} does not divide virtual worker "
                              f"{index}'s slice of {samples} samples (micro-batches are equal)")
     return PipelineSpec(groups, schedule, micro, wave_bound, split,
-                        integer(raw.get("profile_steps", 3), f"{where}.profile_steps",
-                             minimum=1, maximum=1000), allocation)
+                        integer(raw.get("profile_steps", default.profile_steps),
+                                f"{where}.profile_steps", minimum=1, maximum=1000), allocation)
 
 
 def allocated(raw: dict[str, Any], workers: Sequence[WorkerSpec], where: str

@@ -26,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,11 @@ class SuiteSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# What a suite may leave out of a run: RunSpec's own defaults, plus the defaults of the keys
+# that are read before they become fields (aggregator, optimizer, eval_every, the pipeline's
+# keys, `strategy`) and of the fields a RunSpec needs (name, partition and workers aside).
 RUN_DEFAULTS: dict[str, Any] = {
+    **{f.name: f.default for f in fields(RunSpec) if f.default is not MISSING},
     "framework": "pytorch",
     "workload": "mlp",
     "dataset": None,  # the workload's default data set
@@ -148,22 +152,12 @@ RUN_DEFAULTS: dict[str, Any] = {
     "global_batch": 128,
     "lr": 0.1,
     "seed": 0,
-    "timeout_s": 120.0,
-    "instrument": True,
-    "calibrate": False,
-    "calibrate_steps": 10,
     "aggregator": None,  # "torch" unless `strategy` names one
     "strategy": None,  # the older key: an aggregator name
-    "size": DEFAULT_SIZE,
     "optimizer": "sgd",
-    "eval_every": None,
-    "target": None,
-    "loader": None,
-    "on_worker_failure": "fail",
-    "interface": None,
+    "eval_every": None,  # 0: no held-out evaluation
     "virtual_workers": None,
     "pipeline": None,
-    "placement": None,
 }
 ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
