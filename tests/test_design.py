@@ -11,7 +11,7 @@ from tests.conftest import REPO
 DESIGN = REPO / "docs" / "DESIGN.md"
 TOP = ("harness", "adapters", "workloads", "analysis", "tests", "benchmarks", "docs")
 # harness/loop/worker.py, analysis/profiles/*.json, benchmarks/gpu_check.sh, ...
-PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*\w)" % "|".join(TOP))
+PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./*-]*\w)")
 MODULE = re.compile(r"(?<![\w.])((?:harness|adapters|workloads|analysis)(?:\.\w+)+)")
 ROOM_ROW = re.compile(r"^\| `(\w+)/` \| [^|]+ \| (.+) \|$", re.M)
 
