@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def load_adapter(name: str) -> type[Adapter]:
     if name not in FRAMEWORKS:
         raise UsageError("framework", f"unknown {name!r} (allowed: {', '.join(FRAMEWORKS)})")
-    module, attr = FRAMEWORKS[name].split(":")
+    module, attr = FRAMEWORKS[name].adapter.split(":")
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 

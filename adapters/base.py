@@ -18,6 +18,7 @@ like MXNet's engine), so that a phase ends only when its work has ended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -74,3 +75,25 @@ class Adapter(Protocol):
     def zero_grad(self) -> None: ...
 
     def synchronize(self) -> None: ...
+
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
+        """Held-out evaluation of a shard, outside any timed step: (loss sum, hits, count)
+        (harness/training/evaluation.py)."""
+        ...
+
+
+class TorchLayersAdapter(Adapter, Protocol):
+    """An adapter whose model is a torch.nn.Module cut into layers (a framework with
+    `torch_layers` in harness/spec/frameworks.py): what pipeline stages and a layer
+    computed on a parameter server reach beyond the step's primitives."""
+
+    model: torch.nn.Module
+    flat_params: torch.Tensor  # the parameters, flat in spec order (views back the model's)
+    flat_grads: torch.Tensor
+
+    def place_tail(self, first_layer: int,
+                   compute: Callable[[torch.Tensor, torch.Tensor],
+                                     tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """From layer `first_layer` on, the model's forward and backward are `compute`'s
+        (features, targets) -> (loss sum, features' gradient): a parameter server's."""
+        ...

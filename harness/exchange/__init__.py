@@ -34,10 +34,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from adapters.base import Adapter
 from harness.spec.aggregators import kind
+from harness.spec.suite import RunSpec
 from harness.system.services import Services
+from harness.training.optim import Optimizer
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Holds(StrEnum):
@@ -77,17 +83,40 @@ class Aggregator(Protocol):
         ...
 
 
+class Unattached:
+    """The aggregator of a trainer before its own is attached (the aggregator is built from
+    the trainer's buffer and optimizer): any exchange is a mistake."""
+
+    def exchange(self, step: int, samples: int) -> Exchange:
+        raise RuntimeError("no aggregator attached to this trainer")
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def close(self, failed: bool = False) -> None:
+        pass
+
+
+@runtime_checkable
+class LeavesOut(Aggregator, Protocol):
+    """An aggregator whose exchange can leave a worker out (`Kind.leaves_out`)."""
+
+    def set_members(self, group: Any, count: int) -> None:
+        """Exchange among `count` members in the process group `group` from now on."""
+        ...
+
+
 @dataclass(frozen=True)
 class Context:
     """What an aggregator is built from, in one worker process."""
 
-    run: Any  # RunSpec
+    run: RunSpec
     rank: int
-    adapter: Any
-    buffer: Any  # the torch communication buffer: gradient sums, loss sum last
-    optimizer: Any  # harness.training.optim.Optimizer (the worker's)
-    initial: Any  # the initial parameters, flat torch float32 in spec order
-    run_dir: Any  # Path
+    adapter: Adapter
+    buffer: torch.Tensor  # the communication buffer: gradient sums, loss sum last
+    optimizer: Optimizer  # the worker's
+    initial: torch.Tensor  # the initial parameters, flat float32 in spec order
+    run_dir: Path
 
 
 def _load(target: str) -> Any:

@@ -32,10 +32,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.exchange import Context, Exchange, Holds, next_step
 from harness.system.services import Services
+
+if TYPE_CHECKING:
+    from adapters.mxnet import MXNetAdapter
 
 TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
 KVSTORE_MODE = "dist_sync"
@@ -111,7 +114,7 @@ class KVStoreAllreduce:
         if self.kv.num_workers != world_size:  # an unknown store type silently becomes local
             raise RuntimeError(f"kvstore {KVSTORE_MODE} has {self.kv.num_workers} workers, "
                                f"expected {world_size}")
-        self.grads = context.adapter.flat_grads
+        self.grads = cast("MXNetAdapter", context.adapter).flat_grads  # every worker's MXNet
         self.kv.init(0, mx.nd.zeros(self.grads.shape, ctx=self.grads.context))
         self.steps, self.global_batch = context.run.steps, context.run.global_batch
 
@@ -156,7 +159,7 @@ class KVStoreAsync:
         if self.kv.num_workers != run.world_size:
             raise RuntimeError(f"kvstore {ASYNC_KVSTORE_MODE} has {self.kv.num_workers} "
                                f"workers, expected {run.world_size}")
-        adapter = context.adapter
+        adapter = cast("MXNetAdapter", context.adapter)  # every worker runs MXNet
         self.grads = adapter.flat_grads[: adapter.spec.num_elements]  # the loss slot stays
         self.kv.init(0, adapter.flat_params.copy())  # worker 0's value; a barrier inside
         if context.rank == 0:

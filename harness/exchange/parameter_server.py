@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -61,6 +61,9 @@ import torch.distributed.rpc as rpc
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
 from harness.system.exits import exit_skipping_teardown
 from harness.system.services import Services
+
+if TYPE_CHECKING:
+    from adapters.base import TorchLayersAdapter
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 PR_SET_PDEATHSIG = 1
@@ -322,7 +325,9 @@ class ParameterServerClient:
             if self.tail is not None:
                 self.tail.start(initial)
         if self.tail is not None:
-            context.adapter.place_tail(self.tail.first_layer, self.tail.compute)
+            # fc-on-server runs only on frameworks with torch layers (spec.aggregators)
+            cast("TorchLayersAdapter", context.adapter).place_tail(self.tail.first_layer,
+                                                                  self.tail.compute)
         dist.barrier()  # no worker pushes before every shard has its parameters
         self.version = 0
         self.clock = 0

@@ -25,10 +25,11 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from adapters.base import Adapter
 from harness import exchange as aggregators
-from harness.exchange import Exchange, Holds
+from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
 from harness.loop.counters import Counters
 from harness.loop.finish import finish
 from harness.loop.timer import CudaEventTimer, StepTimer
@@ -49,6 +50,10 @@ from harness.spec.workers import WorkerSpec
 from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_skipping_teardown
+from harness.training.optim import Optimizer
+
+if TYPE_CHECKING:
+    import torch
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
@@ -80,28 +85,28 @@ class Trainer:
 
     run: RunSpec
     rank: int
-    adapter: Any
+    adapter: Adapter
     inputs: Any
     targets: Any
     order: Any
     stretch: Stretcher
     timer: StepTimer  # marks each phase's end (harness/loop/timer.py)
-    optimizer: Any = None
+    # the communication buffer: gradient sums, the loss sum last (the adapter's comm_buffer)
+    buffer: torch.Tensor
+    optimizer: Optimizer
+    initial: torch.Tensor  # the initial parameters, flat float32 in spec order
+    # how this worker's gradients meet the others' (attached once built from the trainer)
+    aggregator: Aggregator = field(default_factory=lambda: Unattached())
     prepare: Any = None  # the workload's per-batch transform (BERT's masking), or None
     num_classes: int = 0
     encoded: Any = None  # training images as PNG (loader decode), or None
     fetch: Any = None  # (step, lo, hi) -> batch: the loader's, or batch() in line
-    buffer: Any = None
-    grads: Any = None
-    aggregator: Any = None  # harness.exchange: how this worker's gradients meet the others'
-    initial: Any = None  # the initial parameters, flat torch float32 in spec order
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
     threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
 
-    def set_buffer(self, buffer: Any) -> None:
-        """The communication buffer; its last element is the loss sum."""
-        self.buffer = buffer
+    def __post_init__(self) -> None:
+        buffer = self.buffer
         self.grads = buffer[:-1]
         if buffer.device.type == "cpu":
             # A numpy view reads the loss slot in ~0.1 us; indexing the tensor costs ~5 us.
@@ -335,22 +340,22 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     initial = spec.initial_parameters(run.seed)
     adapter.load_parameters(initial)
     stretch = Stretcher(worker.slowdown_for(0))
+    # on the device for nccl, and on a GPU worker whose aggregator sums there itself
+    buffer = adapter.comm_buffer(
+        backend == "nccl" or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu))
+    flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
+    optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch, spec.num_elements,
+                          flat, buffer.device)
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed), stretch,
-                      phase_timer(worker, adapter, stretch, run.instrument),
-                      prepare=get_workload(run.workload).prepare, num_classes=data.num_classes)
+                      phase_timer(worker, adapter, stretch, run.instrument), buffer, optimizer,
+                      flat, prepare=get_workload(run.workload).prepare,
+                      num_classes=data.num_classes)
     trainer.fetch = trainer.batch
     if run.loader is not None and run.loader.decode:
         from workloads.pipeline import encode_png
 
         trainer.encoded = encode_png(data.inputs)  # once, before any timing
-    # on the device for nccl, and on a GPU worker whose aggregator sums there itself
-    trainer.set_buffer(adapter.comm_buffer(
-        backend == "nccl" or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu)))
-    flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
-    trainer.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
-                                  spec.num_elements, flat, trainer.buffer.device)
-    trainer.initial = flat
     adapter.zero_grad()
     return trainer, data
 
@@ -419,6 +424,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     membership = None
     if run.partition.may_leave_out:
         membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
+        assert isinstance(trainer.aggregator, LeavesOut)  # the spec allowed no other
         trainer.aggregator.set_members(membership.group(), len(membership.members))
     evaluator = make_evaluator(run, rank, adapter, run_dir, device)
     if evaluator:

@@ -20,6 +20,7 @@ from harness.spec.fields import (
     integer,
     table,
 )
+from harness.spec.frameworks import with_torch_layers
 from harness.spec.loaders import LoaderSpec
 from harness.spec.partitions import PartitionSpec
 from harness.spec.workers import WorkerSpec
@@ -237,9 +238,9 @@ def parse_placement(values: dict[str, Any], aggregator: AggregatorSpec, workload
             placed = sorted(n for n in WORKLOADS if get_workload(n).fc_layers is not None)
             raise UsageError(where, f"{workload!r} has no convolutional layers to keep on "
                              f"the workers (allowed: {', '.join(placed)})")
-        if any(w.framework != "pytorch" for w in workers):
+        if any(w.framework not in (able := with_torch_layers()) for w in workers):
             raise UsageError(where, "'fc-on-server' runs the workers' layers in PyTorch: "
-                             "every worker on framework 'pytorch'")
+                             f"every worker on framework {' or '.join(repr(n) for n in able)}")
     return placement
 
 

@@ -4,20 +4,36 @@ checking a suite imports none) and the package it needs."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
-FRAMEWORKS: dict[str, str] = {
-    "pytorch": "adapters.pytorch:TorchAdapter",
-    "tensorflow": "adapters.tensorflow:TensorFlowAdapter",
-    "mxnet": "adapters.mxnet:MXNetAdapter",
+
+@dataclass(frozen=True)
+class Framework:
+    """A framework as the registry knows it, before any import."""
+
+    adapter: str  # "module:attr" of its adapter class (adapters/)
+    module: str  # the package it imports
+    extra: str | None  # the extra that installs it; None: a core dependency
+    # Its models are torch.nn.Modules cut into layers (workloads/torch_layers.py), which
+    # pipeline stages (torch.distributed.pipelining) and a layer computed on a parameter
+    # server (placement fc-on-server) need.
+    torch_layers: bool = False
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "pytorch": Framework("adapters.pytorch:TorchAdapter", "torch", None, torch_layers=True),
+    "tensorflow": Framework("adapters.tensorflow:TensorFlowAdapter", "tensorflow",
+                            "tensorflow"),
+    "mxnet": Framework("adapters.mxnet:MXNetAdapter", "mxnet", "mxnet"),
 }
-
-
-# framework -> (the module it imports, the extra that installs it; None: a core dependency)
+# framework -> (the module it imports, the extra that installs it)
 REQUIREMENTS: dict[str, tuple[str, str | None]] = {
-    "pytorch": ("torch", None),
-    "tensorflow": ("tensorflow", "tensorflow"),
-    "mxnet": ("mxnet", "mxnet"),
-}
+    name: (f.module, f.extra) for name, f in FRAMEWORKS.items()}
+
+
+def with_torch_layers() -> list[str]:
+    """The frameworks whose models can be cut into torch layers."""
+    return [name for name, f in FRAMEWORKS.items() if f.torch_layers]
 
 
 def install_hint(name: str) -> str:

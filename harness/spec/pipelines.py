@@ -22,6 +22,7 @@ from harness.spec.fields import (
     integer,
     table,
 )
+from harness.spec.frameworks import with_torch_layers
 from harness.spec.partitions import PartitionSpec
 from harness.spec.workers import WorkerSpec
 from workloads import WORKLOADS, get_workload
@@ -179,11 +180,13 @@ def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
     if spec.layers is None:
         raise UsageError(at("workload"), f"{workload!r} has no layer sequence to pipeline "
                          f"(allowed with virtual_workers: {', '.join(piped)})")
-    if values["framework"] != "pytorch" or any(
-            isinstance(w, dict) and w.get("framework", "pytorch") != "pytorch"
+    able = with_torch_layers()
+    if values["framework"] not in able or any(
+            isinstance(w, dict) and w.get("framework", values["framework"]) not in able
             for w in values.get("workers") or []):
         raise UsageError(at("framework"), "virtual workers run PyTorch stages "
-                         "(torch.distributed.pipelining) only: 'pytorch'")
+                         f"(torch.distributed.pipelining) only: "
+                         f"{' or '.join(repr(n) for n in able)}")
     layers = spec.layers(size)
     longest = max(len(g) for g in pipeline.virtual_workers)
     if longest > layers:
