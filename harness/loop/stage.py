@@ -408,15 +408,16 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
             if sync:
                 torch.cuda.synchronize(device)
             done = now()
-            bubble = max(ready - moved - forward_ns - backward_ns, 0)
-            phases = (loaded - begin, moved - loaded, forward_ns, backward_ns, bubble,
-                      reduced - ready, unpacked - reduced, done - unpacked)
+            # the marks of a step's phases: this stage's forward and backward time, summed
+            # over its micro-batches, then the rest of the schedule up to `ready` (the
+            # pipeline's bubble, sends and receives) as the pack
+            backward_end = min(moved + forward_ns + backward_ns, ready)
+            marks = (begin, loaded, moved, min(moved + forward_ns, backward_end), backward_end,
+                     ready, reduced, unpacked, done)
             stretched, stretch.total_ns = stretch.total_ns, 0
-            writer.append((rank, wave, hi - lo, lo, begin, ready, reduced, done, *phases,
-                           stretched, *compute_cpu, loss, local_sum / (hi - lo),
-                           *counters.take(), exchange.staleness, exchange.push_ns,
-                           exchange.wait_ns, exchange.pull_ns, exchange.asynchronous,
-                           exchange.dropped))
+            writer.append(collector.timed_record(
+                rank, wave, hi - lo, lo, marks, stretched, compute_cpu, loss,
+                local_sum / (hi - lo), counters.take(), exchange))
             for record in records:
                 micro_writer.append(record)
             if serving:
