@@ -21,10 +21,7 @@ backward (collector.MICRO_DTYPE -> microbatches.parquet).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
+from harness.loop import lifecycle
 from harness.loop.counters import Counters
-from harness.loop.finish import finish
 from harness.partition.policies import slice_bounds
 from harness.partition.stages import Links, Profile, split_layers, stage_times
 from harness.partition.virtual import bounds_of, kind_of
@@ -41,7 +38,6 @@ from harness.records import collector
 from harness.spec.emulation import Stretcher
 from harness.spec.pipelines import vw_slices
 from harness.spec.suite import RunSpec
-from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock
 from workloads.torch_layers import parameter_range
 
@@ -289,17 +285,10 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     micro = (hi - lo) // pipe.micro_batches
     order = BatchOrder(len(data), run.global_batch, run.seed)
 
-    info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
-            "pid": os.getpid(), "label": worker.label + f" vw{vw} stage{stage_index}",
-            **run.to_dict()["workers"][rank], "emulated": worker.emulated,
-            "affinity": sorted(os.sched_getaffinity(0)), "versions": TorchAdapter.versions(),
-            "dataset_source": data.source, "dataset_fingerprint": data.fingerprint,
-            "parameters": spec.num_elements, "virtual_worker": vw, "stage": stage_index}
-    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
-    clock_start = clocks.measure().to_dict()
-    domains = comm.gather_bytes(info["clock_domain"].encode(), comm_device)
-    if domains is not None:
-        collector.write_clock(run_dir, clock_start, [d.decode() for d in domains])
+    info = lifecycle.describe(run, rank, worker, TorchAdapter.versions(), data,
+                              spec.num_elements, virtual_worker=vw, stage=stage_index)
+    info["label"] += f" vw{vw} stage{stage_index}"
+    clock_start = lifecycle.start(run_dir, info, comm_device)
 
     # the profile: one rank at a time, the others wait in the barrier
     sample = torch.from_numpy(data.inputs[order.indices(0)[lo:lo + micro]]).to(device)
@@ -456,5 +445,5 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         "profile": {"time_ns": times, "activation_bytes": mine.activation_bytes,
                     "parameter_bytes": mine.parameter_bytes},
         "slices": list(sizes)}}
-    finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,
-           backend, closing, micro=micro_writer.records())
+    lifecycle.finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,
+                     backend, closing, micro=micro_writer.records())

@@ -236,7 +236,7 @@ def schedule(coordinator: Any, step: Any, args: tuple[Any, ...], recorder: Recor
 def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],
           parameters: dict[str, np.ndarray], sizes: tuple[int, ...],
           placement: dict[str, str]) -> None:
-    """What rank 0 writes at the end of any other run (harness.loop.finish)."""
+    """What rank 0 writes at the end of any other run (harness.loop.lifecycle.finish)."""
     rundir.complete(
         run_dir, arrays, rundir.worker_infos(run_dir, run.world_size), parameters, {},
         "grpc", {"partition_history": [{"step": 0, "sizes": list(sizes),

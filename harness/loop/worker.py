@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from adapters.base import Adapter
 from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
+from harness.loop import lifecycle
 from harness.loop.counters import Counters
-from harness.loop.finish import finish
 from harness.loop.timer import CudaEventTimer, StepTimer
 from harness.partition.policies import (
     Damping,
@@ -47,7 +47,6 @@ from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
-from harness.system import clocks
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_skipping_teardown
 from harness.training.optim import Optimizer
@@ -403,18 +402,9 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
     adapter = trainer.adapter
     device = torch.device(worker.device if backend == "nccl" else "cpu")
 
-    info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
-            "pid": os.getpid(),
-            "label": worker.label, **run.to_dict()["workers"][rank],
-            "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
-            "versions": adapter_cls.versions(), "dataset_source": data.source,
-            "dataset_fingerprint": data.fingerprint, "parameters": adapter.spec.num_elements}
-    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
-
-    clock_start = clocks.measure().to_dict()
-    domains = comm.gather_bytes(info["clock_domain"].encode(), device)
-    if domains is not None:  # rank 0
-        collector.write_clock(run_dir, clock_start, [d.decode() for d in domains])
+    info = lifecycle.describe(run, rank, worker, adapter_cls.versions(), data,
+                              adapter.spec.num_elements)
+    clock_start = lifecycle.start(run_dir, info, device)
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
@@ -477,9 +467,10 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: An
         return
     if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
         info["traffic"] = traffic()  # bytes to and from each server (analysis/traffic.py)
-    finish(run, run_dir, device, info, clock_start, writer.records(), adapter.parameters(),
-           backend, {"partition_history": trainer.partition_history, "standalone": standalone,
-                     "aggregator": trainer.aggregator.describe()})
+    lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
+                     adapter.parameters(), backend,
+                     {"partition_history": trainer.partition_history, "standalone": standalone,
+                      "aggregator": trainer.aggregator.describe()})
 
 
 def main(argv: list[str] | None = None) -> int:
