@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis.convergence import convergence_table
 from analysis.runs import aggregator_name, group_table, runs_table
+from harness.spec.aggregators import AGGREGATORS
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # What `scheme_groups` summarises per run name, with 95% t intervals over repeats.
@@ -24,22 +25,19 @@ SCHEME_METRICS = ("samples_per_s", "idle_fraction", "staleness_mean", "dropped_s
                   "steps_to_target", "time_to_target_s")
 
 
-# asynchronous with no bound: hetbench's parameter servers, MXNet's, TensorFlow's
-UNBOUNDED = ("ps-async", "mxnet-async", "tensorflow-ps")
-
-
 def staleness_bound(run: dict[str, Any]) -> float:
     """How stale an update may be, in the scheme's own unit, for the trade-off figure:
     0 for the synchronous schemes, s for ssp, D waves for wsp, H - 1 local steps for local
     SGD, infinity for ps-async and the native asynchronous cross-checks."""
     spec = run.get("aggregator") or {}
-    name = aggregator_name(run)
-    if name in ("ssp", "wsp"):
-        return float(spec.get("staleness", 0))
-    if name == "local-sgd":
-        return float(spec.get("local_steps", 1) - 1)
-    if name in UNBOUNDED:
+    kind = AGGREGATORS.get(aggregator_name(run))
+    bound = "none" if kind is None else kind.staleness_bound  # a name no longer registered
+    if bound == "unbounded":
         return math.inf
+    if bound == "staleness":
+        return float(spec.get("staleness", 0))
+    if bound == "local_steps":
+        return float(spec.get("local_steps", 1) - 1)
     return 0.0
 
 
@@ -121,4 +119,5 @@ def compares_schemes(runs: Runs) -> bool:
     """The runs use more than one aggregator, or one that is not all-reduce: worth a
     section of their own."""
     names = {aggregator_name(m.get("run", {})) for m, _ in runs}
-    return len(names) > 1 or bool(names - {"torch", "allreduce-host"})
+    baseline = {name for name, kind in AGGREGATORS.items() if kind.baseline}
+    return len(names) > 1 or bool(names - baseline)

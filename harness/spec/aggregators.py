@@ -57,6 +57,10 @@ class Kind:
     # waits for no other worker, so the others may go on without one that failed
     survives_worker_failure: bool = False
     pipeline_only: bool = False  # what pipelined virtual workers run; never asked for by name
+    # how stale an update may be: "none" (synchronous), "unbounded", or the AggregatorSpec
+    # key that bounds it ("staleness": s; "local_steps": H - 1 local steps)
+    staleness_bound: str = "none"
+    baseline: bool = False  # the plain all-reduce of gradient sums other schemes are set against
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     # "module:function" a worker process runs instead of hetbench's training loop: the
@@ -93,28 +97,31 @@ _PS_START = f"{_PS}:start_servers"
 
 
 AGGREGATORS: dict[str, Kind] = {
-    "torch": Kind(f"{_ALLREDUCE}:Allreduce", device_buffer=True, leaves_out=True,
+    "torch": Kind(f"{_ALLREDUCE}:Allreduce", device_buffer=True, leaves_out=True, baseline=True,
                   summary="torch.distributed all-reduce of gradient sums: gloo on the host, "
                   "nccl when every worker is a GPU"),
-    "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", leaves_out=True,
+    "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", leaves_out=True, baseline=True,
                            summary="Choi's strategy 1: "
                            "gradients to the host, summed there over gloo"),
     "allreduce-device": Kind(f"{_DEVICE}:DeviceAllreduce", needs_gpu=True,
                              summary="Choi's strategy 2: CPU workers' gradients to a GPU, "
                              "NCCL among the GPUs, the sums back to the CPUs"),
     "local-sgd": Kind(f"{_ALLREDUCE}:LocalSGD", keys=("local_steps",), device_buffer=True,
+                      staleness_bound="local_steps",
                       summary="H local steps, then parameters averaged, weighted by samples"),
     "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_PS_KEYS, services=_PS_START,
                     summary="parameter servers, synchronous: one update per step from "
                     "every worker's gradients"),
     "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness_lr"),
                      lockstep=False, services=_PS_START, survives_worker_failure=True,
+                     staleness_bound="unbounded",
                      summary="parameter servers, asynchronous: every push is applied at once"),
     "ssp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness", "staleness_lr"),
-                lockstep=False, services=_PS_START,
+                lockstep=False, services=_PS_START, staleness_bound="staleness",
                 summary="stale-synchronous: asynchronous within a staleness bound"),
     "wsp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness"),
                 lockstep=False, services=_PS_START, pipeline_only=True,
+                staleness_bound="staleness",
                 summary="wave-synchronous: virtual workers (pipelines) push each wave to "
                 "one server per stage, at most `staleness` waves apart (set by "
                 "pipeline.wave_bound)"),
@@ -125,6 +132,7 @@ AGGREGATORS: dict[str, Kind] = {
                           services=f"{_NATIVE}:start_kvstore",
                           summary="MXNet's ps-lite kvstore, dist_sync"),
     "mxnet-async": Kind(f"{_NATIVE}:KVStoreAsync", framework="mxnet", lockstep=False,
+                        staleness_bound="unbounded",
                         services=f"{_NATIVE}:start_kvstore", plain_sgd=True,
                         summary="MXNet's ps-lite kvstore, dist_async, SGD on its server"),
     "tensorflow-collective": Kind(f"{_NATIVE}:TensorFlowCollective", framework="tensorflow",
@@ -134,6 +142,7 @@ AGGREGATORS: dict[str, Kind] = {
                                   "(MultiWorkerMirroredStrategy)"),
     "tensorflow-ps": Kind("harness.loop.tensorflow_coordinator:train",
                           framework="tensorflow", keys=_PS_KEYS, lockstep=False,
+                          staleness_bound="unbounded",
                           plain_sgd=True, services=f"{_TF_PS}:start_services",
                           serves=f"{_TF_PS}:serve_worker",
                           summary="TensorFlow's ParameterServerStrategy: a coordinator hands "
