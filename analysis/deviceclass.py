@@ -28,6 +28,7 @@ import pandas as pd
 from analysis import costmodel
 from analysis.costmodel import Line
 from analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
+from harness.partition.policies import ADAPTIVE
 from harness.records.collector import COMPUTE_PHASES
 from harness.spec.errors import UsageError
 from harness.spec.workers import WorkerSpec
@@ -359,7 +360,7 @@ def recorded_scheme(meta: dict[str, Any], steps: pd.DataFrame
     if aggregator in ("ps-async", "mxnet-async"):
         return "ps-async", None
     policy = (run.get("partition") or {}).get("policy", "equal")
-    if policy in ("proportional", "model"):
+    if policy in ADAPTIVE:
         return "bsp-adaptive", None
     if policy == "profiled":
         return "bsp-profiled", None

@@ -11,7 +11,13 @@ import pandas as pd
 
 from analysis import costmodel
 from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
-from harness.partition.policies import Damping, Repartitioner, WindowStats, equal_sizes
+from harness.partition.policies import (
+    ADAPTIVE,
+    Damping,
+    Repartitioner,
+    WindowStats,
+    equal_sizes,
+)
 
 
 def slices_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -100,8 +106,7 @@ def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
     residual = rows.pivot(index="step", columns="rank", values="factor")
     sizes = tuple(initial) if initial is not None else equal_sizes(total, world)
     damping = damping or Damping()
-    policy_runner = Repartitioner(policy, total, world, damping) if policy in (
-        "proportional", "model") else None
+    policy_runner = Repartitioner(policy, total, world, damping) if policy in ADAPTIVE else None
     window = [[0.0] * 5 for _ in range(world)]
     rows = []
     for k, step in enumerate(residual.index):

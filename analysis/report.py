@@ -14,6 +14,7 @@ from analysis.metrics import idle_agreement
 from analysis.persistence import compute_series
 from analysis.runs import analyse_run, group_table, runs_table, slowdowns
 from analysis.whatif import costs
+from harness.partition.policies import ADAPTIVE
 
 FIRST_STEPS = 10
 
@@ -164,7 +165,7 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
 
     def moves(m: dict[str, Any]) -> bool:
         run = m.get("run", {})
-        return run.get("partition", {}).get("policy") in ("proportional", "model") or any(
+        return run.get("partition", {}).get("policy") in ADAPTIVE or any(
             w.get("slowdown_at") for w in run.get("workers", []))
 
     if not any(moves(m) for m, _ in runs):
