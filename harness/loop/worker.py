@@ -37,9 +37,9 @@ from harness.partition.policies import (
     Damping,
     Repartitioner,
     equal_sizes,
-    largest_remainder,
+    initial_sizes,
+    measures,
     slice_bounds,
-    throughput_sizes,
 )
 from harness.records import collector, rundir
 from harness.records.collector import Phase, RecordWriter
@@ -239,11 +239,8 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
     run, policy = trainer.run, trainer.run.partition
     n, total = run.world_size, run.global_batch
     reason = f"policy {policy.policy}"
-    if policy.policy == "sizes":
-        sizes = tuple(policy.sizes or ())
-    elif policy.policy == "weights":
-        sizes = largest_remainder(total, policy.weights or ())
-    elif policy.policy == "profiled" or (policy.adaptive and policy.initial == "profiled"):
+    rates = None
+    if measures(policy):
         probe = equal_sizes(total, n)[trainer.rank]
         rate = 0.0
         for turn in range(n):  # one worker at a time, the others wait in the barrier
@@ -251,10 +248,8 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
                 rate = trainer.solo_throughput(probe, policy.profile_steps)
             comm.barrier()
         rates = comm.all_gather_floats(rate, device)
-        sizes = throughput_sizes(total, rates)
         reason += f": solo samples/s {[round(r, 1) for r in rates]}"
-    else:
-        sizes = equal_sizes(total, n)
+    sizes = initial_sizes(policy, total, n, rates)
     if policy.adaptive:
         reason += f", then adaptive ({policy.policy})"
     trainer.partition_history.append({"step": 0, "sizes": list(sizes), "reason": reason})

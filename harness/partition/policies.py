@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 # name -> description. Static policies are functions of the configuration (and, for
 # 'profiled', of solo timings); adaptive ones are the Repartitioner below.
@@ -21,6 +21,55 @@ POLICIES: dict[str, str] = {
     "weights": "sizes in proportion to given weights",
     "profiled": "each worker timed alone, sizes in proportion to measured throughput",
 }
+
+
+# the static policies that time each worker alone before the first step (the loop measures
+# their solo throughput; a scheme that runs no hetbench loop cannot)
+MEASURED = ("profiled",)
+
+
+class SliceSpec(Protocol):
+    """The fields of a run's partition (harness.spec.partitions.PartitionSpec) that choose
+    the first slices."""
+
+    @property
+    def policy(self) -> str: ...
+
+    @property
+    def sizes(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def weights(self) -> tuple[float, ...] | None: ...
+
+    @property
+    def initial(self) -> str: ...
+
+
+def measures(spec: SliceSpec) -> bool:
+    """The first slices need each worker's solo throughput, measured before step 0."""
+    first = spec.initial if spec.policy in ADAPTIVE else spec.policy
+    return first in MEASURED
+
+
+def fixed_policies() -> list[str]:
+    """The policies whose slices follow from the configuration alone."""
+    return [p for p in POLICIES if p not in ADAPTIVE and p not in MEASURED]
+
+
+def initial_sizes(spec: SliceSpec, total: int, units: int,
+                  rates: Sequence[float] | None = None) -> tuple[int, ...]:
+    """The first slices of `units` workers (or virtual workers) under a partition: a
+    static policy's, or an adaptive one's start (equal or profiled); `rates`: each worker's
+    solo samples/s where the policy `measures`."""
+    first = spec.initial if spec.policy in ADAPTIVE else spec.policy
+    if first == "sizes":
+        return tuple(spec.sizes or ())
+    if first == "weights":
+        return largest_remainder(total, spec.weights or ())
+    if first in MEASURED:
+        assert rates is not None, f"policy {first!r} needs the workers' measured rates"
+        return throughput_sizes(total, rates)
+    return equal_sizes(total, units)
 
 
 def largest_remainder(total: int, weights: Sequence[float], minimum: int = 1) -> tuple[int, ...]:

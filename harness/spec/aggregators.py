@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.partition.policies import fixed_policies
 from harness.spec.errors import UsageError
 from harness.spec.fields import (
     MAX_SERVERS,
@@ -205,7 +206,7 @@ def check_coordinated(name: str, partition: PartitionSpec, workload: str,
     cannot. Nothing to check for an aggregator that runs in hetbench's loop."""
     if kind(name).serves is None:
         return
-    fixed = ("equal", "sizes", "weights")
+    fixed = fixed_policies()
     if partition.policy not in fixed:
         raise UsageError(at("partition.policy"), f"{partition.policy!r} measures the workers "
                          f"in hetbench's loop, which {name!r} does not run (its workers are "

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.partition.policies import equal_sizes, largest_remainder
+from harness.partition.policies import fixed_policies, initial_sizes, measures
 from harness.partition.virtual import allocate
 from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
@@ -122,15 +122,16 @@ def parse_pipeline(values: dict[str, Any], workers: Sequence[WorkerSpec], global
             raise UsageError(f"{where}.split", "a list of layer counts needs virtual workers "
                              "of equal size; use 'profiled'")
         split = int_list_of(raw_split, f"{where}.split", stages.pop(), "one per stage")
+    fixed = ", ".join(fixed_policies())
     if partition.adaptive:
         raise UsageError(at("partition.policy"), f"{partition.policy!r} does not run with "
-                         "virtual workers (allowed: equal, sizes, weights)")
+                         f"virtual workers (allowed: {fixed})")
     if 0 in (partition.sizes or ()):
         raise UsageError(at("partition.sizes"), "every virtual worker needs a slice (at "
                          "least 1 each)")
-    if partition.policy == "profiled":
-        raise UsageError(at("partition.policy"), "'profiled' does not run with virtual "
-                         "workers (allowed: equal, sizes, weights)")
+    if measures(partition):
+        raise UsageError(at("partition.policy"), f"{partition.policy!r} does not run with "
+                         f"virtual workers (allowed: {fixed})")
     if aggregator != "torch":
         raise UsageError(at("aggregator"), f"{aggregator!r}: virtual workers exchange as "
                          "pipeline.wave_bound says (0: all-reduce; D > 0: a parameter server "
@@ -164,12 +165,8 @@ def allocated(raw: dict[str, Any], workers: Sequence[WorkerSpec], where: str
 
 
 def vw_slices(partition: PartitionSpec, global_batch: int, units: int) -> tuple[int, ...]:
-    """The global batch's slice of each virtual worker (a static policy)."""
-    if partition.policy == "sizes":
-        return tuple(partition.sizes or ())
-    if partition.policy == "weights":
-        return largest_remainder(global_batch, partition.weights or ())
-    return equal_sizes(global_batch, units)
+    """The global batch's slice of each virtual worker (a fixed policy)."""
+    return initial_sizes(partition, global_batch, units)
 
 
 def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
