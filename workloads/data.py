@@ -22,6 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from workloads import DATASETS, get_workload
+from workloads.captioning import encode
+from workloads.numbers import TARGET_VOCAB, TRAIN_PAIRS, corpus
+from workloads.scenes import CAPTION_VOCAB, NUM_CLASSES, render_scenes
+
 TEXT_SEQ_LEN = 64
 # Fixed vocabulary: 0 unknown, 1 newline, 2.. printable ASCII. Independent of the corpus so
 # every framework and every Python version agree on the model's shapes.
@@ -140,7 +145,6 @@ def load_text(workload: str, seed: int, split: str = "train") -> Dataset:
 def load_synthetic(workload: str, seed: int, split: str = "train") -> Dataset:
     """Generated samples shaped for the workload: images, or random tokens. Random labels:
     for timing, not learning (held-out accuracy stays at chance)."""
-    from workloads import get_workload
 
     count = SYNTHETIC_SAMPLES if split == "train" else SYNTHETIC_HELDOUT
     rng = np.random.default_rng([seed, 0x5EED, SPLITS.index(split)])
@@ -161,13 +165,11 @@ def load_scenes(workload: str, seed: int, split: str = "train") -> Dataset:
     """32x32 colour images rendered from the scene grammar, labelled by their main object,
     or (captioning) image and caption. Fixed data (render seeds 0 and 1), like a published
     data set."""
-    from workloads.scenes import CAPTION_VOCAB, NUM_CLASSES, render_scenes
 
     count = SCENES_TRAIN if split == "train" else SCENES_HELDOUT
     scenes = render_scenes(count, seed=SPLITS.index(split))
     source = "workloads.scenes (rendered scene grammar)"
     if workload == "captioning":
-        from workloads.captioning import encode
 
         inputs, targets = encode(scenes.images, scenes.captions)
         return Dataset("scenes", inputs, targets, len(CAPTION_VOCAB), source,
@@ -178,7 +180,6 @@ def load_scenes(workload: str, seed: int, split: str = "train") -> Dataset:
 
 def load_numbers(workload: str, seed: int, split: str = "train") -> Dataset:
     """English -> French number words (workloads/numbers.py), fixed pairs."""
-    from workloads.numbers import TARGET_VOCAB, corpus
 
     pairs = corpus(split)
     return Dataset("numbers", pairs.inputs, pairs.targets, len(TARGET_VOCAB),
@@ -197,14 +198,12 @@ def sample_count(name: str, workload: str) -> int:
     if name == "scenes":
         return SCENES_TRAIN
     if name == "numbers":
-        from workloads.numbers import TRAIN_PAIRS
 
         return TRAIN_PAIRS
     return SYNTHETIC_SAMPLES
 
 
 def load_dataset(name: str, workload: str, seed: int, split: str = "train") -> Dataset:
-    from workloads import DATASETS
 
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (allowed: {', '.join(SPLITS)})")

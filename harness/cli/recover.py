@@ -12,6 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.records import manifest
+from harness.spec.errors import UsageError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path,
@@ -19,10 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.records import manifest
     from harness.records.results import find_runs
     from harness.records.rundir import recover
-    from harness.spec.errors import UsageError
 
     running = [d for d in find_runs(args.paths) if manifest.read(d).get("status") == "running"]
     if not running:

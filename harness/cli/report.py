@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import launches
+from harness.records import baselines
+from harness.spec.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +69,7 @@ def write_html(runs: list[Any], markdown: str, out: Path) -> None:
     """report.html beside report.md: the page, with the committed baselines' history."""
     from analysis.figures import history_figure
     from analysis.html_report import history_table, page
-    from harness.records import baselines
     from harness.records.results import find_runs, load_finished_runs, note
-    from harness.spec.errors import UsageError
 
     with baselines.snapshots() as found:
         points = []

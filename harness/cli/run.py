@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.spec.builtin import builtin_suites
+
 DEFAULT_SUITE = "quick"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from harness.spec.builtin import builtin_suites
 
     parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
                         help=f"suite TOML file or built-in name: {', '.join(builtin_suites())}"

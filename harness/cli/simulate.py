@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.errors import UsageError
+from harness.system import environment
 
 SUITE = "simulate"
 MAX_STEPS = 1_000_000
@@ -218,7 +219,6 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
     from analysis.simulate import BLOCK, records
     from harness.records import collector, manifest
     from harness.records.rundir import RUN_FILE
-    from harness.system import environment
 
     scheme = job["scheme"]
     name = f"{scheme.label.replace(':', '')}-n{job['workers']}"
@@ -276,7 +276,6 @@ def _worker(cls: Any) -> dict[str, Any]:
 
 def _save_profiles(folder: Path, classes: dict[str, Any], comm: Any, runs: list[Any]) -> None:
     from analysis import deviceclass
-    from harness.system import environment
 
     folder.mkdir(parents=True, exist_ok=True)
     meta = runs[0][0]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from harness.spec.builtin import builtin_suites, builtin_summary, builtin_text
+from harness.spec.errors import UsageError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="print this built-in suite as TOML (to copy "
@@ -11,8 +14,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.spec.builtin import builtin_suites, builtin_summary, builtin_text
-    from harness.spec.errors import UsageError
 
     names = builtin_suites()
     if args.name is not None:

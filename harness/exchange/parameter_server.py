@@ -61,6 +61,8 @@ import torch.distributed.rpc as rpc
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
 from harness.system.exits import exit_skipping_teardown
 from harness.system.services import Services
+from workloads import get_workload
+from workloads.models import builder
 
 if TYPE_CHECKING:
     from adapters.base import TorchLayersAdapter
@@ -411,8 +413,6 @@ class TailClient:
     refreshed only when they are read."""
 
     def __init__(self, run: Any, adapter: Any, server: str) -> None:
-        from workloads import get_workload
-        from workloads.models import builder
         from workloads.torch_layers import parameter_range
 
         workload = get_workload(run.workload)

@@ -26,6 +26,9 @@ from typing import Any
 
 import torch
 
+from workloads import build_spec
+from workloads.models import builder
+
 Segments = list[tuple[int, int]]  # [lo, hi) pieces of the flat buffer
 
 
@@ -114,8 +117,6 @@ class TailServer:
                  first_layer: int, values: torch.Tensor) -> None:
         from adapters.pytorch import loss_sum
         from harness.training.optim import Optimizer
-        from workloads import build_spec
-        from workloads.models import builder
         from workloads.torch_layers import parameter_range
 
         spec = build_spec(run.workload, sample_shape, num_classes, run.size)

@@ -39,6 +39,8 @@ from harness.spec.emulation import Stretcher
 from harness.spec.pipelines import vw_slices
 from harness.spec.suite import RunSpec
 from harness.system.cputime import ThreadsCpuClock
+from workloads import build_spec, get_workload
+from workloads.models import builder
 from workloads.torch_layers import parameter_range
 
 
@@ -197,7 +199,6 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path) -> Any:
     if not run.eval_every or rank != 0:
         return None
     from harness.training.evaluation import Evaluator
-    from workloads import get_workload
     from workloads.data import load_dataset
 
     heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
@@ -259,9 +260,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     from harness.exchange import comm
     from harness.partition.layerprofile import profile_layers
     from harness.training.optim import Optimizer
-    from workloads import build_spec
     from workloads.data import BatchOrder, load_dataset
-    from workloads.models import builder
 
     pipe = run.pipeline
     assert pipe is not None

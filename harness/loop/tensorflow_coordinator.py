@@ -57,6 +57,7 @@ from harness.exchange.tensorflow_ps import (
 from harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
 from harness.records import collector, rundir
 from harness.spec.suite import RunSpec, run_from_dict
+from workloads import build_spec, get_workload
 
 POLL_S = 0.1
 NO_COUNTERS = (0,) * 7  # context switches, CPU, rss, gc: of a TF server, not measured
@@ -173,7 +174,6 @@ def train(run: RunSpec, run_dir: Path) -> None:
     configure_threads(1)  # before TensorFlow's runtime starts
     from harness.exchange import tensorflow_ps_graph as graph
     from harness.training.evaluation import Evaluator
-    from workloads import build_spec, get_workload
     from workloads.data import load_dataset
 
     wait_for_servers(run_dir, run, 2 * run.timeout_s + 30)

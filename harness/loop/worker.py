@@ -49,7 +49,9 @@ from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_skipping_teardown
+from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
+from workloads import build_spec, get_workload
 
 if TYPE_CHECKING:
     import torch
@@ -286,7 +288,6 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device:
         return None
     from harness.exchange import comm
     from harness.training.evaluation import Evaluator
-    from workloads import get_workload
     from workloads.data import load_dataset
 
     lockstep = aggregators.kind(run.aggregator.name).lockstep
@@ -324,7 +325,6 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     import torch
 
     from harness.training.optim import Optimizer
-    from workloads import build_spec, get_workload
     from workloads.data import BatchOrder, load_dataset
 
     worker = run.workers[rank]
@@ -365,7 +365,6 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     prefetcher = None
     if run.loader is not None:
-        from harness.training.loader import Prefetcher
 
         # a worker of an asynchronous scheme may take more steps than the run's count
         most = run.steps * (1 if aggregators.kind(run.aggregator.name).lockstep

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.spec.aggregators import AGGREGATORS
+
 MARKER = "HETBENCH-PROBE "
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -122,7 +124,6 @@ def _unprobed(framework: str) -> FrameworkInfo:
     """What is known without starting the framework: installed or not, hetbench's
     aggregators for it."""
     from adapters import install_hint, missing_framework
-    from harness.spec.aggregators import AGGREGATORS
 
     info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_aggregators=[
         name for name, k in AGGREGATORS.items() if k.framework in (None, framework)])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+from workloads import numbers
 from workloads.models import (
     ModelSpec,
     ParamSpec,
@@ -60,7 +61,6 @@ def decoder_layer(name: str, d: int, ff: int) -> list[ParamSpec]:
 def spec(size: str, sample_shape: tuple[int, ...], num_classes: int,
          src_len: int = 0, src_vocab: int = 0) -> ModelSpec:
     check_size("transformer", size)
-    from workloads import numbers
 
     src_len = src_len or numbers.SOURCE_LEN
     src_vocab = src_vocab or len(numbers.SOURCE_VOCAB)
