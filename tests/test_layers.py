@@ -4,6 +4,7 @@ others, and the rooms keep their import contract (pyproject's [tool.importlinter
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,71 @@ def test_the_rooms_keep_their_import_contract() -> None:
     done = subprocess.run([str(linter), "--no-cache"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+# What an import inside a function may defer: a framework (a worker sets its threads and
+# cores before one loads) or a library slow to import that a command may not need.
+HEAVY = {"torch", "tensorflow", "mxnet", "keras", "pandas", "matplotlib", "seaborn", "scipy",
+         "sklearn", "pyarrow", "ruptures", "PIL"}
+
+
+def imports_inside_functions(path: Path, module: str) -> list[tuple[int, list[str]]]:
+    """(line, internal modules named) of each internal import inside a function."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.ImportFrom):
+                base = inner.module or ""
+                if inner.level:
+                    parts = package.split(".")[: len(package.split(".")) - inner.level + 1]
+                    base = ".".join(parts + ([inner.module] if inner.module else []))
+                names = [f"{base}.{alias.name}" for alias in inner.names] + [base]
+            elif isinstance(inner, ast.Import):
+                names = [alias.name for alias in inner.names]
+            else:
+                continue
+            internal = [n for n in names if n.split(".")[0] in PACKAGES]
+            if internal:
+                found.append((inner.lineno, internal))
+    return found
+
+
+def defers_nothing_heavy(graph: grimp.ImportGraph, names: list[str]) -> bool:
+    modules = [n for n in names if n in graph.modules]
+    loaded = set(modules).union(*(graph.find_upstream_modules(m) for m in modules))
+    return not any(m.split(".")[0] in HEAVY for m in loaded)
+
+
+def light_imports_inside_functions(root: Path, packages: tuple[str, ...]) -> list[str]:
+    graph = grimp.build_graph(*packages, include_external_packages=True, cache_dir=None)
+    light = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            for line, names in imports_inside_functions(path, module):
+                if defers_nothing_heavy(graph, names):
+                    light.append(f"{path.relative_to(root)}:{line}")
+    return light
+
+
+def test_an_import_inside_a_function_defers_something_heavy() -> None:
+    """Other internal imports belong at the top of the module, where a reader sees them."""
+    assert light_imports_inside_functions(REPO, PACKAGES) == []
+
+
+def test_the_lazy_import_check_flags_a_light_one(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "lazy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "light.py").write_text("VALUE = 1\n")
+    (package / "heavy.py").write_text("import pandas\n")
+    (package / "user.py").write_text("def f():\n    from lazy import light\n"
+                                     "def g():\n    from lazy import heavy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("lazy",))
+    assert light_imports_inside_functions(tmp_path, ("lazy",)) == ["lazy/user.py:2"]
