@@ -19,7 +19,7 @@ like MXNet's engine), so that a phase ends only when its work has ended.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -79,6 +79,16 @@ class Adapter(Protocol):
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
         """Held-out evaluation of a shard, outside any timed step: (loss sum, hits, count)
         (harness/training/evaluation.py)."""
+        ...
+
+
+@runtime_checkable
+class DeviceEvents(Protocol):
+    """An adapter whose GPU work can be timed by events on its device's stream (the loop's
+    CudaEventTimer) instead of a wait at every phase boundary."""
+
+    def cuda_event(self) -> Any:
+        """A timing event on the current stream of this worker's device."""
         ...
 
 

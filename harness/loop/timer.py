@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from harness.records.collector import PHASES, Phase
 
@@ -47,6 +47,19 @@ RULES: dict[Phase, PhaseRule] = {
 _ORDERED = tuple((phase, RULES[phase]) for phase in PHASES)
 # the marks: begin, then one per phase; these indices are the record's instants
 READY, REDUCED, END = (PHASES.index(p) + 1 for p in (Phase.PACK, Phase.ALLREDUCE, Phase.APPLY))
+
+
+class PhaseTimer(Protocol):
+    """What the loop asks of a phase timer: a begin, then each phase's end in PHASES order;
+    `marks` are then the record's instants (begin, each phase's end) on the host clock."""
+
+    marks: list[int]
+
+    def begin(self) -> None: ...
+
+    def end(self, phase: Phase) -> None: ...
+
+    def durations(self) -> list[int]: ...
 
 
 class StepTimer:

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Adapter
+from adapters.base import Adapter, DeviceEvents
 from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
 from harness.loop import lifecycle
 from harness.loop.counters import Counters
-from harness.loop.timer import CudaEventTimer, StepTimer
+from harness.loop.timer import CudaEventTimer, PhaseTimer, StepTimer
 from harness.partition.policies import (
     Damping,
     Repartitioner,
@@ -91,7 +91,7 @@ class Trainer:
     targets: Any
     order: Any
     stretch: Stretcher
-    timer: StepTimer  # marks each phase's end (harness/loop/timer.py)
+    timer: PhaseTimer  # marks each phase's end (harness/loop/timer.py)
     # the communication buffer: gradient sums, the loss sum last (the adapter's comm_buffer)
     buffer: torch.Tensor
     optimizer: Optimizer
@@ -307,12 +307,12 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device:
                      lambda values: comm.all_gather_vectors(values, device), run_dir)
 
 
-def phase_timer(worker: WorkerSpec, adapter: Any, stretch: Stretcher, instrument: bool
-                ) -> StepTimer:
+def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instrument: bool
+                ) -> PhaseTimer:
     """CUDA events for a PyTorch CUDA worker that no slowdown stretches; else the host
     clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine)."""
     if worker.is_cuda and instrument and not worker.emulated \
-            and getattr(adapter, "cuda_event", None) is not None:
+            and isinstance(adapter, DeviceEvents):
         return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
     waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
     return StepTimer(stretch, adapter.synchronize if waits else None)
