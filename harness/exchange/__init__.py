@@ -124,14 +124,14 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def prepare(run: Any, rank: int) -> None:
+def prepare(run: RunSpec, rank: int) -> None:
     """What the run's aggregator must do in a worker before the adapter exists."""
     target = kind(run.aggregator.name).prepare
     if target is not None:
         _load(target)(run, rank)
 
 
-def serve(run: Any, run_dir: Any, rank: int) -> None:
+def serve(run: RunSpec, run_dir: Path, rank: int) -> None:
     """What a worker process of a coordinator-driven aggregator runs instead of the loop."""
     target = kind(run.aggregator.name).serves
     assert target is not None
@@ -147,7 +147,7 @@ def next_step(step: int, steps: int) -> int | None:
     return step + 1 if step + 1 < steps else None
 
 
-def start_services(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
+def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
                    ) -> Services:
     """The processes the run's aggregator needs beside the workers (none for most), started
     by its own starter (`Kind.services`); the launcher stops them."""

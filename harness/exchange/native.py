@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.exchange import Context, Exchange, Holds, next_step
+from harness.spec.suite import RunSpec
 from harness.system.services import Services
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ _PS_ROLE = ("import numpy\nif 'bool' not in vars(numpy):\n    numpy.bool = bool\
             "import mxnet\n")
 
 
-def start_tensorflow_ports(run: Any, free_port: Callable[[], int], logs: Path,
+def start_tensorflow_ports(run: RunSpec, free_port: Callable[[], int], logs: Path,
                            run_dir: Path) -> Services:
     """Each worker's TF server listens on its own port; the workers find each other there.
     TensorFlow binds those ports on every interface: the workers get a network namespace
@@ -60,7 +61,7 @@ def start_tensorflow_ports(run: Any, free_port: Callable[[], int], logs: Path,
     return services
 
 
-def start_kvstore(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
+def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
                   ) -> Services:
     """ps-lite's scheduler and one server, on 127.0.0.1. Every ps-lite node listens
     (a ZMQ router socket): the scheduler on DMLC_PS_ROOT_URI, the server and the workers on
@@ -80,7 +81,7 @@ def start_kvstore(run: Any, free_port: Callable[[], int], logs: Path, run_dir: P
 _tf_strategy: Any = None
 
 
-def prepare_tensorflow(run: Any, rank: int) -> None:
+def prepare_tensorflow(run: RunSpec, rank: int) -> None:
     """TensorFlow's collectives must be configured before its runtime runs a single op (and
     its thread pools before that): before the adapter exists."""
     global _tf_strategy

@@ -59,6 +59,7 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
+from harness.spec.suite import RunSpec
 from harness.system.exits import exit_skipping_teardown
 from harness.system.services import Services
 from workloads import get_workload
@@ -71,7 +72,7 @@ INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 PR_SET_PDEATHSIG = 1
 
 
-def start_servers(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
+def start_servers(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
                   ) -> Services:
     env = {INIT_ENV: f"tcp://127.0.0.1:{free_port()}", "TP_SOCKET_IFNAME": "lo",
            "GLOO_SOCKET_IFNAME": "lo"}
@@ -113,7 +114,7 @@ class Reply:
 
 
 class ShardServer:
-    def __init__(self, run: Any, values: torch.Tensor, has_loss: bool) -> None:
+    def __init__(self, run: RunSpec, values: torch.Tensor, has_loss: bool) -> None:
         from harness.training.optim import Optimizer
 
         spec = run.aggregator
@@ -296,7 +297,9 @@ class ParameterServerClient:
         sizes = [p.size for p in params]
         n = sum(sizes)
         self.servers = [f"ps{k}" for k in range(spec.servers)]
-        self.tail = (TailClient(run, context.adapter, self.servers[-1])
+        # fc-on-server runs only on frameworks with torch layers (spec.aggregators)
+        self.tail = (TailClient(run, cast("TorchLayersAdapter", context.adapter),
+                                self.servers[-1])
                      if run.placement == "fc-on-server" else None)
         self.segments = placement.segments(run.placement or "sharded", sizes, spec.servers,
                                  self.tail.first_tensor if self.tail else None)
@@ -401,7 +404,7 @@ class ParameterServerClient:
             rpc.shutdown(graceful=False)
 
 
-def evaluated_after(run: Any, step: int) -> bool:
+def evaluated_after(run: RunSpec, step: int) -> bool:
     """Whether the parameters are read after `step`: a held-out evaluation or the end."""
     done = step + 1
     return done >= run.steps or bool(run.eval_every and done % run.eval_every == 0)
@@ -412,7 +415,7 @@ class TailClient:
     `first_layer` on are computed by `server`; the worker's copy of their parameters is
     refreshed only when they are read."""
 
-    def __init__(self, run: Any, adapter: Any, server: str) -> None:
+    def __init__(self, run: RunSpec, adapter: TorchLayersAdapter, server: str) -> None:
         from workloads.torch_layers import parameter_range
 
         workload = get_workload(run.workload)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from harness.spec.suite import RunSpec
 from workloads import build_spec
 from workloads.models import builder
 
@@ -113,7 +114,7 @@ def scatter(values: torch.Tensor, buffer: torch.Tensor, pieces: Segments) -> Non
 class TailServer:
     """The fully connected tail of the model, computed for every worker on one server."""
 
-    def __init__(self, run: Any, sample_shape: tuple[int, ...], num_classes: int,
+    def __init__(self, run: RunSpec, sample_shape: tuple[int, ...], num_classes: int,
                  first_layer: int, values: torch.Tensor) -> None:
         from adapters.pytorch import loss_sum
         from harness.training.optim import Optimizer
@@ -170,7 +171,7 @@ _tail: TailServer | None = None
 _run: Any = None  # the run this server process serves (parameter_server.serve sets it)
 
 
-def serving(run: Any) -> None:
+def serving(run: RunSpec) -> None:
     """The run of this server process, for the tail it may hold."""
     global _run
     _run = run

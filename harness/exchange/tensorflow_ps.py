@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import collector
+from harness.spec.suite import RunSpec
 from harness.system.services import Services
 
 CLUSTER_ENV = "HETBENCH_TF_CLUSTER"  # the cluster spec, JSON: {"worker": [...], "ps": [...], ...}
@@ -45,7 +46,7 @@ COORDINATOR = "tf-coordinator"
 TIMES = ("t0", "pulled", "loaded", "forward", "backward", "ready", "pushed")
 
 
-def cluster_spec(run: Any, free_port: Callable[[], int]) -> dict[str, list[str]]:
+def cluster_spec(run: RunSpec, free_port: Callable[[], int]) -> dict[str, list[str]]:
     def ports(count: int) -> list[str]:
         return [f"127.0.0.1:{free_port()}" for _ in range(count)]
 
@@ -53,7 +54,7 @@ def cluster_spec(run: Any, free_port: Callable[[], int]) -> dict[str, list[str]]
             "chief": ports(1)}
 
 
-def start_services(run: Any, free_port: Callable[[], int], logs: Path, run_dir: Path
+def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
                    ) -> Services:
     """The ps servers and the coordinator, in the workers' network namespace."""
     cluster = json.dumps(cluster_spec(run, free_port))
@@ -91,7 +92,7 @@ def start_server(run_dir: Path, job: str, index: int, threads: int) -> Any:
     return server
 
 
-def serve_worker(run: Any, run_dir: Path, rank: int) -> None:
+def serve_worker(run: RunSpec, run_dir: Path, rank: int) -> None:
     """A worker process of a tensorflow-ps run: TensorFlow task worker:<rank> until the
     coordinator has closed the run (or the launcher stops it)."""
     import socket

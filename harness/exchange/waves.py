@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.training.optim import Optimizer
+
 
 @dataclass(frozen=True)
 class WaveExchange:
@@ -64,7 +66,7 @@ class StageBuffers:
 
 
 class AllreduceWaves:
-    def __init__(self, buffers: StageBuffers, group: Any, optimizer: Any, global_batch: int,
+    def __init__(self, buffers: StageBuffers, group: Any, optimizer: Optimizer, global_batch: int,
                  whole: bool) -> None:
         """`group`: the ranks holding the same layers (None: all ranks, with `whole`: the
         whole buffer reduced, as when virtual workers cut the model differently)."""

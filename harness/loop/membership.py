@@ -32,6 +32,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from adapters.base import Adapter
+from harness.training.optim import Optimizer
+
 EVAL, CHANGE, END, ALIVE = 1, 2, 3, 4
 ALIVE_EVERY_S = 1.0  # a send of 24 bytes a second: nothing against the steps
 
@@ -89,13 +92,13 @@ class Membership:
 
     # -- the source's side ------------------------------------------------------------------
 
-    def announce_evaluation(self, step: int, progress: int, adapter: Any) -> None:
+    def announce_evaluation(self, step: int, progress: int, adapter: Adapter) -> None:
         if self.rank == self.source:
             for r in self.left_out():
                 self._send_event(r, EVAL, step, progress)
                 dist.send(self._flat_parameters(adapter), dst=r)
 
-    def announce_end(self, step: int, adapter: Any) -> None:
+    def announce_end(self, step: int, adapter: Adapter) -> None:
         if self.rank == self.source:
             for r in self.left_out():
                 self._send_event(r, END, step)
@@ -111,8 +114,8 @@ class Membership:
             for r in self.left_out():
                 self._send_event(r, ALIVE, step)
 
-    def announce_change(self, step: int, sizes: Sequence[int], reason: str, adapter: Any,
-                        optimizer: Any, repartitioner: Any) -> None:
+    def announce_change(self, step: int, sizes: Sequence[int], reason: str, adapter: Adapter,
+                        optimizer: Optimizer, repartitioner: Any) -> None:
         """A member, after the partition changed at `step`: the source tells every left-out
         worker the new sizes and hands the workers taken back the state to compute with."""
         if self.rank == self.source:
@@ -135,12 +138,12 @@ class Membership:
         kind, step, progress = (int(v) for v in message.tolist())
         return Event(kind, step, progress)
 
-    def receive_parameters(self, adapter: Any) -> None:
+    def receive_parameters(self, adapter: Adapter) -> None:
         flat = self._flat_parameters(adapter)
         dist.recv(flat, src=self.source)
         self._load_parameters(adapter, flat)
 
-    def receive_change(self, adapter: Any, optimizer: Any, repartitioner: Any
+    def receive_change(self, adapter: Adapter, optimizer: Optimizer, repartitioner: Any
                        ) -> tuple[tuple[int, ...], str]:
         """After a CHANGE event: the new sizes and reason; taken back, the state too."""
         source = self.source
@@ -184,7 +187,8 @@ class Membership:
         dist.recv(data, src=source)
         return bytes(data.cpu().numpy().tobytes())
 
-    def _state(self, adapter: Any, optimizer: Any, repartitioner: Any) -> list[torch.Tensor]:
+    def _state(self, adapter: Adapter, optimizer: Optimizer, repartitioner: Any
+               ) -> list[torch.Tensor]:
         """Parameters, optimizer state and repartitioner state, as tensors to send or to
         receive into (the same shapes on every worker)."""
         state = [self._flat_parameters(adapter),
@@ -194,14 +198,14 @@ class Membership:
                                       device=self.device))
         return state
 
-    def _flat_parameters(self, adapter: Any) -> torch.Tensor:
+    def _flat_parameters(self, adapter: Adapter) -> torch.Tensor:
         values = adapter.parameters()
         return torch.from_numpy(np.concatenate(
             [values[p.name].ravel() for p in adapter.spec.params]).astype(np.float32)
         ).to(self.device)
 
     @staticmethod
-    def _load_parameters(adapter: Any, flat: torch.Tensor) -> None:
+    def _load_parameters(adapter: Adapter, flat: torch.Tensor) -> None:
         values, offset, array = {}, 0, flat.cpu().numpy()
         for p in adapter.spec.params:
             values[p.name] = array[offset:offset + p.size].reshape(p.shape)

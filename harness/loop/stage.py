@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from adapters.base import TorchLayersAdapter
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
 from harness.loop import lifecycle
 from harness.loop.counters import Counters
@@ -138,7 +139,8 @@ class MicroTimer:
 
 
 def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
-                       buffers: StageBuffers, spec: Any, adapter: Any, layers: list[Any],
+                       buffers: StageBuffers, spec: Any, adapter: TorchLayersAdapter,
+                       layers: list[Any],
                        plan: Plan, module: Any, samples: int, pipeline_group: Any
                        ) -> ServerWaves:
     """Join the parameter servers' RPC group (one server per stage, started by the
@@ -193,7 +195,7 @@ def gather_parameters(flat_params: Any, lo: int, hi: int, virtual_worker: int,
     return full
 
 
-def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path) -> Any:
+def make_evaluator(run: RunSpec, rank: int, adapter: TorchLayersAdapter, run_dir: Path) -> Any:
     """Rank 0 evaluates the whole model alone (its adapter holds all of it, the other
     stages' parameters gathered first); None on the other ranks or without eval_every."""
     if not run.eval_every or rank != 0:
@@ -207,7 +209,7 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path) -> Any:
                      lambda values: [values], run_dir)
 
 
-def evaluate(evaluator: Any, progress: int, adapter: Any, lo: int, hi: int,
+def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int, hi: int,
              virtual_worker: int, device: Any) -> None:
     """Between waves, every rank: the parameters to rank 0, its evaluation, then all line
     up again so the evaluation never shows in a wave's records."""
@@ -236,7 +238,8 @@ def served_parameters(run: RunSpec) -> Any:
     return torch.cat([shard.wait()[0] for shard in shards])
 
 
-def evaluate_served(evaluator: Any, progress: int, adapter: Any, run: RunSpec) -> None:
+def evaluate_served(evaluator: Any, progress: int, adapter: TorchLayersAdapter,
+                    run: RunSpec) -> None:
     """Worker 0 alone, between its waves (wsp: no collective can line the virtual workers
     up): the servers' parameters, evaluated; its own stage's put back after."""
     own = adapter.flat_params.clone()

@@ -281,7 +281,7 @@ def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
             for r in range(len(rates))]
 
 
-def make_evaluator(run: RunSpec, rank: int, adapter: Any, run_dir: Path, device: Any
+def make_evaluator(run: RunSpec, rank: int, adapter: Adapter, run_dir: Path, device: Any
                    ) -> Any:
     """The held-out evaluation of a run with eval_every, or None."""
     if not run.eval_every:
@@ -318,7 +318,8 @@ def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instru
     return StepTimer(stretch, adapter.synchronize if waits else None)
 
 
-def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tuple[Trainer, Any]:
+def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapter]
+                  ) -> tuple[Trainer, Any]:
     """Data, model, adapter and optimizer of one worker, initial parameters loaded; also the
     dataset."""
     import numpy as np
@@ -354,7 +355,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: Any) -> tu
     return trainer, data
 
 
-def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any) -> None:
+def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter]) -> None:
     """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
     if run.pipeline is not None:  # a stage of a virtual worker: its own loop
         from harness.loop.stage import train_stage
@@ -384,7 +385,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any
             prefetcher.close()
 
 
-def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: Any,
+def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter],
            trainer: Trainer, data: Any) -> None:
     import torch
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from adapters.base import Adapter
 from harness.records import collector
 
 EVAL_BATCH = 256  # held-out samples per forward pass (memory, not mathematics)
@@ -36,7 +37,7 @@ def shard(count: int, rank: int, world_size: int) -> tuple[int, int]:
 
 class Evaluator:
     def __init__(self, every: int, steps: int, global_batch: int, metric: str, rank: int,
-                 world_size: int, adapter: Any, heldout: Any, gather: Any,
+                 world_size: int, adapter: Adapter, heldout: Any, gather: Any,
                  run_dir: Path) -> None:
         self.every, self.steps, self.global_batch = every, steps, global_batch
         self.metric, self.rank, self.adapter, self.gather = metric, rank, adapter, gather
