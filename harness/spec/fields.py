@@ -154,7 +154,7 @@ def int_list_of(value: Any, where: str, length: int, what: str) -> tuple[int, ..
     return tuple(integer(v, where, 1, MAX_STEPS) for v in value)
 
 def int_list(value: Any, where: str, length: int, minimum: int, maximum: int
-              ) -> tuple[int, ...]:
+             ) -> tuple[int, ...]:
     if not isinstance(value, list) or len(value) != length:
         raise UsageError(where, f"must be a list of {length} integers, one per worker")
     return tuple(integer(v, where, minimum, maximum) for v in value)

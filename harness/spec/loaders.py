@@ -41,7 +41,7 @@ def parse_loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
     default = LoaderSpec  # the fields' defaults, written once there
     check_keys(raw, LOADER_KEYS, where)
     workers = integer(raw.get("workers", default.workers), f"{where}.workers", minimum=1,
-                   maximum=MAX_LOADER_WORKERS)
+                      maximum=MAX_LOADER_WORKERS)
     prefetch = integer(raw.get("prefetch", default.prefetch), f"{where}.prefetch", minimum=1,
                        maximum=MAX_PREFETCH)
     decode = boolean(raw.get("decode", default.decode), f"{where}.decode")

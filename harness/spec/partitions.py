@@ -70,7 +70,7 @@ def parse_partition(raw: Any, n_workers: int, global_batch: int, where: str) -> 
             raise UsageError(f"{where}.sizes", "required for policy 'sizes'")
         # 0 leaves a worker out: it computes nothing and takes no part in the exchange
         sizes = int_list(raw["sizes"], f"{where}.sizes", n_workers, minimum=0,
-                          maximum=global_batch)
+                         maximum=global_batch)
         if sum(sizes) != global_batch:
             raise UsageError(
                 f"{where}.sizes", f"sum {sum(sizes)} must equal global_batch {global_batch}"
@@ -102,7 +102,7 @@ def parse_partition(raw: Any, n_workers: int, global_batch: int, where: str) -> 
         raise UsageError(f"{where}.leave_out", f"needs policy 'model' (fitted lines predict "
                          f"the step with and without a worker), not {policy!r}")
     min_slice = integer(raw.get("min_slice", default.min_slice), f"{where}.min_slice", minimum=1,
-                     maximum=global_batch)
+                        maximum=global_batch)
     if min_slice * n_workers > global_batch:
         raise UsageError(f"{where}.min_slice", f"{min_slice} x {n_workers} workers exceeds "
                          f"global_batch {global_batch}")

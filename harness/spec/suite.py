@@ -316,7 +316,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
 
     framework = choice(values["framework"], FRAMEWORKS, at("framework"))
     global_batch = integer(values["global_batch"], at("global_batch"), minimum=1,
-                        maximum=MAX_GLOBAL_BATCH)
+                           maximum=MAX_GLOBAL_BATCH)
     steps = integer(values["steps"], at("steps"), minimum=1, maximum=MAX_STEPS)
     warmup = integer(values["warmup_steps"], at("warmup_steps"), minimum=0, maximum=MAX_STEPS)
     if warmup >= steps:
@@ -389,7 +389,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         instrument=boolean(values["instrument"], at("instrument")),
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
-                             maximum=MAX_STEPS),
+                                maximum=MAX_STEPS),
         aggregator=aggregator,
         size=size,
         optimizer=optimizer,

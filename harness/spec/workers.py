@@ -99,7 +99,7 @@ def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...
             WorkerSpec(
                 device=device,
                 threads=integer(item.get("threads", 1), f"{w}.threads", minimum=1,
-                             maximum=MAX_THREADS),
+                                maximum=MAX_THREADS),
                 cores=parse_cores(item.get("cores"), f"{w}.cores"),
                 slowdown=number(item.get("slowdown", 1.0), f"{w}.slowdown", minimum=1.0,
                                 maximum=MAX_SLOWDOWN),
