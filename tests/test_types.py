@@ -15,6 +15,6 @@ from tests.conftest import REPO
 def test_mypy_is_clean_on_harness_analysis_and_adapters(tmp_path) -> None:
     pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
     done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path),
-                           "harness", "analysis", "adapters"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                           "harness", "analysis", "adapters"], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:]
