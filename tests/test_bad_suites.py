@@ -14,7 +14,7 @@ from harness.cli.run import refuse_missing_devices
 from harness.spec.errors import UsageError
 from harness.spec.fields import MAX_CORE
 from harness.spec.suite import load_suite
-from tests.test_cli_errors import cuda_7_missing, error_line, hetbench  # noqa: F401 - a fixture
+from tests.test_cli_errors import cuda_7_missing, error_line, hetbench  # noqa: F401 - fixtures
 
 DIRECTORY = b"<a directory, not a file>"  # content marker: the suite path is a folder
 FILE = "{path}"  # `where` marker: the error names the suite file itself
@@ -368,7 +368,8 @@ def test_hetbench_run_refuses_before_anything_runs(tmp_path: Path,
                                                    fragment: str) -> None:
     needs(case, request)
     path, out = write(tmp_path, content), tmp_path / "out"
-    result = hetbench(tmp_path, "run", str(path), "--out", str(out), "--no-progress")
+    run = request.getfixturevalue("hetbench")  # the fixture (not shadowing the import)
+    result = run(tmp_path, "run", str(path), "--out", str(out), "--no-progress")
     line = error_line(result)
     assert line.startswith(f"hetbench: error: {where.format(path=path)}: ")
     assert fragment in line

@@ -6,12 +6,11 @@ every pytest-benchmark module."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Spawn
 
 SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py")
                  if not p.name.startswith(("bench_", "conftest")))
@@ -25,9 +24,9 @@ def test_a_benchmark_script_imports(path, monkeypatch) -> None:
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # main() is not called
 
 
-def test_pytest_collects_every_benchmark_module() -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", "benchmarks/"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+def test_pytest_collects_every_benchmark_module(spawn: Spawn) -> None:
+    done = spawn.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                      "-p", "no:cacheprovider", "benchmarks/"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " tests collected" in done.stdout or "tests collected" in done.stdout

@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import hetbench_command
+from tests.conftest import Spawn, hetbench_command
 
 TIMEOUT_S = 60
 
@@ -29,9 +30,15 @@ workers = [ { device = "cuda:7" } ]
 """
 
 
-def hetbench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+@pytest.fixture
+def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """hetbench(cwd, *args): `hetbench ARGS` run in folder cwd, to its end."""
+
+    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
+                         timeout=TIMEOUT_S)
+
+    return run
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -65,7 +72,7 @@ def cuda_7_missing() -> None:
      "runs[0].workers[0].device", "(cpu, cuda:N)"),
 ], ids=["type", "worker key", "framework", "sizes", "device"])
 def test_bad_suite_is_one_line_naming_the_field(tmp_path: Path, write_suite, body: str,
-                                                where: str, allowed: str) -> None:
+                                                where: str, allowed: str, hetbench) -> None:
     suite = write_suite(body)
     line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "out")))
     assert line.startswith(f"hetbench: error: {where}: ")
@@ -73,7 +80,8 @@ def test_bad_suite_is_one_line_naming_the_field(tmp_path: Path, write_suite, bod
     assert not (tmp_path / "out").exists()
 
 
-def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_suite) -> None:
+def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_suite,
+                                                         hetbench) -> None:
     suite = write_suite('[[runs]]\nname = "r"\nsteps = 2\n')
     (tmp_path / "taken").write_text("a file, not a folder")
     line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "taken")))
@@ -83,7 +91,7 @@ def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_s
 
 @pytest.mark.parametrize("content", ["list", "no run"])
 def test_report_of_a_manifest_that_is_not_hetbench_is_one_line(tmp_path: Path,
-                                                               content: str) -> None:
+                                                               content: str, hetbench) -> None:
     from harness import SCHEMA_VERSION
 
     run_dir = tmp_path / "odd"
@@ -94,7 +102,7 @@ def test_report_of_a_manifest_that_is_not_hetbench_is_one_line(tmp_path: Path,
     assert str(run_dir / "manifest.json") in line
 
 
-def test_debug_shows_the_traceback(tmp_path: Path, write_suite) -> None:
+def test_debug_shows_the_traceback(tmp_path: Path, write_suite, hetbench) -> None:
     suite = write_suite('[[runs]]\nname = "r"\nsteps = "many"\n')
     result = hetbench(tmp_path, "--debug", "run", str(suite))
     assert result.returncode != 0
@@ -102,25 +110,25 @@ def test_debug_shows_the_traceback(tmp_path: Path, write_suite) -> None:
     assert "UsageError: runs[0].steps: must be an integer" in result.stderr
 
 
-def test_invalid_toml_is_one_line_naming_the_file(tmp_path: Path, write_suite) -> None:
+def test_invalid_toml_is_one_line_naming_the_file(tmp_path: Path, write_suite, hetbench) -> None:
     suite = write_suite('[[runs]\nname = "r"\n')
     line = error_line(hetbench(tmp_path, "run", str(suite)))
     assert line.startswith(f"hetbench: error: {suite}: invalid TOML")
 
 
-def test_missing_suite_file_names_the_path(tmp_path: Path) -> None:
+def test_missing_suite_file_names_the_path(tmp_path: Path, hetbench) -> None:
     missing = tmp_path / "nowhere" / "suite.toml"
     line = error_line(hetbench(tmp_path, "run", str(missing)))
     assert line == f"hetbench: error: {missing}: no such file"
 
 
-def test_unknown_builtin_suite_lists_the_builtins(tmp_path: Path) -> None:
+def test_unknown_builtin_suite_lists_the_builtins(tmp_path: Path, hetbench) -> None:
     line = error_line(hetbench(tmp_path, "run", "no-such-suite"))
     assert "'no-such-suite' is neither a file nor a built-in suite" in line
     assert "quick" in line
 
 
-def test_help_exits_zero(tmp_path: Path) -> None:
+def test_help_exits_zero(tmp_path: Path, hetbench) -> None:
     result = hetbench(tmp_path, "--help")
     assert result.returncode == 0
     assert "usage: hetbench" in result.stdout
@@ -128,17 +136,17 @@ def test_help_exits_zero(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
-def test_cli_imports_no_framework(tmp_path: Path) -> None:
+def test_cli_imports_no_framework(tmp_path: Path, spawn: Spawn) -> None:
     code = ("import sys; import harness.cli.main as m; m.build_parser()\n"
             "loaded = [f for f in ('torch', 'tensorflow', 'mxnet') if f in sys.modules]\n"
             "assert not loaded, loaded")
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=TIMEOUT_S)
+    result = spawn.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.usefixtures("cuda_7_missing")
-def test_missing_gpu_is_a_usage_error(tmp_path: Path, write_suite) -> None:
+def test_missing_gpu_is_a_usage_error(tmp_path: Path, write_suite, hetbench) -> None:
     suite = write_suite(GPU_SUITE)
     out = tmp_path / "out"
     line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress"))
@@ -147,7 +155,7 @@ def test_missing_gpu_is_a_usage_error(tmp_path: Path, write_suite) -> None:
 
 
 @pytest.mark.usefixtures("cuda_7_missing")
-def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite) -> None:
+def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite, hetbench) -> None:
     suite = write_suite(GPU_SUITE)
     out = tmp_path / "out"
     result = hetbench(tmp_path, "run", str(suite), "--out", str(out), "--skip-unavailable",
@@ -166,7 +174,7 @@ def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite) -> 
 
 
 def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
-        tmp_path: Path, write_suite) -> None:
+        tmp_path: Path, write_suite, hetbench) -> None:
     """torch may see a GPU that tensorflow-cpu does not: each framework is asked itself."""
     from harness.run.launcher import gpu_count
 
@@ -183,7 +191,7 @@ def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
     assert not list(out.glob("*/*"))
 
 
-def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path) -> None:
+def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path, hetbench) -> None:
     listing = hetbench(tmp_path, "suites")
     assert listing.returncode == 0, listing.stderr
     lines = {line.split()[0]: line for line in listing.stdout.splitlines() if line.strip()}
@@ -200,7 +208,7 @@ def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path) -> Non
     assert line.startswith("hetbench: error: suites: no built-in suite 'nope' (built-in: ci,")
 
 
-def test_a_quick_study_overrides_repeats_steps_and_runs(tmp_path: Path) -> None:
+def test_a_quick_study_overrides_repeats_steps_and_runs(tmp_path: Path, hetbench) -> None:
     out = tmp_path / "out"
     done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",
                     "--repeats", "2", "--out", str(out), "--no-progress")
@@ -213,7 +221,7 @@ def test_a_quick_study_overrides_repeats_steps_and_runs(tmp_path: Path) -> None:
 
 
 def test_an_oversubscribed_run_is_warned_recorded_and_flagged(tmp_path: Path,
-                                                               write_suite) -> None:
+                                                               write_suite, hetbench) -> None:
     cores = len(os.sched_getaffinity(0))
     suite = write_suite(f'[suite]\nname = "busy"\n[[runs]]\nname = "r"\nsteps = 6\n'
                         f'workers = [ {{ device = "cpu", threads = {cores + 1} }} ]\n')
@@ -231,7 +239,7 @@ def test_an_oversubscribed_run_is_warned_recorded_and_flagged(tmp_path: Path,
     assert f"**Oversubscribed**: {cores + 1} worker threads on {cores} cores" in text
 
 
-def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path) -> None:
+def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, hetbench) -> None:
     out = tmp_path / "out"
     for _ in range(2):
         done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from harness.cli.main import main
 from harness.records import collector, manifest
 from harness.records.collector import RECORD_FIELDS
 from harness.records.results import load_run
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 
 ENVIRONMENT = {"host": "ci-1", "cpu_model": "Generic CPU @ 2.0GHz", "cpu_count": 2,
                "python": "3.11.9", "libraries": {"torch": "2.13.0", "numpy": "1.26.4"}}
@@ -382,14 +381,14 @@ def test_cli_bad_input_is_one_line_exit_2(groups: dict[str, Path], tmp_path: Pat
     assert expected in err
 
 
-def test_unknown_schema_exits_2_in_one_line_end_to_end(tmp_path: Path) -> None:
+def test_unknown_schema_exits_2_in_one_line_end_to_end(tmp_path: Path, spawn: Spawn) -> None:
     run_dir = write_run(tmp_path / "base", 0, generate_steps(np.random.default_rng(18)))
     meta = json.loads((run_dir / "manifest.json").read_text())
     meta["schema_version"] = 99
     (run_dir / "manifest.json").write_text(json.dumps(meta))
-    result = subprocess.run(hetbench_command("compare", str(tmp_path / "base"),
-                                             str(tmp_path / "base")),
-                            capture_output=True, text=True, timeout=120)
+    result = spawn.run(hetbench_command("compare", str(tmp_path / "base"),
+                                        str(tmp_path / "base")),
+                       capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "schema_version 99 is not supported" in result.stderr
@@ -420,13 +419,14 @@ workers = [ { device = "cpu", threads = 1 }, { device = "cpu", threads = 1 } ]
 
 
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs a git checkout")
-def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path) -> None:
+def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path,
+                                                                  spawn: Spawn) -> None:
     """End to end: the base in a temporary worktree of HEAD, the working tree as current,
     two rounds of one launch per side, then the comparison (too few rounds: exit 3)."""
     suite = tmp_path / "tiny.toml"
     suite.write_text(TINY_PAIR)
     out = tmp_path / "ci"
-    done = subprocess.run(
+    done = spawn.run(
         [*hetbench_command(), "ci", str(suite), "--base", "HEAD", "--repeats", "2",
          "--out", str(out), "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 3, done.stderr
@@ -441,8 +441,8 @@ def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path)
     for side in ("base", "current"):
         runs = [load_run(d) for d in sorted((out / side).glob("*/*")) if d.is_dir()]
         assert len(runs) == 2 and all(r.status == "completed" for r in runs)
-    worktrees = subprocess.run(["git", "-C", str(REPO), "worktree", "list"],
-                               capture_output=True, text=True).stdout
+    worktrees = spawn.run(["git", "-C", str(REPO), "worktree", "list"],
+                          capture_output=True, text=True).stdout
     assert "hetbench-base-" not in worktrees
 
 

@@ -22,16 +22,22 @@ from harness.records import collector
 from harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
 from harness.records.results import launcher_alive
 from harness.system.procfs import start_ticks as process_start_ticks
-from tests.conftest import hetbench_command
+from tests.conftest import Spawn, hetbench_command
 from tests.synthetic import steps_frame, write_run
 
 TIMEOUT_S = 120
 STEPS, WORLD = 12, 2
 
 
-def hetbench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+@pytest.fixture
+def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """hetbench(cwd, *args): `hetbench ARGS` run in folder cwd, to its end."""
+
+    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
+                         timeout=TIMEOUT_S)
+
+    return run
 
 
 def error_line(result: subprocess.CompletedProcess[str], path: Path) -> str:
@@ -131,7 +137,7 @@ MANIFEST_CASES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 
 
 @pytest.mark.parametrize("case", MANIFEST_CASES)
-def test_a_manifest_with_a_bad_field_is_one_line(run_dir: Path, case: str) -> None:
+def test_a_manifest_with_a_bad_field_is_one_line(run_dir: Path, case: str, hetbench) -> None:
     change, expected = MANIFEST_CASES[case]
     edit_manifest(run_dir, change)
     line = error_line(hetbench(run_dir.parent, "report", "--no-figures", str(run_dir.parent)),
@@ -141,7 +147,8 @@ def test_a_manifest_with_a_bad_field_is_one_line(run_dir: Path, case: str) -> No
 
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"[1, 2, 3]", b"{\"schema"],
                          ids=["random bytes", "a list", "torn"])
-def test_a_manifest_that_is_not_an_object_is_one_line(run_dir: Path, content: bytes) -> None:
+def test_a_manifest_that_is_not_an_object_is_one_line(run_dir: Path, content: bytes,
+                                                      hetbench) -> None:
     (run_dir / "manifest.json").write_bytes(content)
     error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
                run_dir / "manifest.json")
@@ -150,7 +157,7 @@ def test_a_manifest_that_is_not_an_object_is_one_line(run_dir: Path, content: by
 # -- steps.parquet and eval.parquet ----------------------------------------------------------
 
 
-def test_steps_without_a_column_are_one_line(run_dir: Path) -> None:
+def test_steps_without_a_column_are_one_line(run_dir: Path, hetbench) -> None:
     steps = pd.read_parquet(run_dir / "steps.parquet")
     collector.write_steps(run_dir, steps.drop(columns=["ready_ns"]))
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
@@ -165,7 +172,7 @@ def test_steps_without_a_column_are_one_line(run_dir: Path) -> None:
 ], ids=["timestamps as text", "timestamps as NaN", "loss as text"])
 def test_steps_of_the_wrong_kind_are_one_line(run_dir: Path, column: str,
                                               values: Callable[[int], list[Any]],
-                                              expected: str) -> None:
+                                              expected: str, hetbench) -> None:
     steps = pd.read_parquet(run_dir / "steps.parquet")
     steps[column] = values(len(steps))
     collector.write_steps(run_dir, steps)
@@ -175,20 +182,20 @@ def test_steps_of_the_wrong_kind_are_one_line(run_dir: Path, column: str,
 
 
 @pytest.mark.parametrize("name", ["steps.parquet", "eval.parquet", "system.parquet"])
-def test_a_table_that_is_not_parquet_is_one_line(run_dir: Path, name: str) -> None:
+def test_a_table_that_is_not_parquet_is_one_line(run_dir: Path, name: str, hetbench) -> None:
     (run_dir / name).write_bytes(b"PAR1 this is not parquet\n" * 20)
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)), run_dir / name)
     assert "unreadable" in line
 
 
-def test_evaluations_without_their_columns_are_one_line(run_dir: Path) -> None:
+def test_evaluations_without_their_columns_are_one_line(run_dir: Path, hetbench) -> None:
     pd.DataFrame({"when": [1, 2]}).to_parquet(run_dir / "eval.parquet")
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
                       run_dir / "eval.parquet")
     assert "lacks column(s) step, samples, wall_s, train_s and 1 more" in line
 
 
-def test_host_samples_without_their_columns_are_one_line(run_dir: Path) -> None:
+def test_host_samples_without_their_columns_are_one_line(run_dir: Path, hetbench) -> None:
     pd.DataFrame({"t_ns": [1, 2]}).to_parquet(run_dir / "system.parquet")
     line = error_line(hetbench(run_dir, "report", "--no-figures", str(run_dir)),
                       run_dir / "system.parquet")
@@ -198,7 +205,7 @@ def test_host_samples_without_their_columns_are_one_line(run_dir: Path) -> None:
 # -- parts of a run that never finalised ------------------------------------------------------
 
 
-def test_a_run_read_from_its_parts_is_reported(run_dir: Path) -> None:
+def test_a_run_read_from_its_parts_is_reported(run_dir: Path, hetbench) -> None:
     to_parts(run_dir)
     with open(collector.part_path(run_dir, 1), "ab") as f:  # a crash mid-row: dropped
         f.write(b"\x07" * (RECORD_DTYPE.itemsize // 3))
@@ -208,7 +215,7 @@ def test_a_run_read_from_its_parts_is_reported(run_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["random bytes", "bytes lost at the start"])
-def test_a_damaged_part_is_one_line(run_dir: Path, damage: str) -> None:
+def test_a_damaged_part_is_one_line(run_dir: Path, damage: str, hetbench) -> None:
     to_parts(run_dir)
     part = collector.part_path(run_dir, 1)
     data = part.read_bytes()
@@ -218,7 +225,7 @@ def test_a_damaged_part_is_one_line(run_dir: Path, damage: str) -> None:
     assert "not 1: damaged" in line
 
 
-def test_a_part_with_time_going_backwards_names_the_part(run_dir: Path) -> None:
+def test_a_part_with_time_going_backwards_names_the_part(run_dir: Path, hetbench) -> None:
     def backwards(records: np.ndarray) -> None:
         row_of(records, 1, 4)["end_ns"] = row_of(records, 1, 4)["reduced_ns"] - 5
 
@@ -251,7 +258,7 @@ BACKWARDS: dict[str, tuple[Callable[[np.ndarray], None], str]] = {
 
 @pytest.mark.parametrize("case", BACKWARDS)
 def test_time_going_backwards_is_refused_naming_rank_step_and_column(tmp_path: Path,
-                                                                     case: str) -> None:
+                                                                     case: str, hetbench) -> None:
     edit, expected = BACKWARDS[case]
     run_dir = a_run(tmp_path / "synthetic", edit=edit)
     line = error_line(hetbench(tmp_path, "report", "--no-figures", str(run_dir)),
@@ -261,7 +268,7 @@ def test_time_going_backwards_is_refused_naming_rank_step_and_column(tmp_path: P
 
 @pytest.mark.parametrize("command", ["compare", "figures"])
 def test_compare_and_figures_refuse_time_going_backwards_too(tmp_path: Path,
-                                                             command: str) -> None:
+                                                             command: str, hetbench) -> None:
     run_dir = a_run(tmp_path / "synthetic", edit=BACKWARDS["ready before begin"][0])
     args = {"compare": ["compare", str(run_dir.parent), str(run_dir)],
             "figures": ["figures", str(run_dir), "--out", str(tmp_path / "figs")]}[command]
@@ -269,7 +276,7 @@ def test_compare_and_figures_refuse_time_going_backwards_too(tmp_path: Path,
     assert "rank 1, step 5: ready_ns" in line and "is before begin_ns" in line
 
 
-def test_a_later_bad_row_is_not_named_first(tmp_path: Path) -> None:
+def test_a_later_bad_row_is_not_named_first(tmp_path: Path, hetbench) -> None:
     def two(records: np.ndarray) -> None:
         _set("apply_ns", lambda r: -1)(records)  # rank 1, step 5
         row_of(records, 0, 2)["ready_ns"] = row_of(records, 0, 2)["begin_ns"] - 1
@@ -280,7 +287,7 @@ def test_a_later_bad_row_is_not_named_first(tmp_path: Path) -> None:
     assert "rank 0, step 2: ready_ns" in line
 
 
-def test_legitimate_zeros_are_accepted(tmp_path: Path) -> None:
+def test_legitimate_zeros_are_accepted(tmp_path: Path, hetbench) -> None:
     """Zero-length phases, and a run recorded with instrument = false (only begin and end:
     ready and reduced are 0)."""
     def uninstrumented(records: np.ndarray) -> None:
@@ -322,10 +329,11 @@ def test_launcher_alive_tells_live_gone_and_unknown() -> None:
     assert launcher_alive({}) is None
 
 
-def test_process_start_ticks_reads_past_a_command_name_with_parentheses(tmp_path: Path) -> None:
+def test_process_start_ticks_reads_past_a_command_name_with_parentheses(tmp_path: Path,
+                                                                         spawn: Spawn) -> None:
     script = tmp_path / "a) b (c"
     script.symlink_to("/bin/sleep")
-    child = subprocess.Popen([str(script), "30"])
+    child = spawn([str(script), "30"])
     try:
         stat = Path(f"/proc/{child.pid}/stat").read_text()
         assert ") b (c)" in stat  # the command name holds both parentheses and spaces
@@ -365,7 +373,7 @@ def check_running_notes(lines: list[str], results: Path) -> None:
            "lives (no launcher recorded): left out" in lines
 
 
-def test_report_keeps_suites_apart_and_leaves_running_runs_out(mixed: Path) -> None:
+def test_report_keeps_suites_apart_and_leaves_running_runs_out(mixed: Path, hetbench) -> None:
     result = hetbench(mixed, "report", "--no-figures", str(mixed))
     lines = notes(result)
     assert len(lines) == 5
@@ -377,7 +385,7 @@ def test_report_keeps_suites_apart_and_leaves_running_runs_out(mixed: Path) -> N
     assert "== suite a ==" in result.stdout and "== suite b ==" in result.stdout
 
 
-def test_figures_keep_suites_apart_and_leave_running_runs_out(mixed: Path) -> None:
+def test_figures_keep_suites_apart_and_leave_running_runs_out(mixed: Path, hetbench) -> None:
     out = mixed.parent / "figs"
     lines = notes(hetbench(mixed, "figures", str(mixed / "a"), str(mixed / "b"),
                            "--out", str(out)))
@@ -388,7 +396,7 @@ def test_figures_keep_suites_apart_and_leave_running_runs_out(mixed: Path) -> No
     assert (out / "b" / "compute_per_step.png").is_file()
 
 
-def test_compare_leaves_running_runs_out_and_says_suites_differ(mixed: Path) -> None:
+def test_compare_leaves_running_runs_out_and_says_suites_differ(mixed: Path, hetbench) -> None:
     result = hetbench(mixed, "compare", str(mixed), str(mixed / "b"))
     lines = notes(result)
     assert len(lines) == 5
@@ -399,7 +407,7 @@ def test_compare_leaves_running_runs_out_and_says_suites_differ(mixed: Path) -> 
     assert "a/pair is only in BASE" in result.stdout
 
 
-def test_nothing_but_running_runs_is_one_line(tmp_path: Path) -> None:
+def test_nothing_but_running_runs_is_one_line(tmp_path: Path, hetbench) -> None:
     run_dir = a_run(tmp_path / "synthetic")
     running(run_dir, this_process())
     result = hetbench(tmp_path, "report", str(run_dir))

@@ -17,7 +17,7 @@ import pytest
 
 from harness.records import collector
 from harness.records.results import load_run
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,14 @@ workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
 
 
-def start_long_run(tmp_path: Path, write_suite, text: str = LONG_RUN
+def start_long_run(spawn: Spawn, tmp_path: Path, write_suite, text: str = LONG_RUN
                    ) -> tuple[subprocess.Popen[str], Path, list[int]]:
     """`hetbench run` of a suite `faults` with a run `long` of two workers, once it has
     flushed 40 steps."""
     suite = write_suite(text)
-    proc = subprocess.Popen(hetbench_command("run", str(suite), "--out", str(tmp_path / "out"),
-                                             "--no-progress"),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = spawn(hetbench_command("run", str(suite), "--out", str(tmp_path / "out"),
+                                  "--no-progress"),
+                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         runs = list((tmp_path / "out" / "faults").glob("long-*"))
@@ -69,8 +69,9 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write_suite) -> None:
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write_suite,
+                                                          spawn: Spawn) -> None:
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     flushed_before = collector.steps_done(run_dir, 2)
     os.kill(pids[1], signal.SIGKILL)
     started = time.monotonic()
@@ -98,10 +99,11 @@ def test_dead_worker_fails_the_run_and_keeps_flushed_steps(tmp_path: Path, write
 
 
 @pytest.mark.parametrize("presses", [1, 4])
-def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite, presses: int) -> None:
+def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite, spawn: Spawn,
+                                          presses: int) -> None:
     """Pressed again (impatient) while the workers are being stopped, Ctrl-C does not cut
     the closing short."""
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     flushed_before = collector.steps_done(run_dir, 2)
     proc.send_signal(signal.SIGINT)
     for _ in range(presses - 1):
@@ -123,9 +125,9 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite, presses: 
 # -- signals to the launcher (issue 18: runs never stay `running`) ---------------------------
 
 
-def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite) -> None:
+def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite, spawn: Spawn) -> None:
     """What `timeout`, `kill` and CI cancellation send."""
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     flushed_before = collector.steps_done(run_dir, 2)
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
@@ -140,17 +142,17 @@ def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite) -> None:
     assert run.steps["step"].nunique() >= flushed_before
 
 
-def hetbench_once(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(hetbench_command(*args), cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+def hetbench_once(spawn: Spawn, *args: str) -> subprocess.CompletedProcess[str]:
+    return spawn.run(hetbench_command(*args), cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
 
 
-def test_a_killed_launcher_leaves_a_run_that_recover_closes(tmp_path: Path,
-                                                             write_suite) -> None:
+def test_a_killed_launcher_leaves_a_run_that_recover_closes(tmp_path: Path, write_suite,
+                                                             spawn: Spawn) -> None:
     """SIGKILL cannot be caught: the workers die with the launcher (they are told to at
     start), the manifest still says running, and `hetbench recover` closes the run as
     failed from the parts, every flushed row kept."""
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 15
@@ -160,22 +162,22 @@ def test_a_killed_launcher_leaves_a_run_that_recover_closes(tmp_path: Path,
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
     flushed = sum(len(a) for a in collector.read_parts(run_dir))
 
-    result = hetbench_once("recover", str(tmp_path / "out"))
+    result = hetbench_once(spawn, "recover", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert f"{run_dir}: closed as failed ({flushed} step records kept)" in result.stdout
     run = load_run(run_dir)
     assert run.status == "failed"
     assert "launcher" in run.manifest["reason"] and "hetbench recover" in run.manifest["reason"]
     assert len(run.steps) == flushed and (run_dir / "steps.parquet").is_file()
-    again = hetbench_once("recover", str(run_dir))
+    again = hetbench_once(spawn, "recover", str(run_dir))
     assert (again.returncode, again.stdout.strip()) == (0, "no run says running: nothing to "
                                                            "recover")
 
 
-def test_recover_leaves_a_live_run_alone(tmp_path: Path, write_suite) -> None:
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite)
+def test_recover_leaves_a_live_run_alone(tmp_path: Path, write_suite, spawn: Spawn) -> None:
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     try:
-        result = hetbench_once("recover", str(run_dir))
+        result = hetbench_once(spawn, "recover", str(run_dir))
         assert result.returncode == 1
         assert f"{run_dir}: still running: its launcher (pid {proc.pid}) lives" in result.stderr
         assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
@@ -219,10 +221,11 @@ def _installed(framework: str) -> bool:
         not _installed("tensorflow"), reason="TensorFlow not installed")),
 ])
 def test_a_stopped_worker_ends_the_run_within_its_timeout_and_is_named(
-        tmp_path: Path, write_suite, framework: str, aggregator: str, timeout: int) -> None:
+        tmp_path: Path, write_suite, spawn: Spawn, framework: str, aggregator: str,
+        timeout: int) -> None:
     """SIGSTOP: the peers wait for it, time out, and the reason names the stopped worker,
     not them; MXNet's ps-lite has no timeout of its own, the launcher's watch bounds it."""
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite, STOPPED.format(
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, STOPPED.format(
         framework=framework, aggregator=aggregator, timeout=timeout))
     flushed_before = collector.steps_done(run_dir, 2)
     os.kill(pids[1], signal.SIGSTOP)
@@ -280,10 +283,11 @@ PY
 
 
 def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Path,
-                                                                   write_suite) -> None:
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c",
-                            f"mount -t tmpfs -o size=64k probe {tmp_path}"],
-                           capture_output=True, text=True, timeout=30)
+                                                                   write_suite,
+                                                                   spawn: Spawn) -> None:
+    probe = spawn.run(["unshare", "-rm", "sh", "-c",
+                       f"mount -t tmpfs -o size=64k probe {tmp_path}"],
+                      capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (unshare -rm: {probe.stderr.strip()})")
     disk, facts = tmp_path / "disk", tmp_path / "facts"
@@ -293,8 +297,8 @@ def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Pa
            "SUITE": str(write_suite(FULL_DISK))}
     script = IN_NAMESPACE.replace("{python}", sys.executable)
     started = time.monotonic()
-    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, env=env, timeout=330,
-                   check=True)
+    spawn.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, env=env, timeout=330,
+              check=True)
     assert time.monotonic() - started < 120
     code = int((facts / "code").read_text())
     stderr = (facts / "stderr").read_text()
@@ -320,7 +324,8 @@ def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> No
     assert _worker_reason(tmp_path, 2, -signal.SIGKILL) == "worker 2 killed by SIGKILL"
 
 
-def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown() -> None:
+def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown(
+        spawn: Spawn) -> None:
     # the teardown is where native threads abort a finished worker (harness/system/exits.py)
     program = ("import atexit, sys\n"
                "from harness.system.exits import exit_skipping_teardown\n"
@@ -328,6 +333,6 @@ def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown() ->
                "print('written', end='')\n"
                "sys.stderr.write('said')\n"
                "exit_skipping_teardown(3)\n")
-    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    done = spawn.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
+                     text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (3, "written", "said")

@@ -13,6 +13,7 @@ import pytest
 
 from analysis.figures import DPI, phase_frame, phase_stack, write_all
 from analysis.timeline import batch_times, step_spans
+from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
 WARMUP = 2
@@ -121,11 +122,11 @@ except OSError as exc:
 
 
 @pytest.mark.parametrize("fail_on", ["png", "pdf"])
-def test_a_full_disk_is_an_os_error_naming_the_figure(tmp_path: Path, fail_on: str) -> None:
+def test_a_full_disk_is_an_os_error_naming_the_figure(tmp_path: Path, fail_on: str,
+                                                       spawn: Spawn) -> None:
     """On a small tmpfs (its own user and mount namespace) filled to leave no room, or room
     for the PNG alone: whichever file the disk fills on, the error is an OSError naming it
     (matplotlib's PDF writer raises an AttributeError there)."""
-    import subprocess
     import sys
 
     from tests.conftest import REPO
@@ -135,8 +136,8 @@ def test_a_full_disk_is_an_os_error_naming_the_figure(tmp_path: Path, fail_on: s
     program.write_text(FILL_AND_SAVE)
     script = (f"mount -t tmpfs -o size=1m full {disk} && "
               f"{sys.executable} {program} {disk} {fail_on}")
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = spawn.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO,
+                     capture_output=True, text=True, timeout=120)
     if "mount" in done.stderr and done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr[-2000:]

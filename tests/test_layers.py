@@ -5,14 +5,13 @@ others, and the rooms keep their import contract (pyproject's [tool.importlinter
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
 
 import grimp
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Spawn
 
 PACKAGES = ("harness", "adapters", "workloads", "analysis")
 
@@ -79,12 +78,12 @@ def test_no_module_imports_itself_back() -> None:
     assert module_cycles(graph) == []
 
 
-def test_the_rooms_keep_their_import_contract() -> None:
+def test_the_rooms_keep_their_import_contract(spawn: Spawn) -> None:
     linter = Path(sys.executable).parent / "lint-imports"
     if not linter.exists():
         pytest.skip("lint-imports is not installed (pip install -e '.[test]')")
-    done = subprocess.run([str(linter), "--no-cache"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    done = spawn.run([str(linter), "--no-cache"], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from analysis.runs import run_row
 from harness.records.results import load_run, load_steps
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 
 FIXTURE = REPO / "tests" / "fixtures" / "legacy"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
@@ -57,11 +56,10 @@ def test_an_earlier_run_reads_to_the_same_numbers(legacy: Path) -> None:
     assert list(steps.columns) == EXPECTED["steps_columns"]
 
 
-def test_the_cli_reports_on_an_earlier_run(legacy: Path, tmp_path: Path) -> None:
+def test_the_cli_reports_on_an_earlier_run(legacy: Path, tmp_path: Path, spawn: Spawn) -> None:
     out = tmp_path / "report"
-    done = subprocess.run(hetbench_command("report", str(legacy), "--out", str(out),
-                                           "--no-figures"),
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = spawn.run(hetbench_command("report", str(legacy), "--out", str(out), "--no-figures"),
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "two-unequal" in done.stdout
     assert "two-unequal" in (out / "report.md").read_text()

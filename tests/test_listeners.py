@@ -35,7 +35,7 @@ import pytest
 from harness.exchange import rendezvous
 from harness.records import collector
 from harness.system import netns
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_mixed_frameworks import installed
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(),
@@ -156,7 +156,7 @@ def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
-def watch_run(tmp_path: Path, framework: str, aggregator: str
+def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
               ) -> tuple[set[Listener], dict[int, dict[str, str]], Path, list[int], set[int]]:
     """Start `hetbench run`, collect the listeners of its process tree while it trains,
     Ctrl-C it and wait until every process seen is gone. Returns the listeners, each
@@ -165,10 +165,8 @@ def watch_run(tmp_path: Path, framework: str, aggregator: str
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.format(framework=framework, aggregator=aggregator))
     out = tmp_path / "out"
-    proc = subprocess.Popen(hetbench_command("run", str(suite), "--out", str(out),
-                                             "--no-progress"),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = spawn(hetbench_command("run", str(suite), "--out", str(out), "--no-progress"),
+                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, str] = {}  # pid -> start time, to stop a leftover (and only it)
     envs: dict[int, dict[str, str]] = {}
     found: set[Listener] = set()
@@ -295,11 +293,11 @@ def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
     ("tensorflow", "tensorflow-collective"),
     ("tensorflow", "tensorflow-ps"),
 ])
-def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
+def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, spawn: Spawn, framework: str,
                                                  aggregator: str) -> None:
     if framework != "pytorch" and not installed(framework):
         pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
-    found, envs, run_dir, workers, isolated = watch_run(tmp_path, framework, aggregator)
+    found, envs, run_dir, workers, isolated = watch_run(spawn, tmp_path, framework, aggregator)
     if aggregator == "tensorflow-collective":
         # TensorFlow binds its servers on every interface: in the workers' own namespace
         tf_ports = {port_of(w) for w in envs[workers[0]]["HETBENCH_TF_WORKERS"].split(",")}
@@ -350,7 +348,7 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, framework: str,
 
 
 def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespace(
-        tmp_path: Path) -> None:
+        tmp_path: Path, spawn: Spawn) -> None:
     """harness/system/netns.py on its own: the holder's namespace has lo alone, up; a process
     started through join lives there (a wildcard listener it opens is not in the host's
     tables and takes a connection on 127.0.0.1); stopping the holder ends it."""
@@ -363,8 +361,8 @@ def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespac
                    "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
                    "socket.create_connection(('127.0.0.1', s.getsockname()[1])).close()\n"
                    "print(netns.namespace(), s.getsockname()[1])\n")
-        done = subprocess.run(netns.join_command(holder.pid, [sys.executable, "-c", program]),
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        done = spawn.run(netns.join_command(holder.pid, [sys.executable, "-c", program]),
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         namespace, port = done.stdout.split()
         assert namespace == netns.namespace(holder.pid) != netns.namespace()
@@ -372,7 +370,7 @@ def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespac
     finally:
         netns.stop_holder(holder)
     assert holder.returncode == 0
-    gone = subprocess.run(netns.join_command(holder.pid, [sys.executable, "-c", "pass"]),
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    gone = spawn.run(netns.join_command(holder.pid, [sys.executable, "-c", "pass"]),
+                     cwd=REPO, capture_output=True, text=True, timeout=60)
     assert gone.returncode == 1
     assert gone.stderr.startswith("hetbench: error: cannot enter the run's network namespace")

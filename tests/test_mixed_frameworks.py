@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
 from harness.spec.aggregators import AGGREGATORS
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 from tests.trace_check import check_trace
 
 STEPS = 12
@@ -61,10 +62,16 @@ def installed(framework: str) -> bool:
     return importlib.util.find_spec(REQUIREMENTS[framework][0]) is not None
 
 
-def hetbench(cwd: Path, *args: str, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=env)
+@pytest.fixture
+def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """hetbench(cwd, *args, env=None): `hetbench ARGS` run in folder cwd, to its end."""
+
+    def run(cwd: Path, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
+                         timeout=TIMEOUT_S, env=env)
+
+    return run
 
 
 @pytest.mark.slow
@@ -174,7 +181,7 @@ def test_native_strategy_needs_its_framework_on_every_worker() -> None:
     assert parse_suite({"runs": [{"name": "r"}]}).runs[0].aggregator.name == "torch"
 
 
-def test_missing_framework_fails_before_any_worker(tmp_path: Path, write_suite) -> None:
+def test_missing_framework_fails_before_any_worker(tmp_path: Path, write_suite, hetbench) -> None:
     absent = [f for f in FRAMEWORKS if not installed(f)]
     if not absent:
         pytest.skip("every framework is installed here (the torch-only venv runs this)")
@@ -200,7 +207,7 @@ workers = [ {{ framework = "pytorch" }}, {{ framework = "{framework}" }} ]
     assert not (tmp_path / "out").exists()  # not even the first run started
 
 
-def test_devices_lists_every_framework(tmp_path: Path) -> None:
+def test_devices_lists_every_framework(tmp_path: Path, hetbench) -> None:
     result = hetbench(tmp_path, "devices", "--json")
     assert result.returncode == 0, result.stderr
     infos = {i["framework"]: i for i in json.loads(result.stdout)}
@@ -228,7 +235,7 @@ def test_devices_lists_every_framework(tmp_path: Path) -> None:
     ("import threading\nthreading.Event().wait()\n", "10", "probe timed out after 10 s"),
 ], ids=["crash", "hang"])
 def test_devices_survives_a_broken_framework(tmp_path: Path, body: str, timeout: str,
-                                             reason: str) -> None:
+                                             reason: str, hetbench) -> None:
     """A package named mxnet that crashes or hangs on import shadows any real one (PYTHONPATH
     comes before site-packages): the CLI reports it, exits 1, and still lists the others."""
     fake = tmp_path / "fake" / "mxnet"

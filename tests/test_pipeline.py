@@ -86,13 +86,14 @@ def test_a_bad_pipeline_is_refused_naming_the_field(change, field, words):
     assert caught.value.where == field and words in caught.value.message
 
 
-def test_a_bad_pipeline_exits_2_with_one_line_before_anything_runs(write_suite, tmp_path):
+def test_a_bad_pipeline_exits_2_with_one_line_before_anything_runs(write_suite, tmp_path,
+                                                                   spawn):
     suite = write_suite('[suite]\nname = "bad"\n[[runs]]\nname = "p"\nworkload = "vgg"\n'
                         'global_batch = 32\nworkers = [{}, {}, {}, {}]\n'
                         'virtual_workers = [[0, 1], [2, 3]]\n'
                         'pipeline = { split = [1, 2] }\n')
-    done = subprocess.run(hetbench_command("run", str(suite), "--out", str(tmp_path / "out")),
-                          capture_output=True, text=True, timeout=120)
+    done = spawn.run(hetbench_command("run", str(suite), "--out", str(tmp_path / "out")),
+                     capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "runs[0].pipeline.split" in done.stderr
     assert not (tmp_path / "out").exists()
@@ -251,7 +252,7 @@ pipeline = { micro_batches = 2, split = [2, 1], wave_bound = 1 }
 
 @pytest.mark.slow
 def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
-        tmp_path, write_suite):
+        tmp_path, write_suite, spawn):
     """wsp (servers started by the launcher): stage 1 of virtual worker 0 is killed."""
     import os
     import signal
@@ -261,10 +262,9 @@ def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
     from tests.conftest import REPO
     from tests.test_faults import alive
 
-    proc = subprocess.Popen(hetbench_command("run", str(write_suite(DYING)), "--out",
-                                             str(tmp_path / "out"), "--no-progress"),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = spawn(hetbench_command("run", str(write_suite(DYING)), "--out",
+                                  str(tmp_path / "out"), "--no-progress"),
+                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     run_dir = None
     while time.monotonic() < deadline:

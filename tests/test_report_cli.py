@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.cli.main import main
+from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
 FIGURES = ("compute_per_step", "idle_ecdf", "phase_breakdown", "straggler_causes", "what_if",
@@ -148,7 +148,7 @@ window.addEventListener("load", () => {
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get "
                     "install chromium; .ci/run installs it)")
 def test_the_html_report_stands_alone_loads_without_errors_and_shows_every_figure(
-        suite_folder: Path, tmp_path: Path, capsys) -> None:
+        suite_folder: Path, tmp_path: Path, capsys, spawn: Spawn) -> None:
     out = tmp_path / "report"
     assert main(["report", str(suite_folder), "--out", str(out), "--html"]) == 0
     text = (out / "report.html").read_text()
@@ -162,9 +162,9 @@ def test_the_html_report_stands_alone_loads_without_errors_and_shows_every_figur
         assert section in text
     page = tmp_path / "checked.html"
     page.write_text(text.replace("</head>", CHECK + "</head>", 1))
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    done = spawn.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                      "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                     capture_output=True, text=True, timeout=120)
     found = re.search(r'data-check="images=(\d+) shown=(\d+) errors=(\d+)"', done.stdout)
     assert found, done.stderr[-2000:]
     images, shown, errors = map(int, found.groups())
@@ -172,7 +172,8 @@ def test_the_html_report_stands_alone_loads_without_errors_and_shows_every_figur
     assert images == shown >= len(figures) and errors == 0, (images, shown, errors)
 
 
-def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Path) -> None:
+def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Path,
+                                                                   spawn: Spawn) -> None:
     """A git repository whose baselines changed twice (a 2 ms, then a 4 ms compute step)
     and once elsewhere: two snapshots, oldest first, each with its own runs."""
     from analysis.html_report import history_table
@@ -183,9 +184,9 @@ def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Pat
     folder = repo / baselines.BASELINE_DIR
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
-                               "user.email=t@t", *args], capture_output=True, text=True,
-                              check=True, timeout=60).stdout.strip()
+        return spawn.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                          "user.email=t@t", *args], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
 
     repo.mkdir()
     git("init", "-q")

@@ -28,6 +28,7 @@ from harness.records import collector
 from harness.records.results import load_run
 from harness.run.launcher import run_suite
 from harness.spec.suite import load_suite
+from tests.conftest import Spawn
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive, finish, start_long_run
 from tests.trace_check import check_trace
@@ -224,8 +225,8 @@ def test_a_dead_server_fails_the_run_and_keeps_the_flushed_steps(tmp_path: Path,
     assert len(steps) >= 20  # every flushed step stays readable
 
 
-def test_ctrl_c_leaves_no_server_behind(tmp_path: Path, write_suite) -> None:
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite, FAULT.replace(
+def test_ctrl_c_leaves_no_server_behind(tmp_path: Path, write_suite, spawn: Spawn) -> None:
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, FAULT.replace(
         'name = "fault"', 'name = "faults"'))
     server = json.loads((run_dir / "parts" / "ps0.json").read_text())["pid"]
     assert alive(server)

@@ -17,7 +17,7 @@ from analysis.stragglers import attribute
 from harness.records import collector
 from harness.records.results import load_run
 from harness.system import sampler as system
-from tests.conftest import REPO, hetbench_command
+from tests.conftest import REPO, Spawn, hetbench_command
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")]
@@ -27,10 +27,11 @@ HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n
 HOG_S = 1.0
 
 
-def test_processes_outside_the_run_are_seen_and_named_as_interference(tmp_path: Path) -> None:
-    run = subprocess.Popen(hetbench_command("run", str(SUITE), "--out",
-                                            str(tmp_path / "out"), "--no-progress"),
-                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_processes_outside_the_run_are_seen_and_named_as_interference(tmp_path: Path,
+                                                                       spawn: Spawn) -> None:
+    run = spawn(hetbench_command("run", str(SUITE), "--out", str(tmp_path / "out"),
+                                 "--no-progress"),
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         deadline = time.monotonic() + 90
@@ -39,7 +40,7 @@ def test_processes_outside_the_run_are_seen_and_named_as_interference(tmp_path: 
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.05)
         started = time.perf_counter_ns()
-        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+        hogs = [spawn([sys.executable, "-c", HOG]) for _ in range(2)]
         time.sleep(HOG_S)
     finally:
         for hog in hogs:

@@ -19,6 +19,7 @@ from harness.records.results import load_run
 from harness.run.launcher import run_suite
 from harness.spec.errors import UsageError
 from harness.spec.suite import load_suite, parse_suite
+from tests.conftest import Spawn
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive, finish, start_long_run
 from tests.test_sync_schemes import ATOL, kill_when
@@ -131,8 +132,9 @@ def test_a_dead_ps_server_fails_the_run_and_stops_every_other(tmp_path: Path,
 
 
 @needs_tensorflow
-def test_ctrl_c_leaves_no_tensorflow_server_behind(tmp_path: Path, write_suite) -> None:
-    proc, run_dir, pids = start_long_run(tmp_path, write_suite, FAULT)
+def test_ctrl_c_leaves_no_tensorflow_server_behind(tmp_path: Path, write_suite,
+                                                   spawn: Spawn) -> None:
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, FAULT)
     servers = server_pids(run_dir)
     assert all(alive(p) for p in servers)
     proc.send_signal(signal.SIGINT)
@@ -238,11 +240,11 @@ def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:
                                                   for k in range(14)]
 
 
-def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path) -> None:
+def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path,
+                                                           spawn: Spawn) -> None:
     """The launcher's watch: a service (a coordinator, a server) that ends itself with an
     error fails the run with its last log line; one killed by a signal, without (its last
     line is not about that)."""
-    import subprocess
     import sys
 
     from harness.run.launcher import _watch
@@ -259,8 +261,7 @@ def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path) -> No
             "print('hetbench coordinator: error: ValueError: no', file=sys.stderr, "
             f"flush=True)\nos.kill(os.getpid(), 9) if {code} < 0 else sys.exit({code})")],
             dict(os.environ), logs)
-        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                  start_new_session=True)
+        worker = spawn([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
             status, reason, _ = _watch([worker], run, tmp_path, None, services)
         finally:

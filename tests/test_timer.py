@@ -176,8 +176,7 @@ def test_the_workers_compute_is_timed_by_whichever_timer_it_holds() -> None:
     assert len(waits) == 30 * 4  # its 30 steps: to_device, forward, backward, pack
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="CUDA events need a GPU; this host has none")
+@pytest.mark.gpu  # CUDA events need a GPU (skipped without one: tests/conftest.py)
 def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
     """The worker's compute on cuda:0, timed alternately by events and by a device-wide
     wait per phase: both time the same kernels, so their compute medians are within a

@@ -20,7 +20,7 @@ from analysis.metrics import idle_agreement
 from harness.loop.worker import INTERFACE_VARIABLES
 from harness.records import collector
 from harness.records.results import load_run
-from tests.conftest import REPO
+from tests.conftest import REPO, Spawn
 from tests.test_listeners import listeners_of
 
 pytestmark = pytest.mark.slow
@@ -44,8 +44,8 @@ STALLING_SUITE = SUITE.replace("steps = 12", "steps = 12\ntimeout_s = 2").replac
     '{ device = "cpu", slowdown_at = [[5, 1.0], [6, 2000.0]] }')
 
 
-def torchrun(suite: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def torchrun(spawn: Spawn, suite: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return spawn.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
          "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(suite),
          "--run-name", "pair", "--out", str(out)],
@@ -54,11 +54,11 @@ def torchrun(suite: Path, out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_torchrun_starts_workers_that_write_one_run_directory(tmp_path: Path,
-                                                              write_suite) -> None:
+def test_torchrun_starts_workers_that_write_one_run_directory(tmp_path: Path, write_suite,
+                                                              spawn: Spawn) -> None:
     suite = write_suite(SUITE)
     out = tmp_path / "out"
-    done = torchrun(suite, out)
+    done = torchrun(spawn, suite, out)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = list((out / "multinode").glob("pair-r0-*"))
     run = load_run(run_dir)
@@ -79,11 +79,11 @@ def test_torchrun_starts_workers_that_write_one_run_directory(tmp_path: Path,
     assert params["fc1.weight"].dtype == np.float32
 
 
-def test_a_failed_torchrun_job_is_marked_failed_with_its_steps(tmp_path: Path,
-                                                               write_suite) -> None:
+def test_a_failed_torchrun_job_is_marked_failed_with_its_steps(tmp_path: Path, write_suite,
+                                                               spawn: Spawn) -> None:
     """No hetbench launcher watches a torchrun job: rank 0 closes the run directory."""
     out = tmp_path / "out"
-    done = torchrun(write_suite(STALLING_SUITE), out)
+    done = torchrun(spawn, write_suite(STALLING_SUITE), out)
     assert done.returncode != 0
     (run_dir,) = list((out / "multinode").glob("pair-r0-*"))
     run = load_run(run_dir)
@@ -93,8 +93,10 @@ def test_a_failed_torchrun_job_is_marked_failed_with_its_steps(tmp_path: Path,
     assert set(run.steps.loc[run.steps["rank"] == 0, "step"]) >= set(range(6))
 
 
-def test_an_interface_this_host_lacks_is_one_line(tmp_path: Path, write_suite) -> None:
-    done = torchrun(write_suite(SUITE.replace("steps = 12", 'steps = 12\ninterface = "nosuch0"')),
+def test_an_interface_this_host_lacks_is_one_line(tmp_path: Path, write_suite,
+                                                  spawn: Spawn) -> None:
+    done = torchrun(spawn,
+                    write_suite(SUITE.replace("steps = 12", 'steps = 12\ninterface = "nosuch0"')),
                     tmp_path / "out")
     assert done.returncode != 0
     assert "hetbench worker: error: interface: 'nosuch0' is not an interface of this host" \
@@ -118,8 +120,8 @@ def ipv4_interface() -> tuple[str, str] | None:
 SIOCGIFADDR = 0x8915
 
 
-def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path,
-                                                               write_suite) -> None:
+def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path, write_suite,
+                                                               spawn: Spawn) -> None:
     """Across hosts the suite names the interface (`interface`); gloo's listeners in the
     workers bind it, though torchrun's own environment names none."""
     found = ipv4_interface()
@@ -128,12 +130,11 @@ def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path,
     name, address = found
     suite = write_suite(SUITE.replace("steps = 12", f'steps = 100000\ninterface = "{name}"'))
     env = {k: v for k, v in os.environ.items() if k not in INTERFACE_VARIABLES}
-    proc = subprocess.Popen(
+    proc = spawn(  # in a process group of its own, as a Ctrl-C in a terminal signals it
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
          "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(suite),
          "--run-name", "pair", "--out", str(tmp_path / "out")],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, workers = time.monotonic() + 90, []
         while time.monotonic() < deadline and proc.poll() is None:
@@ -155,13 +156,14 @@ def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path,
 SHIFT_S = 5  # node 1's CLOCK_MONOTONIC is 5 s ahead of node 0's
 
 
-def test_two_nodes_with_clocks_apart_are_aligned(tmp_path: Path, write_suite) -> None:
+def test_two_nodes_with_clocks_apart_are_aligned(tmp_path: Path, write_suite,
+                                                 spawn: Spawn) -> None:
     """Two torchrun "nodes" on loopback, the second in a time namespace whose monotonic
     clock runs SHIFT_S ahead (`unshare --time`): the offsets measured put every record on
     rank 0's clock, so that no worker leaves an all-reduce before the last one arrived,
     and idle from the aligned timestamps agrees with idle from local durations."""
-    probe = subprocess.run(["unshare", "-rT", "--monotonic", str(SHIFT_S), "true"],
-                           capture_output=True, text=True, timeout=30)
+    probe = spawn.run(["unshare", "-rT", "--monotonic", str(SHIFT_S), "true"],
+                      capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         pytest.skip(f"no time namespace here (unshare -rT: {probe.stderr.strip()})")
     suite = write_suite(SUITE.replace("steps = 12", "steps = 40"))
@@ -174,10 +176,10 @@ def test_two_nodes_with_clocks_apart_are_aligned(tmp_path: Path, write_suite) ->
                 str(suite), "--run-name", "pair", "--out", str(tmp_path / "out")]
 
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    first = subprocess.Popen(node(0), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-    second = subprocess.run(["unshare", "-rT", "--monotonic", str(SHIFT_S), *node(1)],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    first = spawn(node(0), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                  stderr=subprocess.PIPE, text=True)
+    second = spawn.run(["unshare", "-rT", "--monotonic", str(SHIFT_S), *node(1)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     _, err = first.communicate(timeout=60)
     assert first.returncode == 0 and second.returncode == 0, (err[-2000:],
                                                                second.stderr[-2000:])
