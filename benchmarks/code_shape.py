@@ -1,0 +1,125 @@
+"""The shape of the code, measured (issue 26): module cycles, internal imports and how many
+sit inside functions, the largest modules, parameters typed `Any`, README's size.
+
+    python benchmarks/code_shape.py            # this checkout
+    python benchmarks/code_shape.py --repo DIR  # another checkout (a git worktree of a commit)
+
+The rules themselves are tests (tests/test_layers.py, tests/test_docs.py) and lint-imports;
+this prints the numbers a closing note quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+PACKAGES = ("harness", "adapters", "workloads", "analysis")
+
+
+def modules(repo: Path) -> list[tuple[str, Path]]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((repo / package).rglob("*.py")):
+            name = ".".join(path.relative_to(repo).with_suffix("").parts)
+            found.append((name.removesuffix(".__init__"), path))
+    return found
+
+
+def import_statements(path: Path) -> tuple[int, int]:
+    """(internal import statements, of them inside a function body)."""
+    total = inside = 0
+
+    def walk(node: ast.AST, depth: int) -> None:
+        nonlocal total, inside
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                walk(child, depth + 1)
+                continue
+            if isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                internal = bool(child.level) or base.split(".")[0] in PACKAGES
+            elif isinstance(child, ast.Import):
+                internal = any(a.name.split(".")[0] in PACKAGES for a in child.names)
+            else:
+                walk(child, depth)
+                continue
+            if internal:
+                total += 1
+                inside += depth > 0
+    walk(ast.parse(path.read_text()), 0)
+    return total, inside
+
+
+def any_parameters(path: Path) -> int:
+    count = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            count += sum(1 for a in node.args.args + node.args.kwonlyargs
+                         if a.annotation is not None and ast.unparse(a.annotation) == "Any")
+    return count
+
+
+def cycles(repo: Path) -> list[list[str]]:
+    """Strongly connected components of more than one module (grimp's import graph)."""
+    import grimp
+
+    sys.path.insert(0, str(repo))
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph.find_modules_directly_imported_by(node)):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    repo = parser.parse_args().repo.resolve()
+    found = modules(repo)
+    statements = [import_statements(path) for _, path in found]
+    lines = sorted(((len(path.read_text().splitlines()), name) for name, path in found),
+                   reverse=True)
+    typed_any = sum(any_parameters(path) for name, path in found
+                    if name.split(".")[0] in ("harness", "analysis", "adapters"))
+    print(f"modules: {len(found)}")
+    print(f"module cycles: {len(cycle_list := cycles(repo))} {cycle_list}")
+    print(f"internal import statements: {sum(t for t, _ in statements)}, inside functions: "
+          f"{sum(i for _, i in statements)}")
+    print("largest modules: " + ", ".join(f"{name} {n}" for n, name in lines[:3]))
+    print(f"parameters typed Any (harness, analysis, adapters): {typed_any}")
+    print(f"README.md: {(repo / 'README.md').stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
