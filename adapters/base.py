@@ -42,6 +42,12 @@ class Adapter(Protocol):
         """Framework and library versions for the manifest (the framework's and numpy's)."""
         ...
 
+    @staticmethod
+    def probe() -> dict[str, Any]:
+        """What `hetbench devices` shows of the framework here, asked in a process of its
+        own (harness/run/probe.py): {"version", "devices", "strategies"}."""
+        ...
+
     def load_parameters(self, values: dict[str, np.ndarray]) -> None: ...
 
     def parameters(self) -> dict[str, np.ndarray]:

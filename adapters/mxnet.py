@@ -111,6 +111,17 @@ class MXNetAdapter:
         return {"mxnet": mx.__version__, "numpy": np.__version__,
                 "mxnet_engine": os.environ.get("MXNET_ENGINE_TYPE", ENGINE_DEFAULT)}
 
+    @staticmethod
+    def probe() -> dict[str, Any]:
+        devices = ["cpu"] + [f"gpu:{i}" for i in range(mx.context.num_gpus())]
+        features = mx.runtime.Features()
+        stores = ["kvstore local", "kvstore device"]
+        if features.is_enabled("DIST_KVSTORE"):
+            stores += ["kvstore dist_sync", "kvstore dist_device_sync", "kvstore dist_async"]
+        if features.is_enabled("NCCL"):
+            stores.append("kvstore nccl")
+        return {"version": mx.__version__, "devices": devices, "strategies": stores}
+
     def load_parameters(self, values: dict[str, np.ndarray]) -> None:
         flat = np.concatenate([values[p.name].ravel() for p in self.spec.params])
         self.flat_params[:] = flat.astype(np.float32)

@@ -93,6 +93,20 @@ class TorchAdapter:
     def versions() -> dict[str, str]:
         return {"torch": torch.__version__, "numpy": np.__version__}
 
+    @staticmethod
+    def probe() -> dict[str, Any]:
+        import torch.distributed as dist
+
+        devices = ["cpu"] + [f"cuda:{i} ({torch.cuda.get_device_name(i)})"
+                             for i in range(torch.cuda.device_count())]
+        backends = [b for b, ok in (("gloo", dist.is_gloo_available()),
+                                    ("nccl", dist.is_nccl_available()),
+                                    ("mpi", dist.is_mpi_available()),
+                                    ("ucc", getattr(dist, "is_ucc_available", lambda: False)()))
+                    if ok]
+        return {"version": torch.__version__, "devices": devices,
+                "strategies": [f"torch.distributed {b}" for b in backends]}
+
     def load_parameters(self, values: dict[str, np.ndarray]) -> None:
         flat = np.concatenate([values[p.name].ravel() for p in self.spec.params])
         self.flat_params.copy_(torch.from_numpy(flat.astype(np.float32)))

@@ -156,6 +156,15 @@ class TensorFlowAdapter:
     def versions() -> dict[str, str]:
         return {"tensorflow": tf.__version__, "numpy": np.__version__}
 
+    @staticmethod
+    def probe() -> dict[str, Any]:
+        devices = [f"{d.device_type.lower()}:{d.name.rsplit(':', 1)[-1]}"
+                   for d in tf.config.list_physical_devices()]
+        strategies = ["MultiWorkerMirroredStrategy (collective all-reduce: ring"
+                      + (", nccl" if tf.config.list_physical_devices("GPU") else "") + ")",
+                      "ParameterServerStrategy (asynchronous)"]
+        return {"version": tf.__version__, "devices": devices, "strategies": strategies}
+
     def load_parameters(self, values: dict[str, np.ndarray]) -> None:
         for lay, var in zip(self.layouts, self.variables, strict=True):
             spec_value = torch.from_numpy(np.ascontiguousarray(values[lay.name], np.float32))

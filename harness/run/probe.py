@@ -18,50 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters import FRAMEWORKS, install_hint, load_adapter, missing_framework
 from harness.spec.aggregators import AGGREGATORS
+from harness.system.exits import exit_skipping_teardown
 
 MARKER = "HETBENCH-PROBE "
 DEFAULT_TIMEOUT_S = 120.0
 
-# Each probe prints MARKER + JSON {version, devices, strategies} as its last line.
-_TORCH_PROBE = """
-import json, torch, torch.distributed as dist
-devices = ["cpu"] + [f"cuda:{i} ({torch.cuda.get_device_name(i)})"
-                     for i in range(torch.cuda.device_count())]
-backends = [b for b, ok in (("gloo", dist.is_gloo_available()),
-                            ("nccl", dist.is_nccl_available()),
-                            ("mpi", dist.is_mpi_available()),
-                            ("ucc", getattr(dist, "is_ucc_available", lambda: False)()))
-            if ok]
-print(MARKER + json.dumps({"version": torch.__version__, "devices": devices,
-                           "strategies": [f"torch.distributed {b}" for b in backends]}))
-"""
-_TENSORFLOW_PROBE = """
-import json, tensorflow as tf
-devices = [f"{d.device_type.lower()}:{d.name.rsplit(':', 1)[-1]}"
-           for d in tf.config.list_physical_devices()]
-strategies = ["MultiWorkerMirroredStrategy (collective all-reduce: ring"
-              + (", nccl" if tf.config.list_physical_devices("GPU") else "") + ")",
-              "ParameterServerStrategy (asynchronous)"]
-print(MARKER + json.dumps({"version": tf.__version__, "devices": devices,
-                           "strategies": strategies}))
-"""
-_MXNET_PROBE = """
-import json, numpy
-if "bool" not in vars(numpy):
-    numpy.bool = bool
-import mxnet as mx
-devices = ["cpu"] + [f"gpu:{i}" for i in range(mx.context.num_gpus())]
-features = mx.runtime.Features()
-stores = ["kvstore local", "kvstore device"]
-if features.is_enabled("DIST_KVSTORE"):
-    stores += ["kvstore dist_sync", "kvstore dist_device_sync", "kvstore dist_async"]
-if features.is_enabled("NCCL"):
-    stores.append("kvstore nccl")
-print(MARKER + json.dumps({"version": mx.__version__, "devices": devices,
-                           "strategies": stores}))
-"""
-PROBES = {"pytorch": _TORCH_PROBE, "tensorflow": _TENSORFLOW_PROBE, "mxnet": _MXNET_PROBE}
+# A probe is `python -m harness.run.probe FRAMEWORK`: it loads the framework's adapter, whose
+# probe() says what the framework sees, and prints MARKER + that JSON as its last line.
 
 
 @dataclass
@@ -79,8 +44,7 @@ class FrameworkInfo:
 
 def _start(framework: str) -> subprocess.Popen[str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    code = f"MARKER = {MARKER!r}\n{PROBES[framework]}"
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", __name__, framework], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                             env=env, start_new_session=True)
 
@@ -123,8 +87,6 @@ def probe(framework: str, timeout: float) -> FrameworkInfo:
 def _unprobed(framework: str) -> FrameworkInfo:
     """What is known without starting the framework: installed or not, hetbench's
     aggregators for it."""
-    from adapters import install_hint, missing_framework
-
     info = FrameworkInfo(framework, "ok", install_hint(framework), hetbench_aggregators=[
         name for name, k in AGGREGATORS.items() if k.framework in (None, framework)])
     if absent := missing_framework(framework):
@@ -134,8 +96,6 @@ def _unprobed(framework: str) -> FrameworkInfo:
 
 def probe_all(timeout: float) -> list[FrameworkInfo]:
     """All registered frameworks; the installed ones probed concurrently."""
-    from adapters import FRAMEWORKS
-
     infos, running = [], []
     deadline = time.monotonic() + timeout  # the probes run side by side
     for name in FRAMEWORKS:
@@ -148,3 +108,13 @@ def probe_all(timeout: float) -> list[FrameworkInfo]:
     return infos
 
 
+def main(argv: list[str]) -> int:
+    """In the probe's own process: the framework's adapter answers."""
+    (framework,) = argv
+    print(MARKER + json.dumps(load_adapter(framework).probe()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    # a framework's native threads can abort the interpreter's teardown (exits.py)
+    exit_skipping_teardown(main(sys.argv[1:]))
