@@ -28,8 +28,10 @@ import pandas as pd
 from analysis import costmodel
 from analysis.costmodel import Line
 from analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
-from harness.partition.policies import ADAPTIVE
+from analysis.simulated import SIMULATED
+from harness.partition.policies import ADAPTIVE, MEASURED
 from harness.records.collector import COMPUTE_PHASES
+from harness.spec.aggregators import AGGREGATORS, AggregatorSpec
 from harness.spec.errors import UsageError
 from harness.spec.workers import WorkerSpec
 
@@ -352,17 +354,20 @@ def recorded_scheme(meta: dict[str, Any], steps: pd.DataFrame
     """The scheme (simulate's name) and bsp's static slices that reproduce a run: its
     aggregator and partition policy, the slices of its first step after warm-up."""
     run = meta["run"]
-    aggregator = (run.get("aggregator") or {}).get("name", "torch")
     spec = run.get("aggregator") or {}
-    if aggregator in ("backup", "ssp", "local-sgd"):
-        key = {"backup": "backup", "ssp": "staleness", "local-sgd": "local_steps"}[aggregator]
-        return f"{aggregator}:{int(spec.get(key, 0))}", None
-    if aggregator in ("ps-async", "mxnet-async"):
+    aggregator = spec.get("name", AggregatorSpec.name)
+    for name, simulated in SIMULATED.items():
+        if simulated.key is not None and simulated.aggregator == aggregator:
+            return f"{name}:{int(spec.get(simulated.key, 0))}", None
+    kind = AGGREGATORS.get(aggregator)
+    # asynchronous without a bound: ps-async's model; not a coordinator-driven scheme
+    # (tensorflow-ps), whose coordinator hands each step to whichever worker is free
+    if kind is not None and kind.staleness_bound == "unbounded" and kind.serves is None:
         return "ps-async", None
     policy = (run.get("partition") or {}).get("policy", "equal")
     if policy in ADAPTIVE:
         return "bsp-adaptive", None
-    if policy == "profiled":
+    if policy in MEASURED:
         return "bsp-profiled", None
     first = after_warmup(steps, int(run.get("warmup_steps", 0)))
     first = first[first["step"] == first["step"].min()].sort_values("rank")

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from analysis.deviceclass import CommModel, DeviceClass, typical_slowdown
+from analysis.simulated import SIMULATED
 from harness.partition.policies import (
     Damping,
     Repartitioner,
@@ -42,8 +43,8 @@ from harness.partition.policies import (
 )
 
 BLOCK = 32
-SCHEMES = ("bsp", "bsp-profiled", "bsp-adaptive", "backup", "ssp", "ps-async", "local-sgd")
-PARAMETERISED = {"backup": "B", "ssp": "S", "local-sgd": "H"}
+SCHEMES = tuple(SIMULATED)
+PARAMETERISED = {name: s.letter for name, s in SIMULATED.items() if s.key is not None}
 
 
 @dataclass(frozen=True)

@@ -289,3 +289,17 @@ def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     four = simulate.summarise(simulate.simulate(many, comm, simulate.Scheme("ps-async"), 30,
                                                 32 * 64, servers=4))
     assert four["samples_per_s"] > 3 * one["samples_per_s"]
+
+
+def test_every_simulated_scheme_is_named_in_the_registries() -> None:
+    """The simulator's schemes are a real run's aggregator, policy and option: a simulated
+    run's manifest names them, and recorded runs map back to them (deviceclass)."""
+    from analysis.simulated import SIMULATED
+    from harness.partition.policies import POLICIES
+    from harness.spec.aggregators import AGGREGATORS
+
+    for name, simulated in SIMULATED.items():
+        assert simulated.aggregator in AGGREGATORS, name
+        assert simulated.policy is None or simulated.policy in POLICIES, name
+        assert simulated.key is None or simulated.key in AGGREGATORS[simulated.aggregator].keys
+        assert bool(simulated.key) == bool(simulated.letter), name

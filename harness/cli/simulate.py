@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analysis.simulated import SIMULATED
+from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
 from harness.system import environment
 
@@ -228,19 +230,18 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
         run_dir, n = out / f"{name}-r{repeat}-{stamp}-{n}", n + 1
     run_dir.mkdir(parents=True)
     recorded = runs[0][0]["run"] if runs else {}
-    policy = {"bsp-profiled": "profiled", "bsp-adaptive": "model"}.get(
-        scheme.name, "sizes" if job["sizes"] else "equal")
-    aggregator = {"bsp": "torch", "bsp-profiled": "torch", "bsp-adaptive": "torch"}.get(
-        scheme.name, scheme.name)
+    simulated = SIMULATED[scheme.name]
+    policy = simulated.policy or ("sizes" if job["sizes"] else "equal")
+    default = AggregatorSpec()
     run = {
         "name": name, "framework": recorded.get("framework", "pytorch"),
         "workload": recorded.get("workload"), "dataset": recorded.get("dataset"),
         "size": recorded.get("size", "small"), "steps": job["steps"], "warmup_steps": 0,
         "global_batch": job["global_batch"], "instrument": True, "seed": args.seed + repeat,
         "partition": {"policy": policy, "sizes": list(job["sizes"]) if job["sizes"] else None},
-        "aggregator": {"name": aggregator, "staleness": scheme.value if scheme.name == "ssp"
-                       else 0, "backup": scheme.value if scheme.name == "backup" else 0,
-                       "local_steps": scheme.value if scheme.name == "local-sgd" else 1},
+        "aggregator": {"name": simulated.aggregator, "staleness": default.staleness,
+                       "backup": default.backup, "local_steps": default.local_steps,
+                       **({simulated.key: scheme.value} if simulated.key else {})},
         "workers": [_worker(cls) for cls in sim.workers],
     }
     emulated = any(w["slowdown"] != 1.0 or w["slowdown_at"] for w in run["workers"])
