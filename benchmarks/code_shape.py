@@ -62,43 +62,15 @@ def any_parameters(path: Path) -> int:
 
 
 def cycles(repo: Path) -> list[list[str]]:
-    """Strongly connected components of more than one module (grimp's import graph)."""
+    """Strongly connected components of more than one module in `repo` (grimp's import
+    graph; the finder tests/test_layers.py checks this checkout with)."""
     import grimp
 
-    sys.path.insert(0, str(repo))
-    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.test_layers import module_cycles
 
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for child in sorted(graph.find_modules_directly_imported_by(node)):
-            if child not in index:
-                visit(child)
-                low[node] = min(low[node], low[child])
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    sys.setrecursionlimit(10_000)
-    for module in sorted(graph.modules):
-        if module not in index:
-            visit(module)
-    return found
+    sys.path.insert(0, str(repo))  # the packages of `repo`, whichever checkout it is
+    return module_cycles(grimp.build_graph(*PACKAGES, cache_dir=None))
 
 
 def main() -> int:

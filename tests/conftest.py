@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -270,6 +270,24 @@ def end_leftovers(who: str, before: Collection[psutil.Process] = (), fail: bool 
     if fail:
         pytest.fail(f"{who} left {len(left)} process(es) running (killed now):\n{described}",
                     pytrace=False)
+
+
+HETBENCH_TIMEOUT_S = 120.0  # a module may set its own TIMEOUT_S
+
+
+@pytest.fixture
+def hetbench(spawn: Spawn, request: pytest.FixtureRequest
+             ) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """hetbench(cwd, *args, env=None): `hetbench ARGS` run in folder cwd, to its end (the
+    test module's TIMEOUT_S, else HETBENCH_TIMEOUT_S)."""
+    timeout = getattr(request.module, "TIMEOUT_S", HETBENCH_TIMEOUT_S)
+
+    def run(cwd: Path, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
+                         timeout=timeout, env=env)
+
+    return run
 
 
 @pytest.fixture(autouse=True)

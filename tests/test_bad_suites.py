@@ -14,7 +14,7 @@ from harness.cli.run import refuse_missing_devices
 from harness.spec.errors import UsageError
 from harness.spec.fields import MAX_CORE
 from harness.spec.suite import load_suite
-from tests.test_cli_errors import cuda_7_missing, error_line, hetbench  # noqa: F401 - fixtures
+from tests.test_cli_errors import cuda_7_missing, error_line  # noqa: F401 - a fixture
 
 DIRECTORY = b"<a directory, not a file>"  # content marker: the suite path is a folder
 FILE = "{path}"  # `where` marker: the error names the suite file itself

@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Spawn, hetbench_command
+from tests.conftest import Spawn
 
 TIMEOUT_S = 60
 
@@ -30,15 +29,6 @@ workers = [ { device = "cuda:7" } ]
 """
 
 
-@pytest.fixture
-def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """hetbench(cwd, *args): `hetbench ARGS` run in folder cwd, to its end."""
-
-    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                         timeout=TIMEOUT_S)
-
-    return run
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -22,22 +22,13 @@ from harness.records import collector
 from harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
 from harness.records.results import launcher_alive
 from harness.system.procfs import start_ticks as process_start_ticks
-from tests.conftest import Spawn, hetbench_command
+from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
 TIMEOUT_S = 120
 STEPS, WORLD = 12, 2
 
 
-@pytest.fixture
-def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """hetbench(cwd, *args): `hetbench ARGS` run in folder cwd, to its end."""
-
-    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                         timeout=TIMEOUT_S)
-
-    return run
 
 
 def error_line(result: subprocess.CompletedProcess[str], path: Path) -> str:

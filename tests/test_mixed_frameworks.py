@@ -17,8 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,7 @@ import torch
 
 from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
 from harness.spec.aggregators import AGGREGATORS
-from tests.conftest import REPO, Spawn, hetbench_command
+from tests.conftest import REPO
 from tests.trace_check import check_trace
 
 STEPS = 12
@@ -62,16 +60,6 @@ def installed(framework: str) -> bool:
     return importlib.util.find_spec(REQUIREMENTS[framework][0]) is not None
 
 
-@pytest.fixture
-def hetbench(spawn: Spawn) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """hetbench(cwd, *args, env=None): `hetbench ARGS` run in folder cwd, to its end."""
-
-    def run(cwd: Path, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
-        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                         timeout=TIMEOUT_S, env=env)
-
-    return run
 
 
 @pytest.mark.slow
