@@ -1,4 +1,4 @@
-"""What every loop that trains in the worker processes (the data-parallel worker, pipeline
+"""What every trainer in the worker processes (the data-parallel worker, pipeline
 stages) does before its first step and after its last: each rank describes itself and
 measures its clock against rank 0's (`start`); at the end its description and records go to
 rank 0, which writes the completed run directory (`finish`, records.rundir.complete)."""

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.exchange import comm
+from harness.loop.engine import Turn
 from harness.loop.membership import CHANGE, END, EVAL, Membership, members_of
 from harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
 from harness.records import collector
-from harness.records.collector import BEGIN_FIELD, READY_FIELD, REDUCED_FIELD, RecordWriter
+from harness.records.collector import BEGIN_FIELD, READY_FIELD, REDUCED_FIELD
 from harness.spec.suite import RunSpec
 
 
@@ -94,26 +95,26 @@ class Repartitioning:
                                           self.standalone)
 
 
-def sit_out(membership: Membership, step: int, writer: RecordWriter, evaluator: Any,
-            repartition: Repartitioning) -> int | None:
-    """A left-out worker from `step` on: a record of batch size 0 for every step the
-    members take, evaluations and partition changes as the source announces them. Returns
-    the step to compute next once taken back, or None when the run is over."""
+def sit_out(membership: Membership, step: int, evaluator: Any, repartition: Repartitioning
+            ) -> Turn:
+    """One turn of a left-out worker at `step`: the source's next word, a record of batch
+    size 0 for every step the members took up to it, and the evaluation or partition change
+    it announces. The turn names the step to take next (None: the run is over); the worker
+    computes it if the change took it back, else it waits again. No step of the run's was
+    taken here: the turn's progress is None (harness/loop/engine.py)."""
     trainer = repartition.trainer
-    while True:
-        event = membership.wait()
-        for sat_out in range(step, event.step + 1):
-            writer.append(collector.left_out_record(repartition.rank, sat_out))
-        step = event.step + 1
-        if event.kind == EVAL:
-            membership.receive_parameters(trainer.adapter)
-            evaluator(event.progress)
-        elif event.kind == END:
-            membership.receive_parameters(trainer.adapter)
-            return None
-        elif event.kind == CHANGE:
-            sizes, reason = membership.receive_change(trainer.adapter, trainer.optimizer,
-                                                      repartition.repartitioner)
-            repartition.apply(event.step, sizes, reason)
-            if membership.computing:
-                return step
+    event = membership.wait()
+    records = [collector.left_out_record(repartition.rank, sat_out)
+               for sat_out in range(step, event.step + 1)]
+    following: int | None = event.step + 1
+    if event.kind == EVAL:
+        membership.receive_parameters(trainer.adapter)
+        evaluator(event.progress)
+    elif event.kind == END:
+        membership.receive_parameters(trainer.adapter)
+        following = None
+    elif event.kind == CHANGE:
+        sizes, reason = membership.receive_change(trainer.adapter, trainer.optimizer,
+                                                  repartition.repartitioner)
+        repartition.apply(event.step, sizes, reason)
+    return Turn(records, following, None)

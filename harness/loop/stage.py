@@ -1,4 +1,4 @@
-"""The training loop of one stage of a virtual worker (HetPipe, issue 14).
+"""One stage of a virtual worker (HetPipe, issue 14), its waves run by the step engine.
 
 A run with `virtual_workers` groups its ranks into virtual workers; rank i of a group runs
 stage i, consecutive layers of the model (workloads/<name>/pytorch.py `layers`), and
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from adapters.base import TorchLayersAdapter
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
-from harness.loop import lifecycle
+from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
 from harness.partition.policies import slice_bounds
 from harness.partition.stages import Links, Profile, split_layers, stage_times
@@ -248,9 +248,138 @@ def evaluate_served(evaluator: Any, progress: int, adapter: TorchLayersAdapter,
     adapter.flat_params.copy_(own)
 
 
-def due(run: RunSpec, waves_done: int) -> bool:
-    return bool(run.eval_every) and (waves_done % run.eval_every == 0
-                                     or waves_done == run.steps)
+@dataclass
+class StageEvaluation:
+    """The evaluation of a pipeline run whose virtual workers step together: at every
+    multiple of eval_every waves and the last, every rank (a collective, evaluate())."""
+
+    run: RunSpec
+    evaluator: Any  # rank 0's, None elsewhere
+    adapter: TorchLayersAdapter
+    parameters: tuple[int, int]  # this stage's [lo, hi) of the flat parameters
+    virtual_worker: int
+    device: Any
+
+    def due(self, waves_done: int) -> bool:
+        return bool(self.run.eval_every) and (waves_done % self.run.eval_every == 0
+                                              or waves_done == self.run.steps)
+
+    def __call__(self, waves_done: int) -> None:
+        evaluate(self.evaluator, waves_done, self.adapter, *self.parameters,
+                 self.virtual_worker, self.device)
+
+
+@dataclass
+class ServedEvaluation:
+    """The evaluation of a wsp run: worker 0 alone, on the servers' parameters."""
+
+    evaluator: Any
+    adapter: TorchLayersAdapter
+    run: RunSpec
+
+    def due(self, progress: int) -> bool:
+        return bool(self.evaluator.due(progress))
+
+    def __call__(self, progress: int) -> None:
+        evaluate_served(self.evaluator, progress, self.adapter, self.run)
+
+
+@dataclass
+class WaveSteps:
+    """One stage's waves as the step engine takes them (harness/loop/engine.py): per wave,
+    its slice of the global batch through the schedule, the exchange of this stage's
+    gradients, the update; one step record (the phases as the module's docstring says) and
+    the micro-batch records. Nothing between waves."""
+
+    rank: int
+    order: Any  # workloads.data.BatchOrder
+    inputs: Any
+    targets: Any
+    bounds: tuple[int, int]  # this virtual worker's slice of each global batch
+    first: bool  # the stage that reads the inputs
+    last: bool  # the stage that computes the loss
+    device: Any
+    sync: bool  # wait for the device at each mark (a GPU's work is asynchronous)
+    schedule: Any  # torch.distributed.pipelining's schedule over this stage
+    waves: AllreduceWaves | ServerWaves
+    timer: MicroTimer
+    stretch: Stretcher
+    flat_grads: Any
+    loss_slot: int  # the loss sum's index in flat_grads
+    micro_writer: collector.RecordWriter
+    most: int  # the waves no stage goes past
+    counters: Counters = field(default_factory=Counters)
+    threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
+
+    def take(self, wave: int) -> engine.Turn:
+        import torch
+
+        lo, hi = self.bounds
+        device, sync, stretch, last, flat_grads = (self.device, self.sync, self.stretch,
+                                                   self.last, self.flat_grads)
+        now = time.perf_counter_ns
+        self.timer.wave = wave
+        all_begin = self.threads_cpu.sample(refresh=False)
+        cpu_begin = time.thread_time_ns()
+        begin = now()
+        idx = self.order.indices(wave)[lo:hi]
+        x = self.inputs[idx] if self.first else None
+        y = self.targets[idx] if last else None
+        loaded = stretch(begin, now())
+        xs = None if x is None else torch.from_numpy(x).to(device, non_blocking=True)
+        ys = None if y is None else torch.from_numpy(y).to(device, non_blocking=True)
+        if sync:
+            torch.cuda.synchronize(device)
+        moved = now()
+        losses: list[Any] = []
+        args = () if xs is None else (xs,)
+        if last:
+            self.schedule.step(*args, target=ys, losses=losses)
+        else:
+            self.schedule.step(*args)
+        if sync:
+            torch.cuda.synchronize(device)
+        ready = now()
+        compute_cpu = (time.thread_time_ns() - cpu_begin,
+                       self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
+        micro_records, forward_ns, backward_ns = self.timer.take()
+        local_sum = float(sum(float(v) for v in losses)) if last else math.nan
+        if last:
+            flat_grads[self.loss_slot] = local_sum
+        exchange = self.waves.exchange(wave)
+        if sync:
+            torch.cuda.synchronize(device)
+        reduced = now()
+        self.waves.take(wave)
+        if sync:
+            torch.cuda.synchronize(device)
+        unpacked = now()
+        self.waves.apply()
+        loss = (float(flat_grads[self.loss_slot]) / exchange.loss_samples if last
+                else math.nan)
+        flat_grads.zero_()
+        if sync:
+            torch.cuda.synchronize(device)
+        done = now()
+        # the marks of a step's phases: this stage's forward and backward time, summed
+        # over its micro-batches, then the rest of the schedule up to `ready` (the
+        # pipeline's bubble, sends and receives) as the pack
+        backward_end = min(moved + forward_ns + backward_ns, ready)
+        marks = (begin, loaded, moved, min(moved + forward_ns, backward_end), backward_end,
+                 ready, reduced, unpacked, done)
+        stretched, stretch.total_ns = stretch.total_ns, 0
+        record = collector.timed_record(
+            self.rank, wave, hi - lo, lo, marks, stretched, compute_cpu, loss,
+            local_sum / (hi - lo), self.counters.take(), exchange)
+        for micro in micro_records:
+            self.micro_writer.append(micro)
+        if isinstance(self.waves, ServerWaves):  # wsp: the servers count the progress
+            following = None if exchange.done or wave + 1 >= self.most else wave + 1
+            return engine.Turn((record,), following, exchange.progress)
+        return engine.Turn((record,), wave + 1 if wave + 1 < self.most else None, wave + 1)
+
+    def between(self, wave: int, turn: engine.Turn) -> None:
+        pass
 
 
 def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
@@ -332,92 +461,32 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
                             loss_fn=lambda out, y: loss_sum(spec, out, y), scale_grads=False)
     stretch = Stretcher(worker.slowdown_for(0))
     timer = MicroTimer(stage, rank, stretch)
-    threads_cpu = ThreadsCpuClock()
-    sync = worker.is_cuda
 
     evaluator = make_evaluator(run, rank, adapter, run_dir)
-    if run.eval_every:
-        if isinstance(waves, ServerWaves):
-            if evaluator is not None:
-                evaluate_served(evaluator, 0, adapter, run)
-        else:
-            evaluate(evaluator, 0, adapter, p_lo, p_hi, vw, comm_device)
-        if evaluator is not None:
-            evaluator.start_clock()
+    serving = isinstance(waves, ServerWaves)
+    evaluation: engine.Evaluation | None = None
+    if serving and evaluator is not None:
+        evaluation = ServedEvaluation(evaluator, adapter, run)
+    elif not serving and run.eval_every:  # every rank: a collective
+        evaluation = StageEvaluation(run, evaluator, adapter, (p_lo, p_hi), vw, comm_device)
+    if evaluation is not None:
+        evaluation(0)
+    if evaluator is not None:
+        evaluator.start_clock()
     comm.barrier()  # every stage starts training together
     writer = collector.RecordWriter(collector.part_path(run_dir, rank))
     micro_writer = collector.RecordWriter(collector.micro_part_path(run_dir, rank),
                                           dtype=collector.MICRO_DTYPE)
-    counters = Counters()
-    now = time.perf_counter_ns
-    serving = isinstance(waves, ServerWaves)
-    # under wsp a faster virtual worker runs more waves; none runs more than all the budget
-    most = run.steps * (len(pipe.virtual_workers) if serving else 1)
+    steps = WaveSteps(
+        rank=rank, order=order, inputs=data.inputs, targets=data.targets, bounds=(lo, hi),
+        first=stage_index == 0, last=last, device=device, sync=worker.is_cuda,
+        schedule=schedule, waves=waves, timer=timer, stretch=stretch,
+        flat_grads=flat_grads, loss_slot=n, micro_writer=micro_writer,
+        # under wsp a faster virtual worker runs more waves; none runs more than the budget
+        most=run.steps * (len(pipe.virtual_workers) if serving else 1))
     try:
-        for wave in range(most):
-            if worker.varies:
-                stretch.extra = worker.factor_at(wave, run.seed, rank) - 1.0
-            timer.wave = wave
-            all_begin = threads_cpu.sample(refresh=False)
-            cpu_begin = time.thread_time_ns()
-            begin = now()
-            idx = order.indices(wave)[lo:hi]
-            x = data.inputs[idx] if stage_index == 0 else None
-            y = data.targets[idx] if last else None
-            loaded = stretch(begin, now())
-            xs = None if x is None else torch.from_numpy(x).to(device, non_blocking=True)
-            ys = None if y is None else torch.from_numpy(y).to(device, non_blocking=True)
-            if sync:
-                torch.cuda.synchronize(device)
-            moved = now()
-            losses: list[Any] = []
-            args = () if xs is None else (xs,)
-            if last:
-                schedule.step(*args, target=ys, losses=losses)
-            else:
-                schedule.step(*args)
-            if sync:
-                torch.cuda.synchronize(device)
-            ready = now()
-            compute_cpu = (time.thread_time_ns() - cpu_begin,
-                           threads_cpu.elapsed(all_begin, threads_cpu.sample()))
-            records, forward_ns, backward_ns = timer.take()
-            local_sum = float(sum(float(v) for v in losses)) if last else math.nan
-            if last:
-                flat_grads[n] = local_sum
-            exchange = waves.exchange(wave)
-            if sync:
-                torch.cuda.synchronize(device)
-            reduced = now()
-            waves.take(wave)
-            if sync:
-                torch.cuda.synchronize(device)
-            unpacked = now()
-            waves.apply()
-            loss = (float(flat_grads[n]) / exchange.loss_samples if last else math.nan)
-            flat_grads.zero_()
-            if sync:
-                torch.cuda.synchronize(device)
-            done = now()
-            # the marks of a step's phases: this stage's forward and backward time, summed
-            # over its micro-batches, then the rest of the schedule up to `ready` (the
-            # pipeline's bubble, sends and receives) as the pack
-            backward_end = min(moved + forward_ns + backward_ns, ready)
-            marks = (begin, loaded, moved, min(moved + forward_ns, backward_end), backward_end,
-                     ready, reduced, unpacked, done)
-            stretched, stretch.total_ns = stretch.total_ns, 0
-            writer.append(collector.timed_record(
-                rank, wave, hi - lo, lo, marks, stretched, compute_cpu, loss,
-                local_sum / (hi - lo), counters.take(), exchange))
-            for record in records:
-                micro_writer.append(record)
-            if serving:
-                if evaluator is not None and evaluator.due(exchange.progress):
-                    evaluate_served(evaluator, exchange.progress, adapter, run)
-                if exchange.done:
-                    break
-            elif due(run, wave + 1):
-                evaluate(evaluator, wave + 1, adapter, p_lo, p_hi, vw, comm_device)
+        engine.run_steps(steps, writer.append, evaluation,
+                         engine.slowdown_schedule(worker, stretch, run.seed, rank))
         parameters = None
         if serving and rank == 0:  # the servers hold the latest of every layer
             adapter.flat_params.copy_(served_parameters(run))

@@ -41,8 +41,9 @@ import sys
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,10 +55,15 @@ from harness.exchange.tensorflow_ps import (
     TIMES,
     server_folder,
 )
+from harness.loop import engine
+from harness.loop.engine import Record, Turn
 from harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
 from harness.records import collector, rundir
 from harness.spec.suite import RunSpec, run_from_dict
 from workloads import build_spec, get_workload
+
+if TYPE_CHECKING:
+    from harness.training.evaluation import Evaluator
 
 POLL_S = 0.1
 NO_COUNTERS = (0,) * 7  # context switches, CPU, rss, gc: of a TF server, not measured
@@ -105,37 +111,32 @@ def wall_to_monotonic_ns() -> int:
 
 
 class Recorder:
-    """Turns the step functions' outputs into hetbench records, one writer per worker. A
-    worker's step is written once its next step arrived: its exchange ends with the next
-    step's pull."""
+    """Turns the step functions' outputs into hetbench records. A worker's step is released
+    once its next step arrived: its exchange ends with the next step's pull."""
 
-    def __init__(self, run_dir: Path, world_size: int, bounds: list[tuple[int, int]]) -> None:
-        self.writers = [collector.RecordWriter(collector.part_path(run_dir, r))
-                        for r in range(world_size)]
+    def __init__(self, bounds: list[tuple[int, int]]) -> None:
         self.bounds = bounds
         self.offset = wall_to_monotonic_ns()
         self.held: dict[int, dict[str, Any]] = {}
         self.samples = 0
 
-    def add(self, out: dict[str, Any]) -> None:
+    def add(self, out: dict[str, Any]) -> list[Record]:
+        """The records `out` (one remote step's outputs) completes: its worker's last."""
         rank = int(out["rank"])
         out["ns"] = {name: int(round(float(t) * 1e9)) - self.offset
                      for name, t in zip(TIMES, out["times"], strict=True)}
         self.samples += int(out["samples"])
-        if rank in self.held:
-            self._write(self.held.pop(rank), out)
+        done = [self._record(self.held.pop(rank), out)] if rank in self.held else []
         self.held[rank] = out
+        return done
 
-    def close(self) -> list[np.ndarray]:
-        for rank in sorted(self.held):
-            self._write(self.held[rank], None)
+    def release(self) -> list[Record]:
+        """The records of the steps still held: every worker's last, with no next pull."""
+        done = [self._record(self.held[rank], None) for rank in sorted(self.held)]
         self.held.clear()
-        arrays = [w.records() for w in self.writers]
-        for w in self.writers:
-            w.close()
-        return arrays
+        return done
 
-    def _write(self, cur: dict[str, Any], nxt: dict[str, Any] | None) -> None:
+    def _record(self, cur: dict[str, Any], nxt: dict[str, Any] | None) -> Record:
         rank, n, t = int(cur["rank"]), int(cur["samples"]), cur["ns"]
         reduced = nxt["ns"]["pulled"] if nxt else t["pushed"]
         wait = nxt["ns"]["t0"] - t["pushed"] if nxt else 0
@@ -148,9 +149,60 @@ class Recorder:
                             push_ns=t["pushed"] - t["ready"], wait_ns=wait, pull_ns=pull,
                             asynchronous=True)
         loss = float(cur["loss"]) / n
-        self.writers[rank].append(collector.timed_record(
+        return collector.timed_record(
             rank, int(cur["step"]), n, self.bounds[rank][0], marks,
-            t["ready"] - t["backward"], (0, 0), loss, loss, NO_COUNTERS, exchange))
+            t["ready"] - t["backward"], (0, 0), loss, loss, NO_COUNTERS, exchange)
+
+
+class RemoteSteps:
+    """The workers' steps as the step engine takes them (harness/loop/engine.py): each turn
+    collects the next step function to finish, keeping enough scheduled that no worker
+    waits for the coordinator, no more than the budget needs; once the servers have applied
+    the samples of `steps` global batches, the last turn collects those still in flight
+    (they are applied too) and every worker's last step."""
+
+    def __init__(self, coordinator: Any, step: Any, args: tuple[Any, ...], recorder: Recorder,
+                 run: RunSpec) -> None:
+        self.coordinator, self.step, self.args, self.recorder = coordinator, step, args, recorder
+        self.batch, self.world_size = run.global_batch, run.world_size
+        self.budget = run.steps * run.global_batch
+        self.pending: deque[Any] = deque()
+
+    def take(self, turn: int) -> Turn:
+        recorder, pending = self.recorder, self.pending
+        if recorder.samples < self.budget:
+            mean_slice = self.batch / self.world_size
+            while len(pending) < 2 * self.world_size and \
+                    recorder.samples + len(pending) * mean_slice < self.budget:
+                pending.append(self.coordinator.schedule(self.step, args=self.args))
+            records = recorder.add(pending.popleft().fetch())
+            return Turn(records, turn + 1, recorder.samples // self.batch)
+        self.coordinator.join()
+        records = []
+        while pending:
+            records += recorder.add(pending.popleft().fetch())
+        records += recorder.release()
+        return Turn(records, None, recorder.samples // self.batch)
+
+    def between(self, step: int, turn: Turn) -> None:
+        pass
+
+
+@dataclass
+class ServedEvaluation:
+    """The coordinator evaluates the servers' parameters, as worker 0 of hetbench's
+    asynchronous schemes evaluates its own (harness/training/evaluation.py); training
+    goes on meanwhile."""
+
+    evaluator: Evaluator
+    model: Any  # tensorflow_ps_graph.Model
+
+    def due(self, progress: int) -> bool:
+        return self.evaluator.due(progress)
+
+    def __call__(self, progress: int) -> None:
+        self.model.pull()
+        self.evaluator(progress)
 
 
 def batch_tables(run: RunSpec, samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -188,49 +240,31 @@ def train(run: RunSpec, run_dir: Path) -> None:
     batches = iter(coordinator.create_per_worker_dataset(graph.batches_fn(
         data.inputs, data.targets.astype(np.int64), rows, bounds, model.workload.NHWC)))
     sleepers = iter(coordinator.create_per_worker_dataset(graph.sleeper_fn))
-    # the coordinator evaluates the servers' parameters, as worker 0 of hetbench's
-    # asynchronous schemes evaluates its own (harness/training/evaluation.py); training goes on
     evaluator = None if not run.eval_every else Evaluator(
         run.eval_every, run.steps, run.global_batch, get_workload(run.workload).metric, 0, 1,
         model.local, load_dataset(run.dataset, run.workload, run.seed, "heldout"),
         lambda values: [values], run_dir)
-    if evaluator is not None:
-        model.pull()
-        evaluator(0)
+    evaluation = None if evaluator is None else ServedEvaluation(evaluator, model)
+    if evaluator is not None and evaluation is not None:
+        evaluation(0)
         evaluator.start_clock()
-    recorder = Recorder(run_dir, run.world_size, bounds)
+    writers = [collector.RecordWriter(collector.part_path(run_dir, r))
+               for r in range(run.world_size)]
+
+    def write(record: Record) -> None:
+        writers[record[collector.RANK_FIELD]].append(record)
+
+    recorder = Recorder(bounds)
     try:
-        schedule(coordinator, step, (batches, sleepers), recorder, run, evaluator, model)
+        engine.run_steps(RemoteSteps(coordinator, step, (batches, sleepers), recorder, run),
+                         write, evaluation)
     finally:
-        arrays = recorder.close()
+        for record in recorder.release():  # stopped early: what it holds is recorded
+            write(record)
+        arrays = [w.records() for w in writers]
+        for w in writers:
+            w.close()
     close(run, run_dir, arrays, model.pull().parameters(), sizes, model.placement())
-
-
-def schedule(coordinator: Any, step: Any, args: tuple[Any, ...], recorder: Recorder,
-             run: RunSpec, evaluator: Any, model: Any) -> None:
-    """Step functions for whichever worker is free, until the servers have applied the
-    samples of `steps` global batches (those in flight then are applied too, and
-    recorded); an evaluation whenever the global steps pass a multiple of eval_every."""
-    batch = run.global_batch
-    budget, mean_slice = run.steps * batch, batch / run.world_size
-    pending: deque[Any] = deque()
-
-    def evaluate_if_due() -> None:
-        if evaluator is not None and evaluator.due(recorder.samples // batch):
-            model.pull()
-            evaluator(recorder.samples // batch)
-
-    while recorder.samples < budget:
-        # enough in flight that no worker waits for this loop, no more than the budget needs
-        while len(pending) < 2 * run.world_size and \
-                recorder.samples + len(pending) * mean_slice < budget:
-            pending.append(coordinator.schedule(step, args=args))
-        recorder.add(pending.popleft().fetch())
-        evaluate_if_due()
-    coordinator.join()
-    while pending:
-        recorder.add(pending.popleft().fetch())
-    evaluate_if_due()
 
 
 def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],

@@ -1,4 +1,4 @@
-"""THE training loop: one process per worker, the only place phases are timed.
+"""A worker process: its setup and the data-parallel step (`Trainer`), run by the step engine.
 
 Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.base import Adapter, DeviceEvents
 from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
-from harness.loop import lifecycle
+from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
 from harness.loop.timer import CudaEventTimer, PhaseTimer, StepTimer
 from harness.partition.policies import (
@@ -390,8 +390,9 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     import torch
 
     from harness.exchange import comm
+    from harness.loop.data_parallel import WorkerSteps
     from harness.loop.membership import Membership
-    from harness.loop.repartitioning import Repartitioning, sit_out
+    from harness.loop.repartitioning import Repartitioning
 
     worker = run.workers[rank]
     adapter = trainer.adapter
@@ -416,39 +417,15 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         evaluator(0)
     comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
-    counters = Counters()
-    repartitioner = make_repartitioner(run)
-    repartition = Repartitioning(run, rank, device, trainer, repartitioner, membership,
-                                 run_dir, standalone)
+    step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
+    steps = WorkerSteps(run, step_fn, Counters(), (lo, hi), membership,
+                        Repartitioning(run, rank, device, trainer, make_repartitioner(run),
+                                       membership, run_dir, standalone), evaluator)
     try:
-        step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
         if evaluator:
             evaluator.start_clock()
-        following: int | None = 0
-        while following is not None:
-            step = following
-            if membership is not None and not membership.computing:
-                following = sit_out(membership, step, writer, evaluator, repartition)
-                lo, hi = repartition.bounds()
-                continue
-            if worker.varies:
-                trainer.stretch.extra = worker.factor_at(step, run.seed, rank) - 1.0
-            record, exchange = step_fn(step, lo, hi, counters)
-            writer.append(record)
-            following = exchange.next_step
-            progress = step + 1 if exchange.progress is None else exchange.progress
-            if evaluator and evaluator.due(progress):
-                if membership is not None:
-                    membership.announce_evaluation(step, progress, adapter)
-                evaluator(progress)
-            if membership is not None:
-                membership.keep_alive(step)
-            if repartitioner is None:
-                continue
-            repartition.measure(hi - lo, record)
-            if (step + 1) % run.partition.every == 0 and step + 1 < run.steps:
-                repartition.between_steps(step)  # outside any step's timing
-                lo, hi = repartition.bounds()
+        engine.run_steps(steps, writer.append, steps.evaluation(adapter),
+                         engine.slowdown_schedule(worker, trainer.stretch, run.seed, rank))
     finally:
         writer.close()
     if membership is not None and membership.computing:
