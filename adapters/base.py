@@ -19,7 +19,7 @@ like MXNet's engine), so that a phase ends only when its work has ended.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NewType, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +27,24 @@ if TYPE_CHECKING:
     import torch
 
     from workloads.models import ModelSpec
+
+# What the loop hands from one primitive to the next without looking inside: the
+# framework's own tensors, opaque to all but the adapter that made them (which casts them
+# back). mypy keeps a batch from being passed where a loss is due.
+Batch = NewType("Batch", object)
+Loss = NewType("Loss", object)
+
+
+class TimingEvent(Protocol):
+    """A device event the phase timer records on the worker's stream (torch.cuda.Event)."""
+
+    def record(self) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_time(self, end_event: TimingEvent, /) -> float:
+        """Milliseconds from this event to `end_event` (both recorded)."""
+        ...
 
 
 class Adapter(Protocol):
@@ -58,15 +76,15 @@ class Adapter(Protocol):
         """The flat torch buffer (spec.num_elements + 1 floats) that is all-reduced."""
         ...
 
-    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any: ...
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Batch: ...
 
-    def forward(self, batch: Any) -> Any:
+    def forward(self, batch: Batch) -> Loss:
         """Returns a handle on the loss sum over the batch."""
         ...
 
-    def backward(self, loss: Any) -> None: ...
+    def backward(self, loss: Loss) -> None: ...
 
-    def pack(self, loss: Any) -> None: ...
+    def pack(self, loss: Loss) -> None: ...
 
     def unpack(self) -> None: ...
 
@@ -93,7 +111,7 @@ class DeviceEvents(Protocol):
     """An adapter whose GPU work can be timed by events on its device's stream (the loop's
     CudaEventTimer) instead of a wait at every phase boundary."""
 
-    def cuda_event(self) -> Any:
+    def cuda_event(self) -> TimingEvent:
         """A timing event on the current stream of this worker's device."""
         ...
 

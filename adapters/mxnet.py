@@ -18,11 +18,12 @@ for the gradients, timed or not: torch must not all-reduce memory the engine sti
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
+from adapters.base import Batch, Loss
 from workloads.models import ModelSpec, builder
 from workloads.mx_layers import autograd, gluon, mx
 
@@ -140,7 +141,11 @@ class MXNetAdapter:
             raise ValueError("MXNet on a GPU with a host communication buffer is not supported")
         return self._buffer
 
-    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Batch:
+        return Batch(self._arrays(inputs, targets))
+
+    def _arrays(self, inputs: np.ndarray, targets: np.ndarray
+                ) -> tuple[mx.nd.NDArray, mx.nd.NDArray]:
         # zero-copy, as torch.from_numpy: MXNet marks the array it is given read-only, so
         # it gets a view and the caller's array stays writable
         x = mx.nd.from_numpy(np.ascontiguousarray(inputs).view(), zero_copy=True)
@@ -149,13 +154,13 @@ class MXNetAdapter:
             x, y = x.as_in_context(self.ctx), y.as_in_context(self.ctx)
         return x, y
 
-    def forward(self, batch: Any) -> Any:
-        x, y = batch
+    def forward(self, batch: Batch) -> Loss:
+        x, y = cast("tuple[mx.nd.NDArray, mx.nd.NDArray]", batch)
         with autograd.record():
-            return self.model(x, y)
+            return Loss(self.model(x, y))
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
-        x, y = self.to_device(inputs, targets)
+        x, y = self._arrays(inputs, targets)
         # training mode, without recording: in inference mode MKLDNN reorders conv weights
         # in place into its own layout, and ours are views into the flat parameter array
         # (the reorder overwrote neighbouring parameters). No workload has dropout or
@@ -167,13 +172,13 @@ class MXNetAdapter:
         return (float(loss_sum(mx.nd, self.spec, logits, y).asscalar()),
                 float((correct * counted).sum().asscalar()), float(counted.sum().asscalar()))
 
-    def backward(self, loss: Any) -> None:
-        loss.backward()  # grad_req "write": overwrites the gradient views
+    def backward(self, loss: Loss) -> None:
+        cast("mx.nd.NDArray", loss).backward()  # grad_req "write": overwrites the gradients
 
-    def pack(self, loss: Any) -> None:
+    def pack(self, loss: Loss) -> None:
         # fetching the scalar and writing it through torch costs ~20 us; an MXNet slice
         # assignment into the slot ~180 us
-        self._buffer[-1] = float(loss.asscalar())
+        self._buffer[-1] = float(cast("mx.nd.NDArray", loss).asscalar())
         # torch reads this memory next: the engine must have finished writing it
         self.flat_grads.wait_to_read()
 

@@ -9,12 +9,13 @@ SGD update is one fused add over all parameters.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from adapters.base import Batch, Loss
 from workloads.models import IGNORE, ModelSpec, builder
 
 
@@ -126,17 +127,21 @@ class TorchAdapter:
         self._host_buffer = torch.zeros(self.flat_grads.numel(), pin_memory=True)
         return self._host_buffer
 
-    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Batch:
+        return Batch(self._tensors(inputs, targets))
+
+    def _tensors(self, inputs: np.ndarray, targets: np.ndarray
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.from_numpy(inputs).to(self.device, non_blocking=True)
         y = torch.from_numpy(targets).to(self.device, non_blocking=True)
         return x, y
 
-    def forward(self, batch: Any) -> Any:
-        x, y = batch
+    def forward(self, batch: Batch) -> Loss:
+        x, y = cast("tuple[torch.Tensor, torch.Tensor]", batch)
         if self._tail is not None:
             assert self._head is not None
-            return RemoteTail.apply(self._head(x), y, self._tail)
-        return loss_sum(self.spec, self.model(x), y)
+            return Loss(RemoteTail.apply(self._head(x), y, self._tail))
+        return Loss(loss_sum(self.spec, self.model(x), y))
 
     def place_tail(self, first_layer: int, compute: TailCompute) -> None:
         """Layers from `first_layer` on (workloads' `layers`) are computed elsewhere: the
@@ -148,15 +153,15 @@ class TorchAdapter:
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
         with torch.no_grad():
-            x, y = self.to_device(inputs, targets)
+            x, y = self._tensors(inputs, targets)
             logits = self.model(x)
             return (float(loss_sum(self.spec, logits, y)), *hits(self.spec, logits, y))
 
-    def backward(self, loss: Any) -> None:
-        loss.backward()
+    def backward(self, loss: Loss) -> None:
+        cast("torch.Tensor", loss).backward()
 
-    def pack(self, loss: Any) -> None:
-        self.flat_grads[-1:].copy_(loss.detach().reshape(1))
+    def pack(self, loss: Loss) -> None:
+        self.flat_grads[-1:].copy_(cast("torch.Tensor", loss).detach().reshape(1))
         if self._host_buffer is not None:
             # Blocking: gloo reads this host buffer from the CPU as soon as pack returns,
             # also in the untimed loop, which does not synchronise the device.

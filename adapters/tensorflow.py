@@ -28,12 +28,13 @@ TensorFlow reads it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch.utils.dlpack import to_dlpack
 
+from adapters.base import Batch, Loss
 from workloads.models import IGNORE, ModelSpec, builder
 from workloads.tf_layers import layouts, tf
 
@@ -183,27 +184,30 @@ class TensorFlowAdapter:
             self._set_buffer(torch.zeros(self.spec.num_elements + 1, device=device))
         return self._buffer
 
-    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Any:
+    def to_device(self, inputs: np.ndarray, targets: np.ndarray) -> Batch:
+        return Batch(self._tensors(inputs, targets))
+
+    def _tensors(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.device(self.tf_device):
             x = tf.convert_to_tensor(inputs)
             if self.nhwc:
                 x = tf.transpose(x, (0, 2, 3, 1))  # NCHW data -> NHWC
             return x, tf.convert_to_tensor(targets)
 
-    def forward(self, batch: Any) -> Any:
-        x, y = batch
+    def forward(self, batch: Batch) -> Loss:
+        x, y = cast("tuple[tf.Tensor, tf.Tensor]", batch)
         # watch only the parameters: the tape keeps nothing else alive
         self._tape = tf.GradientTape(watch_accessed_variables=False)
         with self._tape:
             self._tape.watch(self.variables)
             loss = self._forward_fn(x, y)
-        return loss
+        return Loss(loss)
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:
-        loss, correct, counted = self._evaluate_fn(*self.to_device(inputs, targets))
+        loss, correct, counted = self._evaluate_fn(*self._tensors(inputs, targets))
         return float(loss), float(correct), float(counted)
 
-    def backward(self, loss: Any) -> None:
+    def backward(self, loss: Loss) -> None:
         assert self._tape is not None, "backward() without forward()"
         grads = self._tape.gradient(loss, self.variables)
         # tf.gather's gradient (the embedding) comes as IndexedSlices: summing its rows into
@@ -212,14 +216,14 @@ class TensorFlowAdapter:
                        for g in grads]
         self._tape = None
 
-    def pack(self, loss: Any) -> None:
+    def pack(self, loss: Loss) -> None:
         assert self._grads is not None, "pack() without backward()"
         for (target, view), grad in zip(self._pack_targets, self._grads, strict=True):
             # torch reads TF's gradient memory through DLPack (no copy) and copies it into
             # the buffer, through a permuted view where the layouts differ
             source = torch.from_dlpack(grad)
             target.copy_(source.view(view) if view else source.view(-1))
-        self._buffer[-1] = float(loss)
+        self._buffer[-1] = float(cast("tf.Tensor", loss))
 
     def unpack(self) -> None:
         for staging, source in zip(self._staging_views, self._unpack_sources, strict=True):

@@ -44,6 +44,7 @@ from harness.training.optim import Optimizer
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed import ProcessGroup
 
 
 class Holds(StrEnum):
@@ -101,8 +102,9 @@ class Unattached:
 class LeavesOut(Aggregator, Protocol):
     """An aggregator whose exchange can leave a worker out (`Kind.leaves_out`)."""
 
-    def set_members(self, group: Any, count: int) -> None:
-        """Exchange among `count` members in the process group `group` from now on."""
+    def set_members(self, group: ProcessGroup | None, count: int) -> None:
+        """Exchange among `count` members in the process group `group` (None: the whole
+        job's) from now on."""
         ...
 
 

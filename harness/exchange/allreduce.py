@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from harness.exchange import Context, Exchange, Holds, next_step
 
@@ -26,10 +27,10 @@ class Allreduce:
         self.buffer = context.buffer
         self.steps = context.run.steps
         self.global_batch = context.run.global_batch
-        self.group: Any = None  # the whole job's
+        self.group: ProcessGroup | None = None  # the whole job's
         self.alone = context.run.world_size == 1  # a job of one worker has nothing to sum
 
-    def set_members(self, group: Any, count: int) -> None:
+    def set_members(self, group: ProcessGroup | None, count: int) -> None:
         """Only these workers compute (harness/loop/membership.py): the all-reduce runs in their
         group, and not at all for a lone worker, whose sums are already the batch's."""
         self.group, self.alone = group, count == 1

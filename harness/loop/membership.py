@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from adapters.base import Adapter
 from harness.training.optim import Optimizer
@@ -79,7 +80,7 @@ class Membership:
     def left_out(self) -> list[int]:
         return [r for r in range(self.world_size) if r not in self.members]
 
-    def group(self) -> Any:
+    def group(self) -> ProcessGroup | None:
         """The members' process group (None: the whole job's, or a lone member that needs
         none). Every rank calls this together after the members change:
         torch.distributed.new_group is collective."""

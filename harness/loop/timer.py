@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from adapters.base import TimingEvent
 from harness.records.collector import PHASES, Phase
 
 
@@ -98,7 +99,8 @@ class CudaEventTimer(StepTimer):
     `events`: how to make a timing event (torch.cuda.Event(enable_timing=True)); the
     stream is the one the adapter's work is queued on."""
 
-    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], Any]) -> None:
+    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], TimingEvent]
+                 ) -> None:
         super().__init__(lambda start, end: end, synchronize)
         self.events = [new_event() for _ in range(PHASES.index(Phase.PACK) + 2)]
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Adapter, DeviceEvents
+import numpy as np
+
+from adapters.base import Adapter, DeviceEvents, Loss
 from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
 from harness.loop import engine, lifecycle
@@ -55,6 +57,8 @@ from workloads import build_spec, get_workload
 
 if TYPE_CHECKING:
     import torch
+
+    from workloads.data import BatchOrder
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
@@ -87,9 +91,9 @@ class Trainer:
     run: RunSpec
     rank: int
     adapter: Adapter
-    inputs: Any
-    targets: Any
-    order: Any
+    inputs: np.ndarray  # the training set, host arrays
+    targets: np.ndarray
+    order: BatchOrder
     stretch: Stretcher
     timer: PhaseTimer  # marks each phase's end (harness/loop/timer.py)
     # the communication buffer: gradient sums, the loss sum last (the adapter's comm_buffer)
@@ -98,10 +102,13 @@ class Trainer:
     initial: torch.Tensor  # the initial parameters, flat float32 in spec order
     # how this worker's gradients meet the others' (attached once built from the trainer)
     aggregator: Aggregator = field(default_factory=lambda: Unattached())
-    prepare: Any = None  # the workload's per-batch transform (BERT's masking), or None
+    # the workload's per-batch transform (BERT's masking), or None
+    prepare: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
     num_classes: int = 0
-    encoded: Any = None  # training images as PNG (loader decode), or None
-    fetch: Any = None  # (step, lo, hi) -> batch: the loader's, or batch() in line
+    encoded: list[bytes] | None = None  # training images as PNG (loader decode), or None
+    # (step, lo, hi) -> batch: the loader's, or batch() in line (set once built)
+    fetch: Callable[[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
+        default=lambda step, lo, hi: _no_batch_source())
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
     threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
@@ -116,7 +123,7 @@ class Trainer:
         else:
             self.read_loss = lambda: float(buffer[-1].item())
 
-    def batch(self, step: int, lo: int, hi: int) -> tuple[Any, Any]:
+    def batch(self, step: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The slice [lo, hi) of step `step`'s global batch, as the workload prepares it."""
         idx = self.order.indices(step)[lo:hi]
         loader = self.run.loader
@@ -136,7 +143,7 @@ class Trainer:
                                 self.num_classes)
         return x, y
 
-    def compute(self, step: int, lo: int, hi: int) -> Any:
+    def compute(self, step: int, lo: int, hi: int) -> Loss:
         """load -> to_device -> forward -> backward -> pack, each phase's end marked by the
         timer (begun by the caller)."""
         adapter, timer = self.adapter, self.timer
@@ -235,6 +242,10 @@ class Trainer:
             self.adapter.zero_grad()
             durations.append(self.timer.marks[-1] - self.timer.marks[0])
         return size / (statistics.median(durations[1:]) / 1e9)
+
+
+def _no_batch_source() -> tuple[np.ndarray, np.ndarray]:
+    raise RuntimeError("no batch source attached to this trainer (build_trainer sets one)")
 
 
 def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ...]:
