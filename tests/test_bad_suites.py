@@ -380,3 +380,96 @@ def test_hetbench_run_refuses_before_anything_runs(tmp_path: Path,
 def test_every_cli_case_is_in_the_table() -> None:
     assert CLI_CASES <= {c[0] for c in CASES}
     assert len({c[0] for c in CASES}) == len(CASES)
+
+
+# -- what kind of file the suite is (issue 30) ---------------------------------------------
+
+
+def test_a_device_or_socket_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    """/dev/zero would be read to the size limit, a terminal would block: neither is opened."""
+    import socket
+
+    listening = tmp_path / "suite.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(listening))
+        for path, kind in (("/dev/zero", "character device"), (str(listening), "socket")):
+            with pytest.raises(UsageError) as info:
+                load_suite(path)
+            assert info.value.where == path
+            assert info.value.message == f"is a {kind}, not a suite file (name a .toml file)"
+
+
+def test_a_named_pipe_nobody_writes_to_reads_as_empty_at_once(tmp_path: Path) -> None:
+    """Opening it for reading would block until a writer came (22 minutes, observed)."""
+    import time
+
+    fifo = tmp_path / "suite.fifo"
+    os.mkfifo(fifo)
+    began = time.monotonic()
+    with pytest.raises(UsageError) as info:
+        load_suite(str(fifo))
+    assert "is empty" in info.value.message
+    assert time.monotonic() - began < 5  # no wait for a writer (the limit is 30 s)
+
+
+def test_a_pipe_is_read_to_its_end_and_a_silent_writer_waited_for_with_a_limit(
+        tmp_path: Path) -> None:
+    """As `hetbench run <(generate-suite)` gives it; a writer that holds the pipe open and
+    never finishes is a usage error once the time is up."""
+    import threading
+    import time
+
+    from harness.spec.suite import _read_pipe
+
+    fifo = tmp_path / "suite.fifo"
+    os.mkfifo(fifo)
+    text = run('workload = "mlp"', "steps = 20").encode()
+
+    def write_slowly() -> None:
+        with open(fifo, "wb") as pipe:
+            for i in range(0, len(text), 7):
+                pipe.write(text[i:i + 7])
+                pipe.flush()
+
+    # a reader first (as the shell's <(...) has one), so the writer's open does not block
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    try:
+        suite_text, deadline = b"", time.monotonic() + 10
+        # empty until the writer has opened its end (no writer: end of file at once)
+        while not suite_text and time.monotonic() < deadline:
+            suite_text = _read_pipe(fifo, timeout_s=10)
+    finally:
+        writer.join(10)
+        os.close(reader)
+    assert suite_text == text
+
+    held = os.open(fifo, os.O_RDWR)  # a writer that never writes nor closes
+    try:
+        with pytest.raises(UsageError) as info:
+            _read_pipe(fifo, timeout_s=0.3)
+        assert info.value.message == "a pipe whose writer did not finish within 0.3 s"
+    finally:
+        os.close(held)
+
+
+def test_hetbench_run_refuses_an_interface_and_an_empty_out(tmp_path: Path,
+                                                            request: pytest.FixtureRequest
+                                                            ) -> None:
+    """`interface` is what listeners bind across hosts; a single-host run would record it
+    and use loopback. An empty --out would write into the current folder."""
+    hetbench = request.getfixturevalue("hetbench")
+    path, out = write(tmp_path, run('interface = "lo"')), tmp_path / "out"
+    result = hetbench(tmp_path, "run", str(path), "--out", str(out), "--no-progress")
+    assert error_line(result) == (
+        "hetbench: error: runs[0].interface: 'lo' is for runs across hosts (torchrun mode, "
+        "docs/howto/multi-host.md); `hetbench run` runs on this host over loopback: "
+        "remove it")
+    assert not out.exists()
+    for command in (["run", "quick"], ["figures", str(tmp_path)]):
+        result = hetbench(tmp_path, *command, "--out", "")
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1].endswith(
+            "error: argument --out: empty: name a folder ('.' for the current one)")
+        assert list(tmp_path.iterdir()) == [tmp_path / "suite.toml"]

@@ -10,8 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,14 +37,14 @@ workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
 
 
-def start_long_run(spawn: Spawn, tmp_path: Path, write_suite, text: str = LONG_RUN
-                   ) -> tuple[subprocess.Popen[str], Path, list[int]]:
+def start_long_run(spawn: Spawn, tmp_path: Path, write_suite, text: str = LONG_RUN,
+                   **popen: Any) -> tuple[subprocess.Popen[str], Path, list[int]]:
     """`hetbench run` of a suite `faults` with a run `long` of two workers, once it has
     flushed 40 steps."""
     suite = write_suite(text)
     proc = spawn(hetbench_command("run", str(suite), "--out", str(tmp_path / "out"),
                                   "--no-progress"),
-                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         runs = list((tmp_path / "out" / "faults").glob("long-*"))
@@ -125,21 +127,71 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, write_suite, spawn: Sp
 # -- signals to the launcher (issue 18: runs never stay `running`) ---------------------------
 
 
-def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite, spawn: Spawn) -> None:
-    """What `timeout`, `kill` and CI cancellation send."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+                         ids=["SIGTERM", "SIGHUP", "SIGQUIT"])
+def test_a_terminating_signal_ends_the_run_like_ctrl_c(tmp_path: Path, write_suite,
+                                                       spawn: Spawn, sig: int) -> None:
+    """SIGTERM: what `timeout`, `kill` and CI cancellation send; SIGHUP: a terminal that
+    closes; SIGQUIT: Ctrl-backslash. Each by default ends Python at once, the run left
+    `running` with its records only in parts."""
     proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
     flushed_before = collector.steps_done(run_dir, 2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     started = time.monotonic()
     code, err = finish(proc)
     assert time.monotonic() - started < 15
-    assert code == 128 + signal.SIGTERM, err
-    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    name = signal.Signals(sig).name
+    assert code == 128 + sig, err
+    assert f"interrupted by {name}" in err and "Traceback" not in err
     assert not any(alive(p) for p in pids)
     run = load_run(run_dir)
-    assert (run.status, run.manifest["reason"]) == ("interrupted", "interrupted by SIGTERM")
+    assert (run.status, run.manifest["reason"]) == ("interrupted", f"interrupted by {name}")
     assert (run_dir / "steps.parquet").is_file()
     assert run.steps["step"].nunique() >= flushed_before
+
+
+def _ignoring(*numbers: int) -> Callable[[], None]:
+    """What a parent leaves a child: these signals ignored (exec keeps SIG_IGN)."""
+
+    def ignore() -> None:
+        for number in numbers:
+            signal.signal(number, signal.SIG_IGN)
+
+    return ignore
+
+
+def test_ctrl_c_stops_a_launcher_that_inherited_it_ignored(tmp_path: Path, write_suite,
+                                                           spawn: Spawn) -> None:
+    """A background job of a non-interactive shell (`bash -c 'hetbench run ... &'`, some CI
+    runners) starts with SIGINT ignored; Python then installs no handler of its own."""
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite,
+                                         preexec_fn=_ignoring(signal.SIGINT))
+    proc.send_signal(signal.SIGINT)
+    code, err = finish(proc)
+    assert code == 130, err
+    assert not any(alive(p) for p in pids)
+    run = load_run(run_dir)
+    assert (run.status, run.manifest["reason"]) == ("interrupted",
+                                                    "interrupted by the user (Ctrl-C)")
+
+
+def test_under_nohup_a_hangup_leaves_the_run_going(tmp_path: Path, write_suite,
+                                                   spawn: Spawn) -> None:
+    """nohup ignores SIGHUP so that a run outlives its terminal: hetbench keeps it ignored
+    (and a SIGTERM still closes the run)."""
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite,
+                                         preexec_fn=_ignoring(signal.SIGHUP))
+    proc.send_signal(signal.SIGHUP)
+    before = collector.steps_done(run_dir, 2)
+    deadline = time.monotonic() + 30
+    while collector.steps_done(run_dir, 2) < before + 20 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    assert collector.steps_done(run_dir, 2) >= before + 20  # still training
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert load_run(run_dir).manifest["reason"] == "interrupted by SIGTERM"
 
 
 def hetbench_once(spawn: Spawn, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness.cli import arguments
 from harness.cli.compare import add_statistics_arguments, report, settings_from
 from harness.spec.builtin import builtin_text
 from harness.spec.errors import UsageError
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="git commit (or branch, tag, HEAD~1) to compare against")
     parser.add_argument("--repeats", type=int, default=None,
                         help="rounds, i.e. launches per side (default: the suite's repeats)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=arguments.folder, default=None,
                         help="where both sides' results go (default: results/ci/<UTC time>)")
     parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                         help="committed runs of the suite to compare the working tree's "

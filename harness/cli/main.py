@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    signals.terminate_as_interrupt()  # `timeout`, `kill`, CI cancellation: as Ctrl-C
+    signals.install()  # SIGTERM, SIGHUP, SIGQUIT as Ctrl-C; Ctrl-C even if inherited ignored
     try:
         return int(importlib.import_module(args.module).run(args))
     except UsageError as exc:

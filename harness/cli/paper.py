@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import launches
+from harness.cli import arguments, launches
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     launches.add_arguments(parser)
     parser.add_argument("paths", nargs="+", type=Path,
                         help="run directories, or suite/results folders holding them")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=arguments.folder, required=True,
                         help="folder for the figures and table.md / table.tex")
 
 

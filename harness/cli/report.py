@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli import launches
+from harness.cli import arguments, launches
 from harness.records import baselines
 from harness.spec.errors import UsageError
 
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     launches.add_arguments(parser)
     parser.add_argument("paths", nargs="+", type=Path,
                         help="run directories, or suite/results folders holding them")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=arguments.folder, default=None,
                         help="folder for report.md and figures (default: report/ beside "
                              "the first path)")
     parser.add_argument("--no-figures", action="store_true", help="tables only")

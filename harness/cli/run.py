@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.cli import arguments
 from harness.spec.builtin import builtin_suites
+from harness.spec.errors import UsageError
 
 DEFAULT_SUITE = "quick"
 
@@ -22,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="override every run's steps")
     parser.add_argument("-k", dest="runs", metavar="PATTERN",
                         help="only the runs whose name matches (a glob, else a substring)")
-    parser.add_argument("--out", type=Path, default=Path("results"),
+    parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help="results folder (default: results/)")
     parser.add_argument("--skip-unavailable", action="store_true",
                         help="skip runs whose devices this host lacks (recorded as skipped)")
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.spec.suite import Overrides, load_suite
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
+    refuse_interfaces(suite)
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
     writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
@@ -94,6 +97,17 @@ def run(args: argparse.Namespace) -> int:
     print(SUMMARY_DEFINITIONS)
     print(f"full analysis: hetbench report {args.out / suite.name}")
     return 1 if counts.get("failed") else 0
+
+
+def refuse_interfaces(suite: Any) -> None:
+    """`interface` names what listeners bind across hosts (torchrun mode); `hetbench run`
+    keeps a run on this host, over loopback, where it would be recorded and not used."""
+    for i, run_spec in enumerate(suite.runs):
+        if run_spec.interface is not None:
+            raise UsageError(f"runs[{i}].interface",
+                             f"{run_spec.interface!r} is for runs across hosts (torchrun "
+                             "mode, docs/howto/multi-host.md); `hetbench run` runs on this "
+                             "host over loopback: remove it")
 
 
 def refuse_missing_devices(suite: Any) -> dict[str, int]:

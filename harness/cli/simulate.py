@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.simulated import SIMULATED
+from harness.cli import arguments
 from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
 from harness.system import environment
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
     parser.add_argument("-k", dest="runs", metavar="PATTERN",
                         help="fit only the runs whose name matches (a glob, else a substring)")
-    parser.add_argument("--out", type=Path, default=Path("results"),
+    parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help=f"results folder (default: results/); runs go to {SUITE}/")
     parser.add_argument("--max-records", type=int, default=RECORDS_LIMIT,
                         help="write steps.parquet only for simulations of at most this many "

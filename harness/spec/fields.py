@@ -23,7 +23,8 @@ MAX_LOADER_WORKERS = 32
 
 MAX_PREFETCH = 256
 
-MAX_SUITE_BYTES = 1 << 24  # suites are kilobytes; this stops a read of /dev/zero or a disk image
+MAX_SUITE_BYTES = 1 << 24  # suites are kilobytes; this stops a read of a disk image
+PIPE_TIMEOUT_S = 30.0  # a suite read from a pipe: its writer has this long to write it all
 
 # Upper bounds: generous, but a typo (an extra zero or ten) is refused before anything runs
 # instead of a run that never ends, a fork bomb or an overflow deep inside a worker.

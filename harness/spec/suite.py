@@ -24,7 +24,11 @@ A string naming no file is looked up among the built-in suites (harness/spec/sui
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+import select
+import stat
+import time
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -43,6 +47,7 @@ from harness.spec.fields import (
     MAX_SUITE_BYTES,
     MAX_TARGET_LOSS,
     MAX_TIMEOUT_S,
+    PIPE_TIMEOUT_S,
     boolean,
     check_keys,
     choice,
@@ -180,7 +185,7 @@ class Overrides:
 def load_suite(name_or_path: str, overrides: Overrides | None = None) -> SuiteSpec:
     """Read a suite from a TOML file or a built-in name; raise UsageError on anything wrong."""
     path = Path(name_or_path)
-    # Anything but a directory is read: a pipe such as <(generate-suite) is a suite too.
+    # A file or a pipe is read (<(generate-suite) is a suite too); a device or socket is not.
     if _exists(path) and not path.is_dir():
         text, source = _read_text(path), str(path)
     elif name_or_path in builtin_suites():
@@ -227,6 +232,38 @@ def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
     return {**data, "suite": suite, "runs": runs}
 
 
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+             (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _read_pipe(path: Path, timeout_s: float) -> bytes:
+    """A pipe's text, as `<(generate-suite)` gives it: opened without blocking (a named pipe
+    nobody writes to would block open for good), read until its writer closes it, at most
+    MAX_SUITE_BYTES + 1 and `timeout_s` seconds. A pipe with no writer reads as empty."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    size, deadline = 0, time.monotonic() + timeout_s
+    try:
+        while size <= MAX_SUITE_BYTES:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:  # a writer, nothing written yet: wait for it
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise UsageError(str(path), "a pipe whose writer did not finish within "
+                                                f"{timeout_s:g} s") from None
+                continue
+            if not chunk:  # end of file: the writer closed it, or there was none
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _exists(path: Path) -> bool:
     try:
         return path.exists()
@@ -236,10 +273,18 @@ def _exists(path: Path) -> bool:
 
 def _read_text(path: Path) -> str:
     """The file as text: a huge, binary, non-UTF-8 or empty file is one line saying so, not
-    a decoder's message or a TOML error at line 1."""
+    a decoder's message or a TOML error at line 1. A device or socket is refused before it
+    is opened; a pipe is read without blocking (_read_pipe)."""
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_SUITE_BYTES + 1)
+        mode = path.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise UsageError(str(path), f"is a {_file_kind(mode)}, not a suite file (name a "
+                                        ".toml file)")
+        if stat.S_ISFIFO(mode):
+            data = _read_pipe(path, PIPE_TIMEOUT_S)
+        else:
+            with path.open("rb") as file:
+                data = file.read(MAX_SUITE_BYTES + 1)
     except OSError as exc:
         raise UsageError(str(path), f"cannot read: {exc.strerror}") from None
     if len(data) > MAX_SUITE_BYTES:

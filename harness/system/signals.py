@@ -1,9 +1,13 @@
-"""SIGTERM handled as Ctrl-C is, and signals held back while a run is being closed.
+"""Terminating signals handled as Ctrl-C is, and signals held back while a run is closed.
 
-`timeout`, `kill` and CI cancellation send SIGTERM, whose default ends Python at once: the
-run would stay `running` with its records in parts. `terminate_as_interrupt` turns it into
-`Interrupted`, a KeyboardInterrupt, so every path that closes a run on Ctrl-C closes it
-on SIGTERM too. `held` keeps a second Ctrl-C (or a SIGTERM) from cutting that closing short.
+`timeout`, `kill` and CI cancellation send SIGTERM, a closing terminal SIGHUP, Ctrl-\\
+SIGQUIT: by default each ends Python at once, and the run would stay `running` with its
+records in parts. `install` turns each into `Interrupted`, a KeyboardInterrupt, so every
+path that closes a run on Ctrl-C closes it on these too. It installs Ctrl-C's handler
+explicitly: a background job of a non-interactive shell (and some CI runners) starts with
+SIGINT ignored, and Python then installs none. A SIGHUP ignored at start is left ignored:
+that is `nohup`, asking the run to outlive the terminal. `held` keeps a second signal from
+cutting a run's closing short.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-HANDLED = (signal.SIGINT, signal.SIGTERM)
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -46,22 +50,28 @@ def _raise(number: int, _frame: FrameType | None) -> None:
     raise Interrupted(number)
 
 
-def terminate_as_interrupt() -> None:
-    """From now on a SIGTERM raises Interrupted in the main thread."""
-    signal.signal(signal.SIGTERM, _raise)
+def install() -> None:
+    """From now on, in the main thread, SIGINT raises KeyboardInterrupt, and SIGTERM, SIGHUP
+    (unless ignored at start: nohup) and SIGQUIT raise Interrupted."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for number in HANDLED[1:]:
+        if number == signal.SIGHUP and signal.getsignal(number) == signal.SIG_IGN:
+            continue
+        signal.signal(number, _raise)
 
 
 @contextmanager
 def held() -> Iterator[list[int]]:
-    """Inside, SIGINT and SIGTERM are recorded instead of raised; yields the list they are
-    recorded in, for the caller to act on once the closing is done. Only the main thread
-    can handle signals: elsewhere it holds nothing back."""
+    """Inside, the handled signals are recorded instead of raised (an ignored one stays
+    ignored); yields the list they are recorded in, for the caller to act on once the
+    closing is done. Only the main thread can handle signals: elsewhere it holds nothing
+    back."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
     previous = {number: signal.signal(number, lambda n, _f: received.append(n))
-                for number in HANDLED}
+                for number in HANDLED if signal.getsignal(number) != signal.SIG_IGN}
     try:
         yield received
     finally:

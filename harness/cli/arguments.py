@@ -1,0 +1,14 @@
+"""Argument types the subcommands share (argparse `type=`): a bad value gets argparse's line
+naming the option, exit status 2, before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def folder(text: str) -> Path:
+    """An output folder. An empty one would quietly write into the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: name a folder ('.' for the current one)")
+    return Path(text)
