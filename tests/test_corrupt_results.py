@@ -406,3 +406,44 @@ def test_nothing_but_running_runs_is_one_line(tmp_path: Path, hetbench) -> None:
     note, error = result.stderr.splitlines()
     assert note.startswith("hetbench: note: ") and error.startswith("hetbench: error: ")
     assert "no finished run here" in error
+
+
+# -- hostile JSON (issue 30) ----------------------------------------------------------------
+
+
+def test_a_manifest_nested_too_deep_is_one_line_in_every_reading_command(run_dir: Path,
+                                                                         hetbench) -> None:
+    """Python's JSON parser recurses: 100,000 levels raised RecursionError everywhere."""
+    (run_dir / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    folder = run_dir.parent
+    for command in (["report", "--no-figures", str(folder)],
+                    ["figures", str(folder), "--out", str(folder / "figures")],
+                    ["compare", str(folder), str(folder)], ["simulate", str(run_dir)]):
+        line = error_line(hetbench(folder, *command), run_dir / "manifest.json")
+        assert line.endswith("unreadable manifest: JSON nested too deep"), (command, line)
+
+
+def test_recover_closes_a_run_whose_worker_description_is_garbage_and_says_so(
+        run_dir: Path, hetbench) -> None:
+    """parts/rank0.json is what the worker said of itself at start: damaged, the run is
+    still closed from its records, without that description, and a warning names it."""
+    import tomllib
+
+    from harness.spec.suite import parse_suite
+
+    to_parts(run_dir)
+    running(run_dir, this_process(started_offset=1))  # its launcher is gone
+    # recover rebuilds the run's spec from the manifest: a whole one, as a launcher writes
+    suite = parse_suite(tomllib.loads(f'[[runs]]\nname = "pair"\nsteps = {STEPS}\n'
+                                      'workers = [ { device = "cpu" }, { device = "cpu" } ]\n'))
+    edit_manifest(run_dir, lambda m: m.update(run=suite.runs[0].to_dict()))
+    damaged = run_dir / collector.PARTS_DIR / "rank0.json"
+    damaged.write_bytes(bytes(range(256)))
+    result = hetbench(run_dir.parent, "recover", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert f"hetbench: warning: {damaged}: unreadable worker description: " in result.stderr
+    assert "left out of the manifest" in result.stderr and "Traceback" not in result.stderr
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["workers"][0] == {"rank": 0}
+    assert (run_dir / collector.STEPS_FILE).is_file()

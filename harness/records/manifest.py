@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import SCHEMA_VERSION
+from harness.records import jsonfile
 from harness.spec.errors import UsageError
 from harness.spec.fields import NAME_PATTERN
 
@@ -30,12 +31,7 @@ def read(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST_FILE
     if not path.is_file():
         raise UsageError(str(run_dir), "not a run directory (no manifest.json)")
-    try:
-        manifest = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise UsageError(str(path), f"unreadable manifest: {exc.strerror or exc}") from None
-    except ValueError as exc:  # not JSON, or not text at all (UnicodeDecodeError)
-        raise UsageError(str(path), f"unreadable manifest: {exc}") from None
+    manifest = jsonfile.read(path, "manifest")
     if not isinstance(manifest, dict):
         raise UsageError(str(path), "not a hetbench manifest (a JSON object is expected)")
     version = manifest.get("schema_version")
@@ -134,7 +130,7 @@ def _shown(value: Any) -> str:
 
 
 def update(run_dir: Path, **changes: Any) -> dict[str, Any]:
-    manifest = json.loads((run_dir / MANIFEST_FILE).read_text())
+    manifest = jsonfile.read(run_dir / MANIFEST_FILE, "manifest")
     manifest.update(changes)
     write(run_dir, manifest)
     return manifest

@@ -13,12 +13,13 @@ import json
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector, manifest
+from harness.records import collector, jsonfile, manifest
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.system import environment, procfs
@@ -178,7 +179,7 @@ def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, An
         params, finish = parts / f"params-rank{rank}.npz", parts / f"finish-rank{rank}.json"
         if params.is_file() and finish.is_file():
             params.replace(run_dir / "params.npz")
-            return {**json.loads(finish.read_text()), "dropped_workers": dropped,
+            return {**jsonfile.read(finish, "survivor's closing"), "dropped_workers": dropped,
                     "params_from_rank": rank}
     return {}
 
@@ -187,7 +188,14 @@ def worker_infos(run_dir: Path, world_size: int) -> list[dict[str, Any]]:
     infos = []
     for rank in range(world_size):
         path = run_dir / collector.PARTS_DIR / f"rank{rank}.json"
-        infos.append(json.loads(path.read_text()) if path.is_file() else {"rank": rank})
+        info: dict[str, Any] = {"rank": rank}
+        if path.is_file():
+            try:
+                info = jsonfile.read(path, "worker description")
+            except UsageError as exc:  # the run is closed without it, and says so
+                print(f"hetbench: warning: {exc}; worker {rank}'s description is left out "
+                      "of the manifest", file=sys.stderr)
+        infos.append(info if isinstance(info, dict) else {"rank": rank})
     return infos
 
 
