@@ -447,3 +447,73 @@ def test_recover_closes_a_run_whose_worker_description_is_garbage_and_says_so(
     assert manifest["status"] == "failed"
     assert manifest["workers"][0] == {"rank": 0}
     assert (run_dir / collector.STEPS_FILE).is_file()
+
+
+# -- step rows no worker writes (issue 30) ----------------------------------------------------
+
+
+def _damage_rows(kind: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def damage(steps: pd.DataFrame) -> pd.DataFrame:
+        if kind == "empty":
+            return steps.iloc[:0]
+        if kind == "duplicated":
+            return pd.concat([steps, steps.iloc[5:6]], ignore_index=True)
+        steps = steps.copy()
+        column, value = {"negative batch": ("batch_size", -5), "rank 7": ("rank", 7),
+                         "negative step": ("step", -3)}[kind]
+        steps.loc[5, column] = value
+        steps.loc[5, "loss"] = float("nan")
+        return steps
+
+    return damage
+
+
+ROW_DAMAGE = {
+    "empty": "steps.parquet: holds no step, yet the run says it completed: damaged",
+    "duplicated": "row 24: rank 1, step 2 is recorded twice: damaged",
+    "negative batch": "row 5: batch_size -5 is negative: damaged",
+    "rank 7": "row 5: rank 7 is not one of the run's 2 workers: damaged",
+    "negative step": "row 5: step -3 is negative: damaged",
+}
+
+
+@pytest.mark.parametrize("kind", ROW_DAMAGE)
+def test_step_rows_no_worker_writes_are_named_by_every_reader(run_dir: Path, kind: str,
+                                                              hetbench) -> None:
+    """report, figures, paper and compare exited 0 (a run `partial`, every metric NaN) or
+    with "internal error: KeyError" on these."""
+    good = a_run(run_dir.parent.parent / "good")
+    collector.write_steps(run_dir, _damage_rows(kind)(pd.read_parquet(run_dir / "steps.parquet")))
+    folder = run_dir.parent
+    for command in (["report", "--no-figures", str(folder)],
+                    ["paper", str(folder), "--out", str(folder / "paper")],
+                    ["compare", str(good.parent), str(folder)]):
+        line = error_line(hetbench(folder, *command), run_dir / "steps.parquet")
+        assert line.endswith(ROW_DAMAGE[kind]), (command, line)
+
+
+def test_compare_with_nothing_but_running_runs_is_one_line(tmp_path: Path, hetbench) -> None:
+    good = a_run(tmp_path / "good")
+    run_dir = a_run(tmp_path / "running")
+    running(run_dir, None)
+    result = hetbench(tmp_path, "compare", str(good.parent), str(run_dir.parent))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (f"hetbench: error: {run_dir.parent}: no finished "
+                                              "run here (every run found says it is still "
+                                              "running)")
+
+
+def test_recover_writes_no_record_from_a_part_of_random_bytes(run_dir: Path, hetbench) -> None:
+    """It exited 0 and wrote 41 rows of rank -1367059032 into steps.parquet."""
+    to_parts(run_dir)
+    running(run_dir, this_process(started_offset=1))  # its launcher is gone
+    part = collector.part_path(run_dir, 1)
+    part.write_bytes(np.random.default_rng(5).bytes(len(part.read_bytes())))
+    result = hetbench(run_dir.parent, "recover", str(run_dir))
+    assert result.returncode == 1 and "Traceback" not in result.stderr  # this run refused
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"hetbench: {part}: row 0 holds rank ")
+    assert line.endswith("; recover writes no damaged record (move the file aside to close "
+                         "the run from the others)")
+    assert not (run_dir / collector.STEPS_FILE).exists()
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"

@@ -105,18 +105,13 @@ def _check_pattern(pattern: str, where: str, known: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_runs
-    from harness.records.results import (
-        choose_launches,
-        find_runs,
-        load_finished_runs,
-        mixed_suites_note,
-    )
+    from harness.records.results import choose_launches, finished_runs, mixed_suites_note
 
     settings = settings_from(args)
-    base = choose_launches(load_finished_runs(find_runs([args.base])),
-                           launches.choice(args), f"BASE {args.base}")
-    current = choose_launches(load_finished_runs(find_runs([args.current])),
-                              launches.choice(args), f"CURRENT {args.current}")
+    base = choose_launches(finished_runs([args.base]), launches.choice(args),
+                           f"BASE {args.base}")
+    current = choose_launches(finished_runs([args.current]), launches.choice(args),
+                              f"CURRENT {args.current}")
     # Runs match by suite and run name, so suites are compared apart; still worth a line.
     mixed_suites_note([f"BASE {args.base}", f"CURRENT {args.current}"],
                       [r.suite for r in base + current], "compared suite by suite")

@@ -57,16 +57,28 @@ def load_run(run_dir: Path) -> RunData:
 
 
 def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
+    steps = checked_steps(run_dir, meta)
+    if (samples := read_system(run_dir)) is not None:
+        steps = system.join_to_steps(steps, samples)
+    return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+
+
+def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
+    """The run's step records (steps.parquet, or its flushed parts), checked as every
+    reader and `recover` check them: damage is a UsageError naming the file."""
     steps, file_of_rank = read_steps(run_dir)
     for column, default in collector.EXCHANGE_DEFAULTS.items():
         if column not in steps.columns:  # recorded before aggregators: all-reduce steps
             steps[column] = default
-    problem = step_problem(steps, instrumented=meta["run"].get("instrument", True))
+    workers = meta["run"].get("workers")
+    problem = step_problem(steps, instrumented=meta["run"].get("instrument", True),
+                           world_size=len(workers) if isinstance(workers, list) else None)
     if problem:
         raise UsageError(str(file_of_rank(problem.rank)), problem.message)
-    if (samples := read_system(run_dir)) is not None:
-        steps = system.join_to_steps(steps, samples)
-    return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+    if steps.empty and meta.get("status") == "completed":
+        raise UsageError(str(file_of_rank(None)), "holds no step, yet the run says it "
+                                                  "completed: damaged")
+    return steps
 
 
 def read_system(run_dir: Path) -> pd.DataFrame | None:
@@ -174,10 +186,12 @@ def _checked_part(path: Path, rows: np.ndarray) -> np.ndarray:
     return rows
 
 
-def step_problem(steps: pd.DataFrame, instrumented: bool = True) -> StepProblem | None:
+def step_problem(steps: pd.DataFrame, instrumented: bool = True,
+                 world_size: int | None = None) -> StepProblem | None:
     """What makes a step table unusable, or None: a missing column, a column of the wrong
-    kind, or a row whose time goes backwards (a timestamp before the one it follows, a
-    negative duration), which analysis would turn into negative idle.
+    kind, a row out of range (a rank the run lacks, a negative step or batch size, a step
+    recorded twice) or a row whose time goes backwards (a timestamp before the one it
+    follows, a negative duration), which analysis would turn into negative idle.
 
     Rows of a run recorded with instrument = false hold only begin and end (ready and
     reduced are 0), so only those two are ordered there. Vectorised: a few passes over
@@ -194,7 +208,31 @@ def step_problem(steps: pd.DataFrame, instrumented: bool = True) -> StepProblem 
         if steps[field].dtype.kind not in ALLOWED_KINDS[kind]:
             return StepProblem(None, f"column {field} holds {steps[field].dtype} values "
                                      f"({KIND_NAMES[kind]} are expected)")
-    return _first_backwards_row(steps, instrumented)
+    return (_first_row_out_of_range(steps, world_size)
+            or _first_backwards_row(steps, instrumented))
+
+
+def _first_row_out_of_range(steps: pd.DataFrame, world_size: int | None
+                            ) -> StepProblem | None:
+    """A rank the run does not have, a negative step or batch size, or a (rank, step)
+    recorded twice: no worker writes such rows (every rank numbers its own steps once)."""
+    ranks, step_numbers = steps["rank"].to_numpy(), steps["step"].to_numpy()
+    checks = [(ranks < 0, "rank {rank} is negative")]
+    if world_size is not None:
+        checks.append((ranks >= world_size, f"rank {{rank}} is not one of the run's "
+                                            f"{world_size} workers"))
+    checks += [(step_numbers < 0, "step {step} is negative"),
+               (steps["batch_size"].to_numpy() < 0, "batch_size {batch} is negative"),
+               (steps.duplicated(["rank", "step"]).to_numpy(),
+                "rank {rank}, step {step} is recorded twice")]
+    found = [(int(bad.argmax()), message) for bad, message in checks if bad.any()]
+    if not found:
+        return None
+    row, message = min(found)
+    rank, step = int(ranks[row]), int(step_numbers[row])
+    text = message.format(rank=rank, step=step, batch=int(steps["batch_size"].iat[row]))
+    return StepProblem(rank if 0 <= rank < (world_size or rank + 1) else None,
+                       f"row {row}: {text}: damaged")
 
 
 def _first_backwards_row(steps: pd.DataFrame, instrumented: bool) -> StepProblem | None:
@@ -296,16 +334,22 @@ def by_suite(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
     return groups
 
 
+def finished_runs(paths: list[Path]) -> list[RunData]:
+    """The finished runs at `paths` (load_finished_runs); none at all is an error."""
+    runs = load_finished_runs(find_runs(paths))
+    if not runs:
+        raise UsageError(" ".join(map(str, paths)), "no finished run here (every run found "
+                         "says it is still running)")
+    return runs
+
+
 def finished_runs_by_suite(paths: list[Path], outcome: str,
                            launches: LaunchChoice | None = None) -> dict[str, list[RunData]]:
     """The finished runs at `paths` by suite (see load_finished_runs and by_suite), with a
     note saying so when there are several suites (`outcome`: what is done with them), and
     of each suite the launches chosen (`choose_launches`). No finished run at all is an
     error."""
-    suites = by_suite(load_finished_runs(find_runs(paths)))
-    if not suites:
-        raise UsageError(" ".join(map(str, paths)), "no finished run here (every run found "
-                         "says it is still running)")
+    suites = by_suite(finished_runs(paths))
     mixed_suites_note(paths, suites, outcome)
     return {name: choose_launches(runs, launches or LaunchChoice(), f"suite {name}")
             for name, runs in suites.items()}

@@ -148,7 +148,7 @@ def recover(run_dir: Path) -> RunResult:
     its records written from the flushed parts, nothing lost. Its workers and services died
     with the launcher (they are told to, at start). Refused, with the reason, while the
     launcher lives or where this host cannot tell (UsageError)."""
-    from harness.records.results import launcher_alive  # pandas: only when recovering
+    from harness.records.results import checked_steps, launcher_alive  # pandas: here only
 
     meta = manifest.read(run_dir)
     if meta.get("status") != "running":
@@ -163,6 +163,12 @@ def recover(run_dir: Path) -> RunResult:
     if alive:
         raise UsageError(str(run_dir), f"still running: its launcher (pid {launcher['pid']}) "
                          "lives")
+    try:  # no record that the readers would refuse is written
+        checked_steps(run_dir, meta)
+    except UsageError as exc:
+        raise UsageError(exc.where, f"{exc.message}; recover writes no damaged record (move "
+                                    "the file aside to close the run from the others)"
+                         ) from None
     return close_run(run_dir, run_from_dict(meta["run"]), "failed",
                      f"its launcher (pid {launcher.get('pid')}) ended without closing the "
                      "run; closed by hetbench recover from the flushed records",
