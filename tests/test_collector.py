@@ -35,10 +35,18 @@ def test_torn_last_row_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
     assert collector.steps_done(tmp_path, 1) == 5
 
 
+def finalize(run_dir: Path, arrays: list[np.ndarray], labels: list[str],
+             last_steps: int | None = None) -> int:
+    """What closing a run writes of its records: steps.parquet, then the trace."""
+    frame = collector.write_records(run_dir, arrays)
+    collector.write_trace(run_dir, frame, labels, last_steps)
+    return len(frame)
+
+
 def test_finalize_writes_parquet_and_a_chrome_trace(tmp_path: Path) -> None:
     arrays = [np.array([record(r, s, 1000 * s, 1000 * s + 300 + 200 * r, 1000 * s + 900)
                         for s in range(3)], dtype=RECORD_DTYPE) for r in range(2)]
-    rows = collector.finalize(tmp_path, arrays, ["fast", "slow"])
+    rows = finalize(tmp_path, arrays, ["fast", "slow"])
     assert rows == 6
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     events = check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
@@ -77,7 +85,7 @@ def test_the_trace_is_written_in_chunks_and_splits_an_asynchronous_exchange(
     rows = [record(0, s, 1000 * s, 1000 * s + 300, 1000 * s + 900) for s in range(5)]
     array = np.array(rows, dtype=RECORD_DTYPE)
     array["asynchronous"], array["push_ns"], array["wait_ns"] = True, 100, 250
-    collector.finalize(tmp_path, [array], ["alone"])
+    finalize(tmp_path, [array], ["alone"])
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
     names = [e["name"] for e in trace if e["ph"] == "X" and e["args"]["step"] == 4]
@@ -93,7 +101,7 @@ def test_a_step_of_a_run_with_instrument_false_is_its_parent_slice_alone(tmp_pat
     array = np.array([record(r, s, 1000 * s, 0, 1000 * s + 900) for s in range(3)
                       for r in range(2)], dtype=RECORD_DTYPE)
     array["forward_ns"] = array["allreduce_ns"] = array["apply_ns"] = 0  # nothing timed
-    collector.finalize(tmp_path, [array], ["a", "b"])
+    finalize(tmp_path, [array], ["a", "b"])
     events = check_trace(tmp_path / "trace.json", pd.read_parquet(tmp_path / "steps.parquet"))
     assert [e["name"] for e in events["X"] if e["pid"] == 1] == ["step 0", "step 1", "step 2"]
     assert all(e["dur"] == 0.9 for e in events["X"]) and not events["s"]
@@ -117,3 +125,17 @@ def test_idle_before_allreduce_follows_the_design_definition(tmp_path: Path) -> 
     assert summary["samples_per_s"] == 32 / 2000e-9
     workers = worker_summary(frame).set_index("rank")
     assert workers.loc[0, "compute_mean_ms"] == (300 + 400) / 2 / 1e6
+
+
+def test_the_trace_holds_the_last_trace_steps_steps_or_none(tmp_path: Path) -> None:
+    """A 1M-record run's trace of every step took minutes and 1.2 GB (issue 30)."""
+    arrays = [np.array([record(r, s, 1000 * s, 1000 * s + 300, 1000 * s + 900)
+                        for s in range(10)], dtype=RECORD_DTYPE) for r in range(2)]
+    assert finalize(tmp_path, arrays, ["a", "b"], last_steps=3) == 20
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    steps = sorted({e["args"]["step"] for e in trace if e["ph"] == "X"})
+    assert steps == [7, 8, 9]
+    assert len(pd.read_parquet(tmp_path / "steps.parquet")) == 20  # the records: all
+    (tmp_path / "trace.json").unlink()
+    finalize(tmp_path, arrays, ["a", "b"], last_steps=0)
+    assert not (tmp_path / "trace.json").exists()

@@ -21,9 +21,11 @@ import pytest
 from harness.records import collector
 from harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
 from harness.records.results import launcher_alive
+from harness.spec.suite import RunSpec
 from harness.system.procfs import start_ticks as process_start_ticks
 from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
+from tests.trace_check import check_trace
 
 TIMEOUT_S = 120
 STEPS, WORLD = 12, 2
@@ -411,6 +413,19 @@ def test_nothing_but_running_runs_is_one_line(tmp_path: Path, hetbench) -> None:
 # -- hostile JSON (issue 30) ----------------------------------------------------------------
 
 
+def whole_run_spec(run_dir: Path) -> RunSpec:
+    """The synthetic run's manifest given a whole run spec, as a launcher writes it (what
+    recover and close_run rebuild the run from)."""
+    import tomllib
+
+    from harness.spec.suite import parse_suite
+
+    suite = parse_suite(tomllib.loads(f'[[runs]]\nname = "pair"\nsteps = {STEPS}\n'
+                                      'workers = [ { device = "cpu" }, { device = "cpu" } ]\n'))
+    edit_manifest(run_dir, lambda m: m.update(run=suite.runs[0].to_dict()))
+    return suite.runs[0]
+
+
 def test_a_manifest_nested_too_deep_is_one_line_in_every_reading_command(run_dir: Path,
                                                                          hetbench) -> None:
     """Python's JSON parser recurses: 100,000 levels raised RecursionError everywhere."""
@@ -427,16 +442,9 @@ def test_recover_closes_a_run_whose_worker_description_is_garbage_and_says_so(
         run_dir: Path, hetbench) -> None:
     """parts/rank0.json is what the worker said of itself at start: damaged, the run is
     still closed from its records, without that description, and a warning names it."""
-    import tomllib
-
-    from harness.spec.suite import parse_suite
-
     to_parts(run_dir)
     running(run_dir, this_process(started_offset=1))  # its launcher is gone
-    # recover rebuilds the run's spec from the manifest: a whole one, as a launcher writes
-    suite = parse_suite(tomllib.loads(f'[[runs]]\nname = "pair"\nsteps = {STEPS}\n'
-                                      'workers = [ { device = "cpu" }, { device = "cpu" } ]\n'))
-    edit_manifest(run_dir, lambda m: m.update(run=suite.runs[0].to_dict()))
+    whole_run_spec(run_dir)
     damaged = run_dir / collector.PARTS_DIR / "rank0.json"
     damaged.write_bytes(bytes(range(256)))
     result = hetbench(run_dir.parent, "recover", str(run_dir))
@@ -517,3 +525,36 @@ def test_recover_writes_no_record_from_a_part_of_random_bytes(run_dir: Path, het
                          "the run from the others)")
     assert not (run_dir / collector.STEPS_FILE).exists()
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+
+
+# -- closing first, the trace after (issue 30) ------------------------------------------------
+
+
+def test_a_run_is_closed_before_its_trace_and_report_writes_a_missing_trace(
+        run_dir: Path, hetbench, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal's run is closed (steps.parquet, manifest) before the trace, which a long
+    run took minutes to write; a trace cut short is written by the next report."""
+    from harness.records import rundir
+
+    to_parts(run_dir)
+    running(run_dir, None)
+    run = whole_run_spec(run_dir)
+    status_when_traced: list[str] = []
+    write_trace = collector.write_trace
+
+    def watching(*args: Any, **kwargs: Any) -> None:
+        status_when_traced.append(json.loads((run_dir / "manifest.json").read_text())["status"])
+        write_trace(*args, **kwargs)
+
+    monkeypatch.setattr(collector, "write_trace", watching)
+    rundir.close_run(run_dir, run, "interrupted", "interrupted by SIGTERM")
+    assert status_when_traced == ["interrupted"]
+    steps = pd.read_parquet(run_dir / collector.STEPS_FILE)
+    check_trace(run_dir / collector.TRACE_FILE, steps)
+    (run_dir / collector.TRACE_FILE).unlink()  # as a SIGKILL during the trace leaves it
+    result = hetbench(run_dir.parent, "report", "--no-figures", str(run_dir.parent))
+    assert result.returncode == 0, result.stderr
+    assert f"hetbench: note: {run_dir}: its trace was missing; written now" in result.stderr
+    check_trace(run_dir / collector.TRACE_FILE, steps)
+    again = hetbench(run_dir.parent, "report", "--no-figures", str(run_dir.parent))
+    assert "trace was missing" not in again.stderr

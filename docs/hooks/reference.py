@@ -161,6 +161,8 @@ DESCRIPTIONS: dict[str, str] = {
     "RunSpec.calibrate": "time each worker alone on its own slice before training "
                          "(heterogeneous efficiency)",
     "RunSpec.calibrate_steps": "steps timed per worker when `calibrate` is true",
+    "RunSpec.trace_steps": "trace.json holds the run's last this many steps (all of a "
+                           "shorter run); 0: no trace",
     "RunSpec.aggregator": "how gradients meet: a name or a table ([aggregator](#aggregator))",
     "RunSpec.size": "model size",
     "RunSpec.optimizer": "a name or a table ([optimizer](#optimizer))",

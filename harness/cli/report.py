@@ -36,12 +36,28 @@ def run(args: argparse.Namespace) -> int:
     first = args.paths[0]
     out = args.out or (first.parent if (first / "manifest.json").is_file() else first) / "report"
     writable_folder(out, "--out")
+    write_missing_traces([r for runs in suites.values() for r in runs])
     for name, runs in suites.items():
         if len(suites) > 1:
             print(f"\n== suite {name} ==\n")
         report_suite(runs, out if len(suites) == 1 else writable_folder(out / name, "--out"),
                      args)
     return 0
+
+
+def write_missing_traces(runs: list[Any]) -> None:
+    """The trace of a run closed without one (its closing was cut short after the manifest:
+    a SIGKILL, a full disk), written now; a run folder that cannot be written is left."""
+    from harness.records.results import note
+    from harness.records.rundir import write_missing_trace
+
+    for run in runs:
+        try:
+            if write_missing_trace(run.run_dir, run.manifest, run.steps):
+                note(f"{run.run_dir}: its trace was missing; written now")
+        except OSError as exc:
+            note(f"{run.run_dir}: its trace is missing and cannot be written "
+                 f"({exc.strerror or exc})")
 
 
 def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None:

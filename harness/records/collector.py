@@ -361,8 +361,10 @@ MIB = 1 << 20
 _TRACE_JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
-def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
-    """Chrome trace event JSON (Perfetto, chrome://tracing), in microseconds.
+def write_trace(run_dir: Path, frame: Any, worker_labels: list[str],
+                last_steps: int | None = None) -> None:
+    """Chrome trace event JSON (Perfetto, chrome://tracing), in microseconds, of the last
+    `last_steps` steps (None: all; 0: no trace is written).
 
     One process per worker, pid rank + 1 (viewers treat pid 0 as the idle task), named
     with the worker's label (framework, device, threads, slowdown). Per worker and step a
@@ -371,7 +373,10 @@ def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
     communication apart. A flow arrow per step from the straggler (the last worker ready)
     to every worker that waited for it, landing where its communication starts. Counter
     tracks per worker: its slice size and resident memory, an event where they change.
-    Written a chunk of rows at a time: a long run's events are never all in memory."""
+    Written a chunk of rows at a time: a long run's events are never all in memory.
+    Derived from steps.parquet, so it is written after the run is closed (rundir.py)."""
+    if last_steps == 0:
+        return
     tmp = run_dir / f".{TRACE_FILE}.tmp"
     with open(tmp, "w") as out:
         out.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
@@ -379,6 +384,8 @@ def write_trace(run_dir: Path, frame: Any, worker_labels: list[str]) -> None:
                                          "tid": 0, "args": {"name": f"worker {rank} ({label})"}})
                              for rank, label in enumerate(worker_labels)))
         frame = frame[frame["batch_size"] > 0]  # a worker left out of a step has no slices
+        if last_steps is not None and len(frame):
+            frame = frame[frame["step"] > frame["step"].max() - last_steps]
         if len(frame):
             origin = int(frame["begin_ns"].min())
             arrival = frame.groupby("step")["ready_ns"].transform("max")
@@ -464,17 +471,17 @@ def trace_counters(rows: Any, origin: int, last: dict[tuple[int, str], float]
                    "ts": (row.begin_ns - origin) / 1000.0, "args": {"value": value}}
 
 
-def finalize(run_dir: Path, arrays: list[np.ndarray], worker_labels: list[str],
-             clock: dict[str, Any] | None = None,
-             micro: list[np.ndarray] | None = None) -> int:
-    """Write steps.parquet and trace.json from the records, and microbatches.parquet from
-    `micro` (None: the micro-batch parts on disk, if any); returns the number of rows."""
+def write_records(run_dir: Path, arrays: list[np.ndarray],
+                  clock: dict[str, Any] | None = None,
+                  micro: list[np.ndarray] | None = None) -> Any:
+    """Write steps.parquet from the records, microbatches.parquet from `micro` (None: the
+    micro-batch parts on disk, if any) and eval.parquet; returns the steps' frame (for the
+    trace, which comes after the manifest)."""
     frame = records_frame(arrays, clock)
     write_steps(run_dir, frame)
     write_microbatches(run_dir, read_micro_parts(run_dir) if micro is None else micro, clock)
-    write_trace(run_dir, frame, worker_labels)
     write_eval(run_dir)
-    return len(frame)
+    return frame
 
 
 def write_partition_log(run_dir: Path, history: list[dict[str, Any]],

@@ -102,10 +102,10 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
         status, reason = "failed", "workers exited without finishing the run directory"
     infos = worker_infos(run_dir, run.world_size)
     parts = collector.read_parts(run_dir)
+    frame = None
     try:
-        rows = collector.finalize(run_dir, parts,
-                                  [i.get("label", f"worker {r}") for r, i in enumerate(infos)],
-                                  collector.read_clock(run_dir))
+        frame = collector.write_records(run_dir, parts, collector.read_clock(run_dir))
+        rows = len(frame)
     except OSError as exc:  # a full disk: the records stay in their parts, readable
         collector.remove_temporary(run_dir)
         rows = sum(len(p) for p in parts)
@@ -119,8 +119,31 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
     except OSError:  # a full disk: the reserve's room, then once more
         collector.remove_temporary(run_dir)
         manifest.update(run_dir, **closing)
+    if frame is not None:  # closed: the trace is derived, and bounded (run.trace_steps)
+        try:
+            collector.write_trace(run_dir, frame, labels(infos), run.trace_steps)
+        except OSError:  # a full disk: `hetbench report` writes a missing trace later
+            pass
     collector.remove_temporary(run_dir)
     return RunResult(run, repeat, run_dir, status, reason)
+
+
+def labels(infos: list[dict[str, Any]]) -> list[str]:
+    """How the trace names each worker: its label from its description."""
+    return [str(i.get("label", f"worker {r}")) for r, i in enumerate(infos)]
+
+
+def write_missing_trace(run_dir: Path, meta: dict[str, Any], steps: Any) -> bool:
+    """A closed run's trace, where its closing stopped before the trace (a SIGKILL during
+    it, a full disk): written from its steps; True when written."""
+    trace_steps = int(meta.get("run", {}).get("trace_steps", RunSpec.trace_steps))
+    if (meta.get("status") == "running" or trace_steps == 0 or steps.empty
+            or (run_dir / collector.TRACE_FILE).exists()):
+        return False
+    infos = meta.get("workers") or []
+    columns = [c for c in collector.RECORD_FIELDS if c in steps.columns]
+    collector.write_trace(run_dir, steps[columns], labels(infos), trace_steps)
+    return True
 
 
 def complete(run_dir: Path, arrays: list[Any], infos: list[dict[str, Any]],
@@ -133,14 +156,15 @@ def complete(run_dir: Path, arrays: list[Any], infos: list[dict[str, Any]],
     import numpy as np
 
     same_clock = len({i.get("clock_domain") for i in infos}) <= 1
-    rows = collector.finalize(run_dir, arrays,
-                              [i.get("label", f"worker {r}") for r, i in enumerate(infos)],
-                              None if same_clock else clock, micro)
+    frame = collector.write_records(run_dir, arrays, None if same_clock else clock, micro)
     if parameters is not None:
         np.savez(run_dir / "params.npz", **parameters)
-    manifest.update(run_dir, status="completed", end=manifest.now_iso(), workers=infos,
-                    rows=rows, clock={"same_clock": same_clock, "applied": not same_clock,
-                                      **clock}, backend=backend, **closing)
+    meta = manifest.update(run_dir, status="completed", end=manifest.now_iso(), workers=infos,
+                           rows=len(frame), clock={"same_clock": same_clock,
+                                                   "applied": not same_clock, **clock},
+                           backend=backend, **closing)
+    collector.write_trace(run_dir, frame, labels(infos),
+                          int(meta["run"].get("trace_steps", RunSpec.trace_steps)))
 
 
 def recover(run_dir: Path) -> RunResult:

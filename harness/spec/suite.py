@@ -114,6 +114,9 @@ class RunSpec:
     pipeline: PipelineSpec | None = None
     # where a parameter-server aggregator puts the layers (PLACEMENTS); None: "sharded"
     placement: str | None = None
+    # the trace (trace.json) holds the last this many steps; 0: no trace. A long run's
+    # trace of every step would take minutes to write and more memory than Perfetto has.
+    trace_steps: int = 5000
 
     @property
     def world_size(self) -> int:
@@ -435,6 +438,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
                                 maximum=MAX_STEPS),
+        trace_steps=integer(values["trace_steps"], at("trace_steps"), minimum=0,
+                            maximum=MAX_STEPS),
         aggregator=aggregator,
         size=size,
         optimizer=optimizer,
