@@ -28,6 +28,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from adapters.base import TorchLayersAdapter
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
 from harness.loop import engine, lifecycle
@@ -213,7 +215,6 @@ def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int
              virtual_worker: int, device: Any) -> None:
     """Between waves, every rank: the parameters to rank 0, its evaluation, then all line
     up again so the evaluation never shows in a wave's records."""
-    import torch
 
     from harness.exchange import comm
 
@@ -229,7 +230,6 @@ def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int
 def served_parameters(run: RunSpec) -> Any:
     """The whole model's flat parameters as the servers hold them now (wsp: server s holds
     stage s's layers, in order)."""
-    import torch
     import torch.distributed.rpc as rpc
 
     from harness.exchange.parameter_server import pull
@@ -312,8 +312,6 @@ class WaveSteps:
     threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
 
     def take(self, wave: int) -> engine.Turn:
-        import torch
-
         lo, hi = self.bounds
         device, sync, stretch, last, flat_grads = (self.device, self.sync, self.stretch,
                                                    self.last, self.flat_grads)
@@ -383,7 +381,6 @@ class WaveSteps:
 
 
 def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
-    import torch
     import torch.distributed as dist
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
