@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,22 @@ timeout_s = 20
 partition = { policy = "proportional", every = 5, dead_band = 0.0 }
 workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
+
+
+STOPPED = """
+[suite]
+name = "faults"
+
+[[runs]]
+name = "long"
+framework = "{framework}"
+steps = 100000
+global_batch = 64
+timeout_s = {timeout}
+aggregator = {aggregator}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
+"""
+
 
 
 def start_long_run(spawn: Spawn, tmp_path: Path, write_suite, text: str = LONG_RUN,
@@ -199,24 +216,41 @@ def hetbench_once(spawn: Spawn, *args: str) -> subprocess.CompletedProcess[str]:
                      timeout=120)
 
 
-def test_a_killed_launcher_leaves_a_run_that_recover_closes(tmp_path: Path, write_suite,
-                                                             spawn: Spawn) -> None:
+@pytest.mark.parametrize(("framework", "aggregator"), [
+    ("pytorch", None),
+    pytest.param("mxnet", '"mxnet-kvstore"', marks=pytest.mark.skipif(
+        not importlib.util.find_spec("mxnet"), reason="MXNet not installed")),
+    pytest.param("tensorflow", '"tensorflow-collective"', marks=pytest.mark.skipif(
+        not importlib.util.find_spec("tensorflow"), reason="TensorFlow not installed")),
+])
+def test_a_killed_launcher_leaves_a_run_that_recover_closes(
+        tmp_path: Path, write_suite, spawn: Spawn, framework: str,
+        aggregator: str | None) -> None:
     """SIGKILL cannot be caught: the workers die with the launcher (they are told to at
-    start), the manifest still says running, and `hetbench recover` closes the run as
-    failed from the parts, every flushed row kept."""
-    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
+    start; TensorFlow's and MXNet's, blocked waiting for a peer, stayed for good until a
+    watcher ended them), the manifest still says running, and `hetbench recover` closes
+    the run as failed from the parts, every flushed row kept, and removes the run's
+    temporary folder."""
+    from harness.system.orphans import LAUNCHER_GONE_GRACE_S
+
+    text = LONG_RUN if aggregator is None else STOPPED.format(
+        framework=framework, aggregator=aggregator, timeout=30)
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, text)
     proc.kill()
     proc.communicate(timeout=30)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + LAUNCHER_GONE_GRACE_S + 15
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids), "a worker outlived its launcher"
-    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    meta = json.loads((run_dir / "manifest.json").read_text())
+    assert meta["status"] == "running"
+    assert Path(meta["tmp"]).is_dir()  # the launcher could not remove it
     flushed = sum(len(a) for a in collector.read_parts(run_dir))
 
     result = hetbench_once(spawn, "recover", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert f"{run_dir}: closed as failed ({flushed} step records kept)" in result.stdout
+    assert not Path(meta["tmp"]).exists()
     run = load_run(run_dir)
     assert run.status == "failed"
     assert "launcher" in run.manifest["reason"] and "hetbench recover" in run.manifest["reason"]
@@ -240,21 +274,6 @@ def test_recover_leaves_a_live_run_alone(tmp_path: Path, write_suite, spawn: Spa
 
 
 # -- a stopped worker, under each aggregator (issue 18: every wait has its timeout) ----------
-
-STOPPED = """
-[suite]
-name = "faults"
-
-[[runs]]
-name = "long"
-framework = "{framework}"
-steps = 100000
-global_batch = 64
-timeout_s = {timeout}
-aggregator = {aggregator}
-workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
-"""
-
 
 def _installed(framework: str) -> bool:
     return importlib.util.find_spec(framework) is not None
@@ -362,6 +381,57 @@ def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Pa
     assert str(disk) in got["reason"]  # names where
     assert got["temporary"] == []  # the half-written files and the reserve are gone
     assert got["rows"] == got["flushed"] > 0  # every flushed row readable
+
+
+@contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """`folder` and everything in it made unwritable while the block runs: immutable for
+    root (whom permissions do not stop), read-only for others; writable again after."""
+    if os.geteuid() == 0:
+        made = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True,
+                              text=True, timeout=30)
+        if made.returncode != 0:
+            subprocess.run(["chattr", "-R", "-i", str(folder)], timeout=30)
+            pytest.skip(f"cannot make a folder immutable here: {made.stderr.strip()}")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-R", "-i", str(folder)], timeout=30, check=True)
+        return
+    paths = [folder, *folder.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        yield
+    finally:
+        for path in paths:
+            path.chmod(path.stat().st_mode | 0o200)
+
+
+def test_an_output_folder_made_unwritable_stops_the_run_and_says_how_to_close_it(
+        tmp_path: Path, write_suite, spawn: Spawn) -> None:
+    """It exited 2 naming `.reserve.tmp`, and nothing said how to close the run."""
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
+    with unwritable(tmp_path / "out"):
+        code, err = finish(proc)
+        deadline = time.monotonic() + 15
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(p) for p in pids), "a worker outlived the run"
+    assert code == 1, err
+    assert "Traceback" not in err
+    line = err.splitlines()[-1]
+    assert line.startswith(f"hetbench: error: {run_dir}: the run could not be closed (writing "
+                           "manifest.json: ")
+    assert line.endswith("); its workers are stopped and its flushed records stay in parts/: "
+                         f"once the folder is writable, close it with `hetbench recover "
+                         f"{run_dir}`")
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    flushed = sum(len(a) for a in collector.read_parts(run_dir))
+    assert flushed > 0
+    result = hetbench_once(spawn, "recover", str(run_dir))  # as the line says
+    assert result.returncode == 0, result.stderr
+    assert f"{run_dir}: closed as failed ({flushed} step records kept)" in result.stdout
 
 
 def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> None:

@@ -9,11 +9,13 @@ list: rank 0's rendezvous store on 127.0.0.1:MASTER_PORT and a gloo listener in 
 worker; the RPC rendezvous store (ps-sync); ps-lite's scheduler on its root port and a
 listener in its server (mxnet-kvstore).
 
-TensorFlow's gRPC servers (tensorflow-collective) bind "0.0.0.0:<port>" whatever address
-they are given: that run's workers live in a network namespace of their own whose only
-interface is loopback (harness/system/netns.py), so a wildcard there is loopback too. Each
-process's sockets are read in its own namespace (/proc/PID/net), and a wildcard counts as
-loopback only in a namespace whose interfaces are `lo` alone.
+Every process of a run lives in a network namespace of its own whose only interface is
+loopback (issue 30; harness/system/netns.py): no other local user can reach a rendezvous
+store or an RPC server, which runs pickled calls. Each listener is tried from the test
+(refused) and from inside the run's namespace (taken), so the check can tell. TensorFlow's
+gRPC servers bind "0.0.0.0:<port>" whatever address they are given: a wildcard there is
+loopback too. Each process's sockets are read in its own namespace (/proc/PID/net), and a
+wildcard counts as loopback only in a namespace whose interfaces are `lo` alone.
 """
 
 from __future__ import annotations
@@ -156,12 +158,27 @@ def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
+def reachable(port: int, pid: int | None = None) -> bool:
+    """Whether a TCP connection to 127.0.0.1:port is taken: from this process, or from a
+    process in the network namespace of process `pid`."""
+    program = ("import socket, sys\ntry:\n"
+               f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+               "except OSError:\n    sys.exit(1)\n")
+    command = [sys.executable, "-c", program]
+    if pid is not None:
+        command = netns.join_command(pid, command)
+    return subprocess.run(command, cwd=REPO, timeout=60).returncode == 0
+
+
 def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
-              ) -> tuple[set[Listener], dict[int, dict[str, str]], Path, list[int], set[int]]:
+              ) -> tuple[set[Listener], dict[int, dict[str, str]], Path, list[int], set[int],
+                         dict[int, tuple[bool, bool]]]:
     """Start `hetbench run`, collect the listeners of its process tree while it trains,
-    Ctrl-C it and wait until every process seen is gone. Returns the listeners, each
-    process's environment, the run directory, the workers' pids and the processes that
-    lived where every interface is loopback."""
+    try to connect to each from here and from inside the run's namespace, Ctrl-C it and
+    wait until every process seen is gone. Returns the listeners, each process's
+    environment, the run directory, the workers' pids, the processes that lived where
+    every interface is loopback, and per port listened on (reachable from here, from
+    inside)."""
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.format(framework=framework, aggregator=aggregator))
     out = tmp_path / "out"
@@ -196,6 +213,7 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
                         isolated.add(pid)
             found |= listeners_of(pids)
             time.sleep(0.1)
+        reach = {port: (reachable(port), reachable(port, pid)) for pid, _, port in found}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -212,7 +230,7 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
             os.kill(pid, signal.SIGKILL)
     assert not leftover, f"processes left after the run: {leftover}"
     assert proc.returncode == 130, proc.returncode
-    return found, envs, run_dir, workers, isolated
+    return found, envs, run_dir, workers, isolated, reach
 
 
 def loopback_only(pid: int) -> bool:
@@ -297,17 +315,23 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, spawn: Spawn, fr
                                                  aggregator: str) -> None:
     if framework != "pytorch" and not installed(framework):
         pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
-    found, envs, run_dir, workers, isolated = watch_run(spawn, tmp_path, framework, aggregator)
+    found, envs, run_dir, workers, isolated, reach = watch_run(spawn, tmp_path, framework,
+                                                               aggregator)
+    network = json.loads((run_dir / "manifest.json").read_text())["network"]
+    if network.startswith("host ("):  # the run said so, with a warning
+        pytest.skip(f"this host forbids network namespaces: {network}")
+    assert network == "private namespace, loopback only"
+    # every process of the run in it (issue 30): no other local user reaches a listener,
+    # which the run's own processes reach
+    assert set(workers) <= isolated, "a worker outside the run's private namespace"
+    assert reach and all(inside for _, inside in reach.values()), reach
+    assert not any(outside for outside, _ in reach.values()), \
+        f"a listener of the run is reachable from outside it: {reach}"
     if aggregator == "tensorflow-collective":
         # TensorFlow binds its servers on every interface: in the workers' own namespace
         tf_ports = {port_of(w) for w in envs[workers[0]]["HETBENCH_TF_WORKERS"].split(",")}
         assert all(any(q == port for _, _, q in found) for port in tf_ports), \
             "a TensorFlow server not seen"
-        network = json.loads((run_dir / "manifest.json").read_text())["network"]
-        if network.startswith("host ("):  # the run said so, with a warning
-            pytest.skip(f"this host forbids network namespaces: {network}")
-        assert network == "private namespace, loopback only"
-        assert set(workers) <= isolated, "the workers are not in a loopback-only namespace"
     elif aggregator == "tensorflow-ps":
         # every task of the cluster (worker and ps servers, the coordinator) listens, and
         # every process hetbench started for it lives in the loopback-only namespace
@@ -315,16 +339,11 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, spawn: Spawn, fr
         ports = {port_of(a) for addresses in cluster.values() for a in addresses}
         assert all(any(q == port for _, _, q in found) for port in ports), \
             f"a TensorFlow task not seen: {ports}, {found}"
-        network = json.loads((run_dir / "manifest.json").read_text())["network"]
-        if network.startswith("host ("):
-            pytest.skip(f"this host forbids network namespaces: {network}")
         tasks = {p for p, env in envs.items() if "HETBENCH_TF_CLUSTER" in env}
         assert len(tasks) == sum(len(a) for a in cluster.values()), (tasks, cluster)
         assert set(workers) <= tasks <= isolated, "a task outside the private namespace"
         check(found, isolated)
         return  # the workers serve TensorFlow: no torch.distributed store, no gloo
-    else:
-        assert not isolated  # only where a framework gives no choice
     check(found, isolated)
     # what must be there, by address: rank 0's store, gloo in every worker
     store_port = int(envs[workers[0]]["MASTER_PORT"])

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from harness import __version__
-from harness.spec.errors import UsageError
+from harness.spec.errors import NotClosed, UsageError
 from harness.system import signals
 from harness.system.exits import exit_skipping_teardown
 
@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hetbench: error: {exc}", file=sys.stderr)
         return 2
+    except NotClosed as exc:  # not bad input: the output folder went unwritable
+        print(f"hetbench: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         print(f"hetbench: {signals.describe(exc)}", file=sys.stderr)
         return signals.exit_status(exc)

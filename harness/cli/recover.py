@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.records import manifest
-from harness.spec.errors import UsageError
+from harness.spec.errors import NotClosed, UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     for run_dir in running:
         try:
             result = recover(run_dir)
-        except UsageError as exc:
+        except (UsageError, NotClosed) as exc:  # the others are still closed
             refused += 1
             print(f"hetbench: {exc}", file=sys.stderr)
             continue

@@ -149,13 +149,14 @@ def next_step(step: int, steps: int) -> int | None:
     return step + 1 if step + 1 < steps else None
 
 
-def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
-                   ) -> Services:
-    """The processes the run's aggregator needs beside the workers (none for most), started
-    by its own starter (`Kind.services`); the launcher stops them."""
+def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
+                   services: Services) -> None:
+    """The processes the run's aggregator needs beside the workers (none for most), and
+    what the workers must be told, added to `services` by the aggregator's own starter
+    (`Kind.services`); the launcher stops them."""
     target = kind(run.aggregator.name).services
     if target is None:
-        return Services()
+        return
     module, attr = target.split(":")
     starter = getattr(importlib.import_module(module), attr)
-    return starter(run, free_port, logs, run_dir)  # type: ignore[no-any-return]
+    starter(run, free_port, logs, run_dir, services)

@@ -51,18 +51,16 @@ _PS_ROLE = ("import numpy\nif 'bool' not in vars(numpy):\n    numpy.bool = bool\
 
 
 def start_tensorflow_ports(run: RunSpec, free_port: Callable[[], int], logs: Path,
-                           run_dir: Path) -> Services:
+                           run_dir: Path, services: Services) -> None:
     """Each worker's TF server listens on its own port; the workers find each other there.
-    TensorFlow binds those ports on every interface: the workers get a network namespace
-    of their own, where every interface is loopback."""
-    workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(run.world_size))
-    services = Services(env={TF_WORKERS_ENV: workers})
-    services.isolate_network(logs)
-    return services
+    TensorFlow binds those ports on every interface: in the run's private namespace
+    (Services.make_private) every interface is loopback."""
+    services.env[TF_WORKERS_ENV] = ",".join(f"127.0.0.1:{free_port()}"
+                                            for _ in range(run.world_size))
 
 
-def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
-                  ) -> Services:
+def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
+                  services: Services) -> None:
     """ps-lite's scheduler and one server, on 127.0.0.1. Every ps-lite node listens
     (a ZMQ router socket): the scheduler on DMLC_PS_ROOT_URI, the server and the workers on
     DMLC_NODE_HOST (before it, DMLC_INTERFACE's address; with neither, the first
@@ -71,11 +69,10 @@ def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_di
     env = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": str(run.world_size),
            "DMLC_NODE_HOST": "127.0.0.1", "DMLC_INTERFACE": "lo", "PS_VERBOSE": "0"}
-    services = Services(env={**env, "DMLC_ROLE": "worker"})
+    services.env.update({**env, "DMLC_ROLE": "worker"})
     for role in ("scheduler", "server"):
         services.start(f"kvstore-{role}", [sys.executable, "-c", _PS_ROLE],
                        {**os.environ, **env, "DMLC_ROLE": role}, logs)
-    return services
 
 
 _tf_strategy: Any = None

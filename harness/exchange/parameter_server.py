@@ -41,10 +41,8 @@ supported yet, servers run on 127.0.0.1.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -60,6 +58,7 @@ import torch.distributed.rpc as rpc
 
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
 from harness.spec.suite import RunSpec
+from harness.system import orphans
 from harness.system.exits import exit_skipping_teardown
 from harness.system.services import Services
 from workloads import get_workload
@@ -69,20 +68,20 @@ if TYPE_CHECKING:
     from adapters.base import TorchLayersAdapter
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
-PR_SET_PDEATHSIG = 1
 
 
-def start_servers(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
-                  ) -> Services:
+def start_servers(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
+                  services: Services) -> None:
+    """The servers, in the run's private namespace (Services.make_private): RPC runs
+    pickled calls, which nobody outside the run may send."""
     env = {INIT_ENV: f"tcp://127.0.0.1:{free_port()}", "TP_SOCKET_IFNAME": "lo",
            "GLOO_SOCKET_IFNAME": "lo"}
-    services = Services(env=env)
+    services.env.update(env)
     server_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1",
                   "HETBENCH_LAUNCHER_PID": str(os.getpid())}
     for index in range(run.aggregator.servers):
         services.start(f"ps{index}", [sys.executable, "-m", __name__, "--run-dir",
                                       str(run_dir), "--index", str(index)], server_env, logs)
-    return services
 
 
 def rpc_options(timeout_s: float) -> rpc.TensorPipeRpcBackendOptions:
@@ -256,7 +255,7 @@ def serve(run_dir: Path, index: int) -> int:
     _run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
     placement.serving(_run)
     n = _run.world_size
-    die_with_launcher()
+    orphans.follow_launcher()  # a server outlives no killed `hetbench run`
     (run_dir / "parts" / f"ps{index}.json").write_text(json.dumps(
         {"server": f"ps{index}", "pid": os.getpid(), "host": socket.gethostname()}))
     torch.set_num_threads(1)
@@ -266,17 +265,6 @@ def serve(run_dir: Path, index: int) -> int:
     # workers never come (it watches the workers and stops every service after them).
     rpc.shutdown(graceful=True)
     return 0
-
-
-def die_with_launcher() -> None:
-    """A server outlives no killed `hetbench run`, as a worker does not."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-    launcher = os.environ.get("HETBENCH_LAUNCHER_PID")
-    if launcher and os.getppid() != int(launcher):
-        sys.exit(1)
 
 
 # -- the worker's side ----------------------------------------------------------------------

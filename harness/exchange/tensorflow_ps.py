@@ -54,12 +54,11 @@ def cluster_spec(run: RunSpec, free_port: Callable[[], int]) -> dict[str, list[s
             "chief": ports(1)}
 
 
-def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path
-                   ) -> Services:
+def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
+                   services: Services) -> None:
     """The ps servers and the coordinator, in the workers' network namespace."""
     cluster = json.dumps(cluster_spec(run, free_port))
-    services = Services(env={CLUSTER_ENV: cluster})
-    services.isolate_network(logs)
+    services.env[CLUSTER_ENV] = cluster
     env = {**os.environ, CLUSTER_ENV: cluster, "PYTHONUNBUFFERED": "1",
            "HETBENCH_LAUNCHER_PID": str(os.getpid()), "TF_CPP_MIN_LOG_LEVEL": "2"}
     for index in range(run.aggregator.servers):
@@ -68,7 +67,6 @@ def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_d
     services.start(COORDINATOR, [sys.executable, "-m",
                                  "harness.loop.tensorflow_coordinator", "--run-dir",
                                  str(run_dir)], env, logs)
-    return services
 
 
 def server_folder(run_dir: Path, job: str, index: int) -> Path:

@@ -12,7 +12,6 @@ before any framework is imported, so every framework thread inherits them.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import json
 import os
@@ -49,6 +48,7 @@ from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
+from harness.system import orphans
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_skipping_teardown
 from harness.training.loader import Prefetcher
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from workloads.data import BatchOrder
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-PR_SET_PDEATHSIG = 1
 
 
 class Stopped(BaseException):
@@ -74,14 +73,7 @@ def prepare_process(worker: WorkerSpec) -> None:
         os.sched_setaffinity(0, worker.cores)
     for name in THREAD_VARIABLES:
         os.environ[name] = str(worker.threads)
-    if os.environ.get("HETBENCH_LAUNCHER_PID"):
-        # Die with the launcher: no worker outlives a killed `hetbench run`.
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
-        if os.getppid() != int(os.environ["HETBENCH_LAUNCHER_PID"]):
-            sys.exit(1)
+    orphans.follow_launcher()  # no worker outlives a killed `hetbench run`
 
 
 @dataclass

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import collector, jsonfile, manifest
-from harness.spec.errors import UsageError
+from harness.spec.errors import NotClosed, UsageError
 from harness.spec.suite import RunSpec, run_from_dict
-from harness.system import environment, procfs
+from harness.system import environment, procfs, services
 
 RUN_FILE = "run.json"  # the run's configuration, read by its workers and servers
 
@@ -117,8 +117,11 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
     try:
         manifest.update(run_dir, **closing)
     except OSError:  # a full disk: the reserve's room, then once more
-        collector.remove_temporary(run_dir)
-        manifest.update(run_dir, **closing)
+        try:
+            collector.remove_temporary(run_dir)
+            manifest.update(run_dir, **closing)
+        except OSError as exc:  # not a full disk: a folder nobody may write
+            raise NotClosed(run_dir, exc) from exc
     if frame is not None:  # closed: the trace is derived, and bounded (run.trace_steps)
         try:
             collector.write_trace(run_dir, frame, labels(infos), run.trace_steps)
@@ -193,10 +196,12 @@ def recover(run_dir: Path) -> RunResult:
         raise UsageError(exc.where, f"{exc.message}; recover writes no damaged record (move "
                                     "the file aside to close the run from the others)"
                          ) from None
-    return close_run(run_dir, run_from_dict(meta["run"]), "failed",
-                     f"its launcher (pid {launcher.get('pid')}) ended without closing the "
-                     "run; closed by hetbench recover from the flushed records",
-                     int(meta.get("repeat", 0)))
+    result = close_run(run_dir, run_from_dict(meta["run"]), "failed",
+                       f"its launcher (pid {launcher.get('pid')}) ended without closing the "
+                       "run; closed by hetbench recover from the flushed records",
+                       int(meta.get("repeat", 0)))
+    services.remove_private_tmp(meta.get("tmp"))  # what the dead launcher did not remove
+    return result
 
 
 def _survivors_finish(run_dir: Path, world_size: int, dropped: list[dict[str, Any]]

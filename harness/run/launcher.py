@@ -128,19 +128,22 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         port = free_port()
         logs = run_dir / "logs"
         logs.mkdir()
+        # every process of the run in a network namespace and a TMPDIR of its own
+        services.make_private(logs)
+        manifest.update(run_dir, network=services.network, tmp=str(services.tmp))
+        if services.network.startswith("host ("):
+            print("   warning: the run's listeners are reachable from this host (TensorFlow's "
+                  f"on every interface): {services.network}", flush=True)
         # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
         # server) and what its workers must be told (their addresses)
-        services = exchange.start_services(run, free_port, logs, run_dir)
-        manifest.update(run_dir, network=services.network)
-        if services.network.startswith("host ("):
-            print(f"   warning: listening on every interface: {services.network}",
-                  flush=True)
+        exchange.start_services(run, free_port, logs, run_dir, services)
         for rank in range(run.world_size):
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs.append(subprocess.Popen(
                     services.worker_command([sys.executable, "-m", "harness.loop.worker",
                                              "--run-dir", str(run_dir)]),
-                    env=worker_environment(run, rank, port) | services.env, stdout=log,
+                    env=services.environment(worker_environment(run, rank, port)
+                                             | services.env), stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
         sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs),

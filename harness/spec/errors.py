@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 class UsageError(Exception):
     """Bad input (suite file, arguments, result folder). The CLI prints it and exits 2."""
@@ -14,3 +19,16 @@ class UsageError(Exception):
 
 class DeviceUnavailable(UsageError):
     """A worker names a device this machine does not have (skippable with --skip-unavailable)."""
+
+
+class NotClosed(Exception):
+    """A run directory could not be written as its run closed (made read-only or immutable,
+    its disk gone): the run stays `running`, its flushed records in parts/, and
+    `hetbench recover` closes it once the folder is writable. The CLI exits 1."""
+
+    def __init__(self, run_dir: Path, cause: OSError) -> None:
+        self.run_dir = run_dir
+        super().__init__(f"{run_dir}: the run could not be closed (writing manifest.json: "
+                         f"{cause.strerror or cause}); its workers are stopped and its "
+                         "flushed records stay in parts/: once the folder is writable, close "
+                         f"it with `hetbench recover {run_dir}`")

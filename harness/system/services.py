@@ -1,6 +1,13 @@
-"""Processes an aggregator needs beside the workers (parameter servers, MXNet's ps-lite
-scheduler and server), started by the launcher before the workers and stopped by it after
-them, whatever happened in between: every process hetbench starts, hetbench stops.
+"""Where a run's processes live, and the ones an aggregator needs beside the workers
+(parameter servers, MXNet's ps-lite scheduler and server), started by the launcher before
+the workers and stopped by it after them, whatever happened in between: every process
+hetbench starts, hetbench stops.
+
+A run's own (`Services.make_private`): a network namespace whose only interface is
+loopback, so that no other local user reaches a rendezvous store, an RPC server (which
+runs pickled calls) or a listener that binds every interface; and a temporary folder
+(TMPDIR) that only the run's user may read, removed when the run stops (TensorFlow leaves
+its autograph files there: its processes end without its clean-up).
 
 This module imports no framework: the launcher uses it.
 """
@@ -9,14 +16,17 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.system import netns
 
 STOP_GRACE_S = 5.0
+PRIVATE_TMP_PREFIX = "hetbench-run-"  # a run's TMPDIR: remove_private_tmp removes only such
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -29,11 +39,13 @@ class Services:
     # the holder of the workers' private network namespace (harness/system/netns.py), if any
     holder: subprocess.Popen[bytes] | None = None
     network: str = "host"  # what the manifest records of the workers' network
+    tmp: Path | None = None  # the run's private temporary folder (TMPDIR), if any
 
-    def isolate_network(self, logs: Path) -> None:
-        """Start the workers in a network namespace of their own with loopback only (for
-        listeners that bind every interface); where that is not allowed, say why in
-        `network` and leave them in the host's."""
+    def make_private(self, logs: Path) -> None:
+        """The run's processes in a network namespace of their own with loopback only, and
+        with a temporary folder of their own; where namespaces are not allowed, say why in
+        `network` (the run stays on the host's loopback)."""
+        self.tmp = Path(tempfile.mkdtemp(prefix=PRIVATE_TMP_PREFIX))  # mode 0700
         started = netns.start_holder(logs / "netns.log")
         if isinstance(started, str):
             self.network = f"host (no private namespace: {started})"
@@ -45,13 +57,17 @@ class Services:
         return command if self.holder is None else netns.join_command(self.holder.pid,
                                                                       command)
 
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """`env` for a process of the run, with the run's own TMPDIR."""
+        return env if self.tmp is None else {**env, "TMPDIR": str(self.tmp)}
+
     def start(self, name: str, command: list[str], env: dict[str, str], logs: Path) -> None:
         """One process in its own session (so a signal to its group reaches only it), its
         output in logs/<name>.log; in the workers' network namespace where they have one."""
         with open(logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(
-                self.worker_command(command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                self.worker_command(command), env=self.environment(env), stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_die_with_parent)
 
     def failed(self) -> tuple[str, int] | None:
@@ -78,7 +94,16 @@ class Services:
             _wait_or_signal(p, grace_s, signal.SIGKILL)
             p.wait()
         if self.holder is not None:  # the workers are gone: nothing uses the namespace
-                netns.stop_holder(self.holder)
+            netns.stop_holder(self.holder)
+        if self.tmp is not None:
+            remove_private_tmp(str(self.tmp))
+
+
+def remove_private_tmp(path: str | None) -> None:
+    """A run's TMPDIR with what its processes left there: by the launcher as the run stops,
+    by `hetbench recover` after a launcher that was killed (the manifest's `tmp`)."""
+    if path and Path(path).name.startswith(PRIVATE_TMP_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
