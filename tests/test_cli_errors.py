@@ -70,6 +70,26 @@ def test_bad_suite_is_one_line_naming_the_field(tmp_path: Path, write_suite, bod
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("content", "damage"), [
+    (os.urandom(64).replace(b"{", b"x"), "unreadable manifest: "),
+    (json.dumps({"schema_version": 999, "run_id": "x"}).encode(),
+     "schema_version 999 is not supported (this hetbench reads "),
+], ids=["random bytes", "newer schema"])
+def test_a_run_it_cannot_read_in_the_out_folder_is_one_line(
+        tmp_path: Path, write_suite, content: bytes, damage: str, hetbench) -> None:
+    """A run was added beside it, and `report` then failed on the old one."""
+    suite = write_suite('[suite]\nname = "s"\n[[runs]]\nname = "r"\nsteps = 2\n')
+    old = tmp_path / "out" / "s" / "r-r0-20260101T000000"
+    old.mkdir(parents=True)
+    (old / "manifest.json").write_bytes(content)
+    line = error_line(hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "out")))
+    assert line.startswith(f"hetbench: error: {old / 'manifest.json'}: {damage}"), line
+    assert line.endswith("; `hetbench run` adds no run beside a run it cannot read: move it "
+                         "aside or choose another --out")
+    assert [p.name for p in (tmp_path / "out" / "s").iterdir()] == [old.name]  # none added
+    assert (old / "manifest.json").read_bytes() == content
+
+
 def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_suite,
                                                          hetbench) -> None:
     suite = write_suite('[[runs]]\nname = "r"\nsteps = 2\n')

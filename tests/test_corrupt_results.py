@@ -466,6 +466,8 @@ def _damage_rows(kind: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
             return steps.iloc[:0]
         if kind == "duplicated":
             return pd.concat([steps, steps.iloc[5:6]], ignore_index=True)
+        if kind == "a rank without rows":  # report showed idle and efficiency NaN, exit 0
+            return steps[steps["rank"] == 0]
         steps = steps.copy()
         column, value = {"negative batch": ("batch_size", -5), "rank 7": ("rank", 7),
                          "negative step": ("step", -3)}[kind]
@@ -479,6 +481,8 @@ def _damage_rows(kind: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
 ROW_DAMAGE = {
     "empty": "steps.parquet: holds no step, yet the run says it completed: damaged",
     "duplicated": "row 24: rank 1, step 2 is recorded twice: damaged",
+    "a rank without rows": "steps.parquet: holds no step of rank 1, one of the run's 2 "
+                           "workers, yet the run says it completed: damaged",
     "negative batch": "row 5: batch_size -5 is negative: damaged",
     "rank 7": "row 5: rank 7 is not one of the run's 2 workers: damaged",
     "negative step": "row 5: step -3 is negative: damaged",

@@ -384,19 +384,19 @@ def test_a_full_disk_fails_the_run_naming_what_could_not_be_written(tmp_path: Pa
 
 
 @contextmanager
-def unwritable(folder: Path) -> Iterator[None]:
+def unwritable(folder: Path, spawn: Spawn) -> Iterator[None]:
     """`folder` and everything in it made unwritable while the block runs: immutable for
     root (whom permissions do not stop), read-only for others; writable again after."""
     if os.geteuid() == 0:
-        made = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True,
-                              text=True, timeout=30)
+        made = spawn.run(["chattr", "-R", "+i", str(folder)], capture_output=True, text=True,
+                         timeout=30)
         if made.returncode != 0:
-            subprocess.run(["chattr", "-R", "-i", str(folder)], timeout=30)
+            spawn.run(["chattr", "-R", "-i", str(folder)], timeout=30)
             pytest.skip(f"cannot make a folder immutable here: {made.stderr.strip()}")
         try:
             yield
         finally:
-            subprocess.run(["chattr", "-R", "-i", str(folder)], timeout=30, check=True)
+            spawn.run(["chattr", "-R", "-i", str(folder)], timeout=30, check=True)
         return
     paths = [folder, *folder.rglob("*")]
     for path in paths:
@@ -412,7 +412,7 @@ def test_an_output_folder_made_unwritable_stops_the_run_and_says_how_to_close_it
         tmp_path: Path, write_suite, spawn: Spawn) -> None:
     """It exited 2 naming `.reserve.tmp`, and nothing said how to close the run."""
     proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
-    with unwritable(tmp_path / "out"):
+    with unwritable(tmp_path / "out", spawn):
         code, err = finish(proc)
         deadline = time.monotonic() + 15
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
@@ -458,3 +458,39 @@ def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown(
     done = spawn.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
                      text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (3, "written", "said")
+
+
+LATE_SIGNAL = """
+import os, signal, sys, threading, time
+from harness.system.exits import exit_after
+
+class Stopped(BaseException):
+    pass
+
+def stop(number, frame):
+    raise Stopped(number)
+
+def main():
+    signal.signal(signal.SIGTERM, stop)
+    # a thread the interpreter's teardown would wait for (as MXNet's engine held a worker)
+    threading.Thread(target=time.sleep, args=(600,)).start()
+    if sys.argv[1] == "late":
+        os.kill(os.getpid(), signal.SIGTERM)  # as the work ends
+    return 0
+
+exit_after(main)
+"""
+
+
+@pytest.mark.parametrize(("when", "status"), [("late", 1), ("none", 0)])
+def test_a_signal_as_the_work_ends_still_skips_the_teardown(spawn: Spawn, when: str,
+                                                            status: int) -> None:
+    """An MXNet worker whose launcher was killed got SIGTERM as it returned from its work:
+    the exception ran the interpreter's teardown, which waited for good."""
+    done = spawn.run([sys.executable, "-c", LATE_SIGNAL, when], cwd=REPO, capture_output=True,
+                     text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    assert ("Stopped: 15" in done.stderr) == (when == "late")
+    help_text = spawn.run(hetbench_command("--help"), cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert help_text.returncode == 0 and "usage: hetbench" in help_text.stdout

@@ -158,7 +158,7 @@ def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
-def reachable(port: int, pid: int | None = None) -> bool:
+def reachable(spawn: Spawn, port: int, pid: int | None = None) -> bool:
     """Whether a TCP connection to 127.0.0.1:port is taken: from this process, or from a
     process in the network namespace of process `pid`."""
     program = ("import socket, sys\ntry:\n"
@@ -167,7 +167,7 @@ def reachable(port: int, pid: int | None = None) -> bool:
     command = [sys.executable, "-c", program]
     if pid is not None:
         command = netns.join_command(pid, command)
-    return subprocess.run(command, cwd=REPO, timeout=60).returncode == 0
+    return spawn.run(command, cwd=REPO, timeout=60).returncode == 0
 
 
 def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
@@ -213,7 +213,8 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
                         isolated.add(pid)
             found |= listeners_of(pids)
             time.sleep(0.1)
-        reach = {port: (reachable(port), reachable(port, pid)) for pid, _, port in found}
+        reach = {port: (reachable(spawn, port), reachable(spawn, port, pid))
+                 for pid, _, port in found}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

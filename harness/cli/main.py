@@ -9,7 +9,7 @@ import sys
 from harness import __version__
 from harness.spec.errors import NotClosed, UsageError
 from harness.system import signals
-from harness.system.exits import exit_skipping_teardown
+from harness.system.exits import exit_after
 
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "under each scheme"),
     "recover": ("harness.cli.recover", "close runs left 'running' by a launcher that died"),
     "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),
+    "testbed": ("harness.cli.testbed", "hosts emulated as network namespaces (198.18.0.0/15), "
+                "links shaped with tc: up until Ctrl-C, or down"),
 }
 
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The `hetbench` command: main(), then an exit that skips the interpreter's teardown
     (harness/system/exits.py says why)."""
-    exit_skipping_teardown(main())
+    exit_after(main)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import arguments
+from harness.records import manifest
 from harness.spec.builtin import builtin_suites
 from harness.spec.errors import UsageError
 
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
     refuse_interfaces(suite)
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
+    refuse_unreadable_runs(args.out / suite.name)
     writable_folder(args.out, "--out")
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
           f"{args.out / suite.name}")
@@ -108,6 +110,20 @@ def refuse_interfaces(suite: Any) -> None:
                              f"{run_spec.interface!r} is for runs across hosts (torchrun "
                              "mode, docs/howto/multi-host.md); `hetbench run` runs on this "
                              "host over loopback: remove it")
+
+
+def refuse_unreadable_runs(suite_dir: Path) -> None:
+    """The runs already in the suite's folder must be ones hetbench reads: a run added
+    beside a damaged manifest, or one of a newer hetbench, would make every later report
+    of the folder fail. Refused, naming it, rather than moved aside: nothing of a
+    user's results is moved without being asked."""
+    for found in sorted(suite_dir.glob(f"*/{manifest.MANIFEST_FILE}")):
+        try:
+            manifest.read(found.parent)
+        except UsageError as exc:
+            raise UsageError(exc.where, f"{exc.message}; `hetbench run` adds no run beside a "
+                             "run it cannot read: move it aside or choose another --out"
+                             ) from None
 
 
 def refuse_missing_devices(suite: Any) -> dict[str, int]:

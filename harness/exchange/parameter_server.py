@@ -59,7 +59,7 @@ import torch.distributed.rpc as rpc
 from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
 from harness.spec.suite import RunSpec
 from harness.system import orphans
-from harness.system.exits import exit_skipping_teardown
+from harness.system.exits import exit_after
 from harness.system.services import Services
 from workloads import get_workload
 from workloads.models import builder
@@ -464,4 +464,4 @@ if __name__ == "__main__":
     # not from __main__, or the server state they read would be another module's
     from harness.exchange import parameter_server
 
-    exit_skipping_teardown(parameter_server.main())
+    exit_after(parameter_server.main)

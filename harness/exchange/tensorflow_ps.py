@@ -138,6 +138,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from harness.system.exits import exit_skipping_teardown
+    from harness.system.exits import exit_after
 
-    exit_skipping_teardown(main())
+    exit_after(main)

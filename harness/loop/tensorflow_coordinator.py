@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from harness.system.exits import exit_skipping_teardown
+    from harness.system.exits import exit_after
 
     # without TensorFlow's teardown, which would call the servers as they leave
-    exit_skipping_teardown(main())
+    exit_after(main)

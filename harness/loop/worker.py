@@ -50,7 +50,7 @@ from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
 from harness.system import orphans
 from harness.system.cputime import ThreadsCpuClock
-from harness.system.exits import exit_skipping_teardown
+from harness.system.exits import exit_after
 from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
 from workloads import build_spec, get_workload
@@ -623,4 +623,4 @@ def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, r
 
 
 if __name__ == "__main__":
-    exit_skipping_teardown(main())
+    exit_after(main)

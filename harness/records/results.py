@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.records import collector, manifest
+from harness.spec import aggregators
 from harness.spec.errors import UsageError
 from harness.system import procfs
 from harness.system import sampler as system
@@ -78,7 +79,26 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
     if steps.empty and meta.get("status") == "completed":
         raise UsageError(str(file_of_rank(None)), "holds no step, yet the run says it "
                                                   "completed: damaged")
+    if meta.get("status") == "completed" and isinstance(workers, list) and _lockstep(meta):
+        # every worker of a lockstep aggregator records every step (one left out, a row of
+        # batch size 0): a rank with none lost its rows, and its metrics would be NaN
+        dropped = {d.get("rank") for d in meta.get("dropped_workers") or []
+                   if isinstance(d, dict)}
+        silent = sorted(set(range(len(workers))) - dropped
+                        - set(steps["rank"].unique().tolist()))
+        if silent:
+            raise UsageError(str(file_of_rank(None)), f"holds no step of rank {silent[0]}, "
+                             f"one of the run's {len(workers)} workers, yet the run says it "
+                             "completed: damaged")
     return steps
+
+
+def _lockstep(meta: dict[str, Any]) -> bool:
+    """Whether the run's aggregator has every worker exchange every step (False for one
+    this hetbench does not know)."""
+    name = (meta["run"].get("aggregator") or {}).get("name") or meta["run"].get("strategy")
+    known = aggregators.AGGREGATORS.get(str(name or "torch"))
+    return known is not None and known.lockstep
 
 
 def read_system(run_dir: Path) -> pd.DataFrame | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from adapters import FRAMEWORKS, install_hint, load_adapter, missing_framework
 from harness.spec.aggregators import AGGREGATORS
-from harness.system.exits import exit_skipping_teardown
+from harness.system.exits import exit_after
 
 MARKER = "HETBENCH-PROBE "
 DEFAULT_TIMEOUT_S = 120.0
@@ -117,4 +117,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     # a framework's native threads can abort the interpreter's teardown (exits.py)
-    exit_skipping_teardown(main(sys.argv[1:]))
+    exit_after(lambda: main(sys.argv[1:]))
