@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.system import testbed
@@ -130,6 +131,8 @@ def test_hosts_talk_over_their_shaped_link(bed: Testbed, spawn: Spawn) -> None:
     assert sent.returncode == 0, sent.stderr
     out, _ = receiver.communicate(timeout=60)
     assert int(out) == size
+    print(f"\n{size / 1e6:g} MB over a 20mbit link: {float(sent.stdout):.2f} s "
+          f"(the rate's own {size * 8 / 20e6:.2f} s)")
     assert float(sent.stdout) >= 0.8 * size * 8 / 20e6, sent.stdout
 
 
@@ -187,6 +190,8 @@ def test_up_holds_the_hosts_until_ctrl_c_and_then_removes_them(spawn: Spawn) -> 
 def test_up_with_a_command_gives_it_the_hosts_and_its_exit_status(tmp_path: Path,
                                                                   hetbench) -> None:
     program = ("import json, os, sys\nhosts = json.loads(os.environ['HETBENCH_TESTBED'])\n"
+               "assert [os.environ[f'HETBENCH_HOST{k}'] for k in range(3)] == "
+               "[h['namespace'] for h in hosts]\n"
                "print(json.dumps(hosts))\nsys.exit(3)\n")
     done = hetbench(tmp_path, "testbed", "up", "--hosts", "3", "--", sys.executable, "-c",
                     program)
@@ -230,3 +235,58 @@ def test_bad_input_is_one_line_before_anything_is_made(tmp_path: Path, hetbench,
     before = leftovers()
     assert error_line(hetbench(tmp_path, "testbed", *args)) == f"hetbench: error: {line}"
     assert leftovers() == before
+
+
+# -- a run across emulated hosts ---------------------------------------------------------
+
+ACROSS = """
+[suite]
+name = "hosts"
+
+[[runs]]
+name = "pair"
+workload = "mlp"
+dataset = "digits"
+steps = 12
+global_batch = 64
+timeout_s = 30
+{interface}
+partition = {{ policy = "sizes", sizes = [40, 24] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 1.5 }} ]
+"""
+
+
+@pytest.mark.slow
+@needs_root
+def test_torchrun_across_two_emulated_hosts_trains_as_one_host_does(
+        tmp_path: Path, spawn: Spawn, hetbench) -> None:
+    """torchrun on each host of the testbed, joined over their eth0 (198.18.0.x) and a
+    shaped link: the run completes, and its parameters are those of the same suite run by
+    `hetbench run` on one host (unequal slices: weighted aggregation across hosts)."""
+    across = tmp_path / "across.toml"
+    across.write_text(ACROSS.format(interface='interface = "eth0"'))
+    local = tmp_path / "local.toml"
+    local.write_text(ACROSS.format(interface=""))
+    with Testbed(2, {1: Link(rate="100mbit")}) as bed:
+        def node(rank: int) -> list[str]:
+            return bed.command(rank, [
+                sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+                str(rank), "--nproc-per-node", "1", "--master-addr", bed.host(0).address,
+                "--master-port", "29500", "-m", "harness.loop.worker", "--suite", str(across),
+                "--run-name", "pair", "--out", str(tmp_path / f"node{rank}")])
+
+        nodes = [spawn(node(rank), cwd=REPO, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        errors = [p.communicate(timeout=240)[1] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], [e[-2000:] for e in errors]
+    (run_dir,) = (tmp_path / "node0" / "hosts").glob("pair-r0-*")
+    meta = json.loads((run_dir / "manifest.json").read_text())
+    assert (meta["status"], meta["rows"], meta["run"]["interface"]) == ("completed", 24, "eth0")
+
+    done = hetbench(tmp_path, "run", str(local), "--out", str(tmp_path / "one"), "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (one_dir,) = (tmp_path / "one" / "hosts").glob("pair-r0-*")
+    with np.load(run_dir / "params.npz") as got, np.load(one_dir / "params.npz") as want:
+        assert sorted(got.files) == sorted(want.files) and got.files
+        for name in want.files:
+            np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-5, err_msg=name)

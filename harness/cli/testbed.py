@@ -7,7 +7,8 @@
 
 `up` builds the hosts, prints one line per host (namespace, address, link), and holds
 them until Ctrl-C, SIGTERM or SIGHUP, or, given a command, while the command runs (its
-exit status is `up`'s; HETBENCH_TESTBED tells it the hosts, as JSON). Either way it removes
+exit status is `up`'s; HETBENCH_TESTBED tells it the hosts, as JSON, and HETBENCH_HOST<k>
+host k's namespace). Either way it removes
 every namespace it made. Run a process on a host with `ip netns exec NAMESPACE COMMAND`.
 """
 
@@ -24,6 +25,7 @@ from harness.spec.errors import UsageError
 from harness.system import testbed
 
 HOSTS_ENV = "HETBENCH_TESTBED"
+HOST_ENV = "HETBENCH_HOST"  # HETBENCH_HOST<k>: host k's namespace, for a shell
 LINK_KEYS = ("rate", "delay", "jitter", "loss")
 
 
@@ -86,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
               + ("it goes when the command ends" if command else "Ctrl-C removes it"),
               flush=True)
         if command:
-            env = {**os.environ, HOSTS_ENV: json.dumps(bed.describe())}
+            env = {**os.environ, HOSTS_ENV: json.dumps(bed.describe()),
+                   **{f"{HOST_ENV}{h.rank}": h.namespace for h in bed.all_hosts}}
             return subprocess.run(command, env=env).returncode
         while True:  # until a signal (harness/system/signals.py raises it here)
             time.sleep(3600)

@@ -28,14 +28,20 @@ def follow_launcher(grace_s: float = LAUNCHER_GONE_GRACE_S) -> None:
     launcher = os.environ.get(LAUNCHER_ENV)
     if not launcher:
         return  # torchrun mode: torchrun's agent stops its workers
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+    die_with_parent()
     if os.getppid() != int(launcher):
         sys.exit(1)
     threading.Thread(target=_end_after, args=(int(launcher), grace_s), daemon=True,
                      name="hetbench-follow-launcher").start()
+
+
+def die_with_parent() -> None:
+    """SIGTERM to this process when its parent dies, even by a SIGKILL nothing can catch
+    (Linux only; elsewhere nothing). Also a preexec_fn: the services set it before exec."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def _end_after(launcher: int, grace_s: float) -> None:

@@ -14,7 +14,6 @@ This module imports no framework: the launcher uses it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -23,11 +22,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.system import netns
+from harness.system import netns, orphans
 
 STOP_GRACE_S = 5.0
 PRIVATE_TMP_PREFIX = "hetbench-run-"  # a run's TMPDIR: remove_private_tmp removes only such
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass
@@ -68,7 +66,7 @@ class Services:
             self.procs[name] = subprocess.Popen(
                 self.worker_command(command), env=self.environment(env), stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=orphans.die_with_parent)
 
     def failed(self) -> tuple[str, int] | None:
         """(name, exit status) of a process that ended badly while the run went on."""
@@ -104,15 +102,6 @@ def remove_private_tmp(path: str | None) -> None:
     by `hetbench recover` after a launcher that was killed (the manifest's `tmp`)."""
     if path and Path(path).name.startswith(PRIVATE_TMP_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _die_with_parent() -> None:
-    """In the child, before its program starts: SIGTERM when the launcher dies, even by a
-    SIGKILL nothing can catch (a service does not outlive `hetbench run`; Linux only)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def _wait_or_signal(p: subprocess.Popen[bytes], grace_s: float, sig: int) -> None:
