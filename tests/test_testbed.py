@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +82,25 @@ def test_a_link_becomes_tbf_or_netem() -> None:
     assert Link(rate="1gbit", delay="2ms", jitter="1ms", loss="1%").qdisc() == [
         "netem", "delay", "2ms", "1ms", "loss", "1%", "rate", "1gbit"]
     assert Link().problem() is None and not Link().shaped
+
+
+@pytest.mark.parametrize(("clocks", "message"), [
+    ({2: 5.0}, "clock of host 2: no such host (hosts 0 to 1)"),
+    ({1: -5.0}, "clock of host 1: -5 s is out of range (0 to 86400 s ahead)"),
+])
+def test_a_bad_clock_is_named_before_anything_is_made(clocks: dict[int, float],
+                                                      message: str) -> None:
+    with pytest.raises(TestbedError) as caught:
+        Testbed(2, clocks=clocks).check()
+    assert str(caught.value) == message
+
+
+def test_a_host_with_a_clock_of_its_own_runs_in_a_time_namespace() -> None:
+    bed = Testbed(2, clocks={1: 5.0})
+    assert bed.command(0, ["true"]) == ["ip", "netns", "exec", bed.host(0).namespace, "true"]
+    assert bed.command(1, ["true"]) == ["ip", "netns", "exec", bed.host(1).namespace,
+                                        "unshare", "--time", "--monotonic", "5",
+                                        "--boottime", "5", "--", "true"]
 
 
 def test_hosts_get_benchmarking_addresses() -> None:
@@ -256,6 +276,15 @@ workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 1.5 }} ]
 """
 
 
+def torchrun_on(bed: Testbed, rank: int, suite: Path, out: Path) -> list[str]:
+    """torchrun for node `rank` of 2, on testbed host `rank`, node 0's address the master."""
+    return bed.command(rank, [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+        str(rank), "--nproc-per-node", "1", "--master-addr", bed.host(0).address,
+        "--master-port", "29500", "-m", "harness.loop.worker", "--suite", str(suite),
+        "--run-name", "pair", "--out", str(out)])
+
+
 @pytest.mark.slow
 @needs_root
 def test_torchrun_across_two_emulated_hosts_trains_as_one_host_does(
@@ -268,15 +297,9 @@ def test_torchrun_across_two_emulated_hosts_trains_as_one_host_does(
     local = tmp_path / "local.toml"
     local.write_text(ACROSS.format(interface=""))
     with Testbed(2, {1: Link(rate="100mbit")}) as bed:
-        def node(rank: int) -> list[str]:
-            return bed.command(rank, [
-                sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
-                str(rank), "--nproc-per-node", "1", "--master-addr", bed.host(0).address,
-                "--master-port", "29500", "-m", "harness.loop.worker", "--suite", str(across),
-                "--run-name", "pair", "--out", str(tmp_path / f"node{rank}")])
-
-        nodes = [spawn(node(rank), cwd=REPO, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        nodes = [spawn(torchrun_on(bed, rank, across, tmp_path / f"node{rank}"), cwd=REPO,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for rank in (0, 1)]
         errors = [p.communicate(timeout=240)[1] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], [e[-2000:] for e in errors]
     (run_dir,) = (tmp_path / "node0" / "hosts").glob("pair-r0-*")
@@ -290,3 +313,46 @@ def test_torchrun_across_two_emulated_hosts_trains_as_one_host_does(
         assert sorted(got.files) == sorted(want.files) and got.files
         for name in want.files:
             np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+SHIFT_S = 5.0  # host 1's CLOCK_MONOTONIC runs this far ahead of host 0's
+
+
+@pytest.mark.slow
+@needs_root
+def test_clocks_of_emulated_hosts_apart_are_aligned(tmp_path: Path, spawn: Spawn) -> None:
+    """Issue 27, clocks: host 1's monotonic clock SHIFT_S ahead (a time namespace); the
+    offsets measured over the testbed's link put every record on rank 0's clock: no worker
+    leaves an all-reduce before the last one arrived, and idle from the aligned instants
+    agrees with idle from local durations. Prints both estimates."""
+    from analysis.metrics import idle_agreement
+    from harness.records.results import load_run
+
+    suite = tmp_path / "suite.toml"
+    suite.write_text(ACROSS.format(interface='interface = "eth0"').replace("steps = 12",
+                                                                         "steps = 40"))
+    with Testbed(2, {1: Link(rate="100mbit")}, clocks={1: SHIFT_S}) as bed:
+        shifted = spawn.run(bed.command(1, [sys.executable, "-c", "import time; "
+                                            "print(time.monotonic())"]),
+                            capture_output=True, text=True, timeout=60)
+        assert float(shifted.stdout) - time.monotonic() > SHIFT_S - 1  # the clock is apart
+        nodes = [spawn(torchrun_on(bed, rank, suite, tmp_path / "out"), cwd=REPO,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for rank in (0, 1)]
+        errors = [p.communicate(timeout=240)[1] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], [e[-2000:] for e in errors]
+    (run_dir,) = (tmp_path / "out" / "hosts").glob("pair-r0-*")
+    run = load_run(run_dir)
+    clock = run.manifest["clock"]
+    assert clock["same_clock"] is False and clock["applied"] is True
+    for estimate in (clock["start"], clock["end"]):
+        assert abs(estimate["offset_ns"][1] - SHIFT_S * 1e9) < 50_000_000
+        assert 0 < estimate["uncertainty_ns"][1] < 5_000_000
+    steps = run.steps.groupby("step")
+    slack = clock["end"]["uncertainty_ns"][1] + clock["start"]["uncertainty_ns"][1]
+    assert (steps["ready_ns"].max() <= steps["reduced_ns"].min() + slack).all()
+    agreement = idle_agreement(run.steps)
+    assert agreement["median_abs_diff_ms"] < 1.0, agreement
+    errors_ns = [e["offset_ns"][1] - SHIFT_S * 1e9 for e in (clock["start"], clock["end"])]
+    bounds = [e["uncertainty_ns"][1] for e in (clock["start"], clock["end"])]
+    print(f"\noffset errors {errors_ns} ns, uncertainties {bounds} ns, idle {agreement}")

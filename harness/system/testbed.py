@@ -7,6 +7,10 @@ range 198.18.0.0/15 (RFC 2544) and its own loopback. A host's link is shaped wit
 ends of its veth pair (the host's egress and the switch's egress towards it): `rate` with a
 token bucket (tbf), `delay`, `jitter` and `loss` with netem, where the kernel has it.
 
+A host may have a clock of its own: `clocks={1: 5.0}` runs host 1's commands in a time
+namespace whose CLOCK_MONOTONIC (and CLOCK_BOOTTIME) is 5 s ahead, as two machines' clocks
+differ; CLOCK_REALTIME has no namespace in Linux and stays shared.
+
 Building needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN, as `ip netns add` does); where that is
 not allowed, `Testbed.up` raises TestbedError with one line saying so. Whatever happens, `down`
 deletes every namespace the testbed made (deleting a namespace deletes its interfaces), and
@@ -30,6 +34,7 @@ from types import TracebackType
 PREFIX = "hbtb"  # every testbed namespace's name starts so: `down` removes no other
 NETWORK = ipaddress.ip_network("198.18.0.0/24")  # in 198.18.0.0/15, the benchmarking range
 MAX_HOSTS = 64
+MAX_CLOCK_OFFSET_S = 86400.0  # a day ahead at most (a clock behind could go below zero)
 IP_TIMEOUT_S = 30  # one `ip` or `tc` command
 NETNS_DIR = Path("/run/netns")  # where `ip netns` names namespaces
 
@@ -116,6 +121,7 @@ class Testbed:
 
     hosts: int
     links: dict[int, Link] = field(default_factory=dict)
+    clocks: dict[int, float] = field(default_factory=dict)  # host -> monotonic offset, s
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     made: list[str] = field(default_factory=list)  # namespaces made, to delete
 
@@ -132,7 +138,12 @@ class Testbed:
         return [self.host(rank) for rank in range(self.hosts)]
 
     def command(self, rank: int, argv: list[str]) -> list[str]:
-        """`argv` run on host `rank` (in its network namespace)."""
+        """`argv` run on host `rank`: in its network namespace, and in a time namespace of
+        its own where the host's clock is offset."""
+        offset = self.clocks.get(rank)
+        if offset:
+            argv = ["unshare", "--time", "--monotonic", f"{offset:g}", "--boottime",
+                    f"{offset:g}", "--", *argv]
         return ["ip", "netns", "exec", self.host(rank).namespace, *argv]
 
     def check(self) -> None:
@@ -145,6 +156,13 @@ class Testbed:
                                    f"{self.hosts - 1})")
             if (problem := link.problem()) is not None:
                 raise TestbedError(f"link of host {rank}: {problem[0]}: {problem[1]}")
+        for rank, offset in sorted(self.clocks.items()):
+            if not 0 <= rank < self.hosts:
+                raise TestbedError(f"clock of host {rank}: no such host (hosts 0 to "
+                                   f"{self.hosts - 1})")
+            if not 0 <= offset <= MAX_CLOCK_OFFSET_S:
+                raise TestbedError(f"clock of host {rank}: {offset:g} s is out of range "
+                                   f"(0 to {MAX_CLOCK_OFFSET_S:g} s ahead)")
         if os.geteuid() != 0:
             raise TestbedError("the testbed needs root to create network namespaces "
                                "(`ip netns add`): run it as root")
@@ -199,7 +217,8 @@ class Testbed:
     def describe(self) -> list[dict[str, object]]:
         """What a manifest records of the hosts: namespace, address, link."""
         return [{"rank": h.rank, "namespace": h.namespace, "address": h.address,
-                 "link": h.link.to_dict()} for h in self.all_hosts]
+                 "link": h.link.to_dict(), "clock_offset_s": self.clocks.get(h.rank, 0.0)}
+                for h in self.all_hosts]
 
 
 def remove_namespace(name: str) -> None:
