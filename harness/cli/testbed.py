@@ -8,8 +8,8 @@
 `up` builds the hosts, prints one line per host (namespace, address, link), and holds
 them until Ctrl-C, SIGTERM or SIGHUP, or, given a command, while the command runs (its
 exit status is `up`'s; HETBENCH_TESTBED tells it the hosts, as JSON, and HETBENCH_HOST<k>
-host k's namespace). Either way it removes
-every namespace it made. Run a process on a host with `ip netns exec NAMESPACE COMMAND`.
+host k's namespace). Either way it removes every namespace it made. Run a process on a
+host with `ip netns exec NAMESPACE COMMAND`.
 """
 
 from __future__ import annotations

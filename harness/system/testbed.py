@@ -22,6 +22,7 @@ the context manager calls it on the way out, on an error or a Ctrl-C too.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -92,8 +93,8 @@ class Link:
         return args
 
     def to_dict(self) -> dict[str, str]:
-        return {k: v for k, v in (("rate", self.rate), ("delay", self.delay),
-                                  ("jitter", self.jitter), ("loss", self.loss)) if v}
+        """The keys set, as the manifest and `testbed up` show them."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 def _burst_bytes(rate: str) -> int:
