@@ -92,7 +92,7 @@ CASES = [
      "unknown key (allowed: aggregator, calibrate"),
     ("unknown run key", run("stpes = 3"), "runs[0].stpes", "unknown key (allowed: "),
     ("unknown worker key", worker("thread = 2"), "runs[0].workers[0].thread",
-     "allowed: cores, device, framework, jitter, slowdown, slowdown_at, threads"),
+     "allowed: cores, device, framework, jitter, node, slowdown, slowdown_at, threads"),
     ("unknown partition key", partition('policy = "equal", size = 3'), "runs[0].partition.size",
      "unknown key (allowed: "),
     ("unknown loader key", run("loader = { threads = 2 }"), "runs[0].loader.threads",

@@ -263,7 +263,7 @@ def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path,
             dict(os.environ), logs)
         worker = spawn([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
-            status, reason, _ = _watch([worker], run, tmp_path, None, services)
+            status, reason, _ = _watch({0: worker}, run, tmp_path, None, services)
         finally:
             worker.kill()
             worker.wait()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -17,9 +15,10 @@ import numpy as np
 import pytest
 
 from analysis.metrics import idle_agreement
-from harness.loop.worker import INTERFACE_VARIABLES
 from harness.records import collector
 from harness.records.results import load_run
+from harness.system import interfaces
+from harness.system.interfaces import INTERFACE_VARIABLES
 from tests.conftest import REPO, Spawn
 from tests.test_listeners import listeners_of
 
@@ -105,19 +104,8 @@ def test_an_interface_this_host_lacks_is_one_line(tmp_path: Path, write_suite,
 
 def ipv4_interface() -> tuple[str, str] | None:
     """(name, address) of an interface of this host with an IPv4 address, not loopback."""
-    for _, name in socket.if_nameindex():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()))
-            except OSError:
-                continue  # no IPv4 address
-        address = socket.inet_ntoa(raw[20:24])
-        if not address.startswith("127."):
-            return name, address
-    return None
-
-
-SIOCGIFADDR = 0x8915
+    return next(((name, address) for name, address in interfaces.ipv4_addresses().items()
+                 if not address.startswith("127.")), None)
 
 
 def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path, write_suite,

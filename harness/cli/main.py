@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from harness import __version__
-from harness.spec.errors import NotClosed, UsageError
+from harness.spec.errors import NodeLost, NotClosed, UsageError
 from harness.system import signals
 from harness.system.exits import exit_after
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hetbench: error: {exc}", file=sys.stderr)
         return 2
-    except NotClosed as exc:  # not bad input: the output folder went unwritable
+    except (NotClosed, NodeLost) as exc:  # not bad input: a folder or a host went away
         print(f"hetbench: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:

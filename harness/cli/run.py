@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.cli import arguments
+from harness.cli import arguments, hosts
 from harness.records import manifest
 from harness.spec.builtin import builtin_suites
 from harness.spec.errors import UsageError
@@ -30,6 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-unavailable", action="store_true",
                         help="skip runs whose devices this host lacks (recorded as skipped)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group = parser.add_argument_group(
+        "across hosts", "run the same command on every host (docs/howto/multi-host.md); "
+        "under srun, absent flags are read from SLURM's environment")
+    group.add_argument("--nnodes", type=int, help="how many hosts run the suite (default 1)")
+    group.add_argument("--node-rank", type=int, help="this host's number, 0 to NNODES-1")
+    group.add_argument("--master-addr", help="node 0's address, where its launcher listens")
+    group.add_argument("--master-port", type=int,
+                       help=f"the port node 0's launcher listens on (default {hosts.MASTER_PORT})")
+    group.add_argument("--join-timeout", type=float, default=hosts.JOIN_TIMEOUT_S,
+                       metavar="SECONDS",
+                       help="how long the hosts wait for each other to join "
+                       f"(default {hosts.JOIN_TIMEOUT_S:g})")
 
 
 class StepProgress:
@@ -55,12 +67,17 @@ def run(args: argparse.Namespace) -> int:
     from harness.spec.suite import Overrides, load_suite
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
-    refuse_interfaces(suite)
-    gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite)
+    place = hosts.place(args, suite)
+    if place is None:
+        refuse_interfaces(suite)
+    node = None if place is None else place.node_rank
+    gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite, node)
     refuse_unreadable_runs(args.out / suite.name)
     writable_folder(args.out, "--out")
+    nodes = None if place is None else hosts.join(place, suite)
+    where = "" if place is None else f" (node {place.node_rank} of {place.nnodes})"
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
-          f"{args.out / suite.name}")
+          f"{args.out / suite.name}{where}")
     # the step bar redraws a line: only for a person watching a terminal
     show_progress = not args.no_progress and sys.stderr.isatty()
     total, clock = len(suite.runs) * suite.repeats, SuiteClock()
@@ -77,12 +94,15 @@ def run(args: argparse.Namespace) -> int:
                   f"{demand['cores']} cores (load average {demand['load_average_1m']}): "
                   "oversubscribed, every timing includes waiting for a core", flush=True)
 
+    holder = place is None or place.coordinator  # of the run directories
     results = run_suite(
         suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
-        on_end=print_result,
+        on_end=print_result if holder else print_share,
         progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
-        gpu_counts=gpu_counts,
+        gpu_counts=gpu_counts, nodes=nodes,
     )
+    if not holder:
+        return _share_summary(results, args.out / suite.name)
     try:
         figures = write_figures(suite.name, results, args.out / suite.name / "figures")
     except OSError as exc:  # a full disk: the runs are recorded, only their figures are not
@@ -98,6 +118,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
     print(SUMMARY_DEFINITIONS)
     print(f"full analysis: hetbench report {args.out / suite.name}")
+    return 1 if counts.get("failed") else 0
+
+
+def print_share(result: Any) -> None:
+    """How a run across hosts ended, on a host other than node 0 (which holds the run)."""
+    print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
+          f"[this host's parts and logs: {result.run_dir}]")
+
+
+def _share_summary(results: list[Any], suite_dir: Path) -> int:
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+          + f"; node 0 holds the runs, this host its parts of them in {suite_dir}")
     return 1 if counts.get("failed") else 0
 
 
@@ -126,7 +161,7 @@ def refuse_unreadable_runs(suite_dir: Path) -> None:
                              ) from None
 
 
-def refuse_missing_devices(suite: Any) -> dict[str, int]:
+def refuse_missing_devices(suite: Any, node: int | None = None) -> dict[str, int]:
     """Raise DeviceUnavailable for the first worker whose device, cores or framework this
     host lacks, before --out is created or anything printed: a refused suite leaves
     nothing behind. (run_suite asks again, and with --skip-unavailable records such runs
@@ -135,7 +170,7 @@ def refuse_missing_devices(suite: Any) -> dict[str, int]:
 
     gpu_counts: dict[str, int] = {}
     for i, run_spec in enumerate(suite.runs):
-        check_devices(run_spec, f"runs[{i}]", gpu_counts)
+        check_devices(run_spec, f"runs[{i}]", gpu_counts, node)
     return gpu_counts  # the GPUs each framework sees: probing again would start it again
 
 

@@ -3,9 +3,9 @@
 gloo reduces host buffers and works for any device mix; nccl is used only when every worker
 is a GPU. Every collective has the run's timeout, so a dead peer ends the run, not a hang.
 
-Loopback only (issue 18): a rendezvous on a loopback address gets a store that listens on
-it alone (harness/exchange/rendezvous.py); gloo's pair sockets bind the interface GLOO_SOCKET_IFNAME
-names (the launcher sets lo).
+A rendezvous on an address (loopback for a local run, issue 18; the master's across
+hosts) gets a store that listens on it alone (harness/exchange/rendezvous.py); gloo's pair
+sockets bind the interface GLOO_SOCKET_IFNAME names (the launcher sets it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.exchange.rendezvous import agent_store, is_loopback, tcp_store
+from harness.exchange.rendezvous import agent_store, is_address, tcp_store
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,10 @@ class Rendezvous:
 def init(rank: int, world_size: int, backend: str, timeout_s: float,
          device: str | None = None) -> Rendezvous:
     """Join the env:// rendezvous (MASTER_ADDR, MASTER_PORT; set by hetbench or torchrun).
-    On a loopback MASTER_ADDR with rank 0 serving the store (hetbench's launcher), the
-    store listens on that address only; otherwise (torchrun's agent serves the store, or
-    the workers span hosts) torch's env:// rendezvous is used as it is. `device`: the
+    With an address as MASTER_ADDR and rank 0 serving the store (hetbench's launcher, on
+    one host or several), the store listens on that address only; otherwise (torchrun's
+    agent serves the store, or MASTER_ADDR is a name) torch's env:// rendezvous is used
+    as it is. `device`: the
     worker's CUDA device, made current (CUDA events and streams are the current device's)
     and bound to the NCCL communicator (`device_id`: no guess from the rank)."""
     timeout = timedelta(seconds=timeout_s)
@@ -43,7 +44,7 @@ def init(rank: int, world_size: int, backend: str, timeout_s: float,
         torch.cuda.set_device(torch.device(device))
         if backend == "nccl":
             bound = torch.device(device)
-    if is_loopback(host) and port and not agent_store():
+    if is_address(host) and port and not agent_store():
         dist.init_process_group(
             backend=backend, store=tcp_store(host, int(port), rank, world_size, timeout),
             rank=rank, world_size=world_size, timeout=timeout, device_id=bound,

@@ -1,7 +1,8 @@
-"""Rendezvous stores that listen on loopback only, for local runs (issue 18).
+"""Rendezvous stores that listen on the one address they are given: loopback for local
+runs (issue 18), the master's address across hosts.
 
 torch's TCPStore server (on rank 0, for env:// and tcp:// rendezvous) listens on every
-interface whatever host it is given; handed a socket already bound to a loopback address
+interface whatever host it is given; handed a socket already bound to an address
 (master_listen_fd), it listens there alone. `tcp_store` builds such a store;
 `hetbench-loopback://` is the same as a URL, for torch.distributed.rpc, which takes one.
 """
@@ -31,6 +32,15 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def is_address(host: str | None) -> bool:
+    """Whether host is an IP address literal (a name is left to torch to resolve)."""
+    try:
+        ipaddress.ip_address(host or "")
+    except ValueError:
+        return False
+    return True
+
+
 def agent_store() -> bool:
     """torchrun's agent serves the store: every rank is a client (as torch decides it)."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
@@ -39,10 +49,10 @@ def agent_store() -> bool:
 def tcp_store(host: str, port: int, rank: int, world_size: int, timeout: timedelta
               ) -> dist.TCPStore:
     """The TCPStore torch's env:// and tcp:// rendezvous create (rank 0 serves it, every
-    rank is a client), except that on a loopback host rank 0's server listens on host only:
-    it is handed a socket already bound there (master_listen_fd)."""
+    rank is a client), except that on an address rank 0's server listens on that address
+    only: it is handed a socket already bound there (master_listen_fd)."""
     serve = rank == 0 and not agent_store()
-    listen_fd = _bound_socket(host, port) if serve and is_loopback(host) else None
+    listen_fd = _bound_socket(host, port) if serve and is_address(host) else None
     return dist.TCPStore(host, port, world_size, serve, timeout, multi_tenant=serve,
                          master_listen_fd=listen_fd,
                          use_libuv=os.environ.get("USE_LIBUV", "1") == "1")

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import statistics
 import sys
 import time
@@ -48,7 +47,7 @@ from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
-from harness.system import orphans
+from harness.system import interfaces, orphans
 from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_after
 from harness.training.loader import Prefetcher
@@ -524,19 +523,12 @@ def _guarded(run_dir: Path, run: RunSpec, rank: int, torchrun: bool,
         return 1
 
 
-# what each library that listens reads for the interface to bind
-INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-                       "DMLC_INTERFACE")
-
-
 def bind_interface(name: str) -> str | None:
     """Make every library that listens bind interface `name` (torchrun mode, across hosts:
     the suite's `interface`); why not, when this host has no such interface."""
-    here = sorted(n for _, n in socket.if_nameindex())
-    if name not in here:
-        return f"{name!r} is not an interface of this host (it has {', '.join(here)})"
-    for variable in INTERFACE_VARIABLES:
-        os.environ[variable] = name
+    if (why := interfaces.missing(name)) is not None:
+        return why
+    os.environ.update(interfaces.binding(name))
     return None
 
 

@@ -2,8 +2,9 @@
 
 The launcher imports no framework. It watches the workers: when one dies the others are
 stopped within a bounded time, and whatever they flushed becomes the run's records, marked
-`failed` (or `interrupted` on Ctrl-C) with the reason. For several hosts, start
-harness.loop.worker with torchrun instead (docs/howto/multi-host.md).
+`failed` (or `interrupted` on Ctrl-C) with the reason. Across hosts (`hetbench run
+--nnodes N` on each), every host's launcher starts and watches its own workers, and the
+launchers keep the runs in lockstep through harness.run.nodes (docs/howto/multi-host.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,11 @@ from adapters import missing_framework
 from harness import exchange
 from harness.records import collector, manifest
 from harness.records.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
-from harness.spec.errors import DeviceUnavailable
+from harness.run.nodes import Nodes, Seat, prepare_share
+from harness.spec.errors import DeviceUnavailable, NodeLost
 from harness.spec.suite import RunSpec, SuiteSpec
 from harness.spec.workers import cpu_list
-from harness.system import procfs, signals
+from harness.system import interfaces, procfs, signals
 from harness.system import sampler as system
 from harness.system import services as aggregator_services
 
@@ -51,13 +54,17 @@ def gpu_count(framework: str) -> int:
     return sum(d.startswith(("cuda:", "gpu:")) for d in info.devices)
 
 
-def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
+def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int],
+                  node: int | None = None) -> None:
     """Raise DeviceUnavailable naming the first worker whose device, cores or framework
     this host lacks (a framework is looked up, not imported). `gpu_counts` caches the
-    probes per framework across the runs of a suite."""
+    probes per framework across the runs of a suite. `node`: across hosts, only the
+    workers this host (that node) runs."""
 
     cores_here = os.sched_getaffinity(0)
     for i, w in enumerate(run.workers):
+        if node is not None and w.node != node:
+            continue
         absent = missing_framework(w.framework)
         if absent:
             raise DeviceUnavailable(f"{where}.workers[{i}].framework", absent)
@@ -76,22 +83,32 @@ def check_devices(run: RunSpec, where: str, gpu_counts: dict[str, int]) -> None:
                                         f"{count} GPU(s) on this host)")
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` now (the one process that will listen is told it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
-def worker_environment(run: RunSpec, rank: int, port: int) -> dict[str, str]:
-    # Loopback only (issue 18): the rendezvous store listens on MASTER_ADDR alone
-    # (harness.exchange.comm), gloo's pair sockets and TensorPipe's (RPC) listeners on lo's address.
+def worker_environment(run: RunSpec, rank: int, port: int, seat: Seat | None = None
+                       ) -> dict[str, str]:
+    """What a worker is told: the rendezvous (rank 0 serves its store), its rank, the
+    interface its libraries bind. On one host, loopback only (issue 18): the store listens
+    on MASTER_ADDR alone (harness.exchange.comm), gloo's pair sockets and TensorPipe's (RPC)
+    listeners on lo. Across hosts, the master's address and this host's `seat.interface`."""
     env = dict(os.environ)
+    ranks_here = [rank] if seat is None else seat.ranks
     env.update({
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(run.world_size),
-        "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo",
+        "MASTER_ADDR": "127.0.0.1" if seat is None else seat.nodes.place.master_addr,
+        "MASTER_PORT": str(port), "RANK": str(rank),
+        "LOCAL_RANK": str(ranks_here.index(rank) if seat else rank),
+        "WORLD_SIZE": str(run.world_size),
         "HETBENCH_LAUNCHER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1",
     })
+    if seat is None:
+        env.update({"GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"})
+    else:
+        env.update(interfaces.binding(seat.interface))
     return env
 
 
@@ -109,13 +126,18 @@ def suite_info(suite: SuiteSpec) -> dict[str, Any]:
 
 
 def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
-                 progress: Any = None, launch: str | None = None) -> RunResult:
-    """One run on this host. However it ends (completed, a failure, Ctrl-C or SIGTERM, a
-    fault of the launcher itself), the run directory is closed: every process stopped,
-    the flushed records written, the manifest saying how it ended. An interrupt or a
-    launcher error is raised again once the run is closed."""
-    run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
-    procs: list[subprocess.Popen[bytes]] = []
+                 progress: Any = None, launch: str | None = None, seat: Seat | None = None,
+                 run_dir: Path | None = None) -> RunResult:
+    """One run on this host, or this host's part of one across hosts (`seat`, in
+    `run_dir`: node 0's run directory, or another node's share of it). However it ends
+    (completed, a failure here or on another host, Ctrl-C or SIGTERM, a fault of the
+    launcher itself), the run directory is closed: every process stopped, the flushed
+    records written, the manifest saying how it ended. An interrupt or a launcher error
+    is raised again once the run is closed."""
+    if run_dir is None:
+        run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
+    ranks = list(range(run.world_size)) if seat is None else seat.ranks
+    procs: dict[int, subprocess.Popen[bytes]] = {}
     services = aggregator_services.Services()
     sampler: system.Sampler | None = None
     status, reason = "failed", ""
@@ -125,30 +147,37 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     grace_s = SERVICE_FAILURE_GRACE_S
     raised: BaseException | None = None
     try:
-        port = free_port()
+        port = free_port() if seat is None else seat.port
         logs = run_dir / "logs"
-        logs.mkdir()
-        # every process of the run in a network namespace and a TMPDIR of its own
-        services.make_private(logs)
-        manifest.update(run_dir, network=services.network, tmp=str(services.tmp))
+        logs.mkdir(exist_ok=True)
+        # every process of the run in a TMPDIR of its own, and on one host in a network
+        # namespace of its own (across hosts the workers need the host's network)
+        services.make_private(logs, network=seat is None)
+        if seat is None:
+            manifest.update(run_dir, network=services.network, tmp=str(services.tmp))
+        elif seat.nodes.place.coordinator:
+            manifest.update(run_dir, network=f"host network, across {seat.nodes.place.nnodes} "
+                            f"hosts on {seat.interface}", tmp=str(services.tmp),
+                            nodes=seat.nodes.hosts)
         if services.network.startswith("host ("):
             print("   warning: the run's listeners are reachable from this host (TensorFlow's "
                   f"on every interface): {services.network}", flush=True)
         # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
         # server) and what its workers must be told (their addresses)
         exchange.start_services(run, free_port, logs, run_dir, services)
-        for rank in range(run.world_size):
+        for rank in ranks:
             with open(logs / f"rank{rank}.log", "wb") as log:
-                procs.append(subprocess.Popen(
+                procs[rank] = subprocess.Popen(
                     services.worker_command([sys.executable, "-m", "harness.loop.worker",
                                              "--run-dir", str(run_dir)]),
-                    env=services.environment(worker_environment(run, rank, port)
+                    env=services.environment(worker_environment(run, rank, port, seat)
                                              | services.env), stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                ))
-        sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs),
+                )
+        sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs.values()),
                                           *(p.pid for p in services.procs.values())]).start()
-        status, reason, dropped = _watch(procs, run, run_dir, progress, services)
+        status, reason, dropped = _watch(procs, run, run_dir, progress, services,
+                                         None if seat is None else seat.trouble)
         if status == "completed" and dropped:
             reason = "; ".join(f"worker {d['rank']} dropped after {d['steps']} steps "
                                f"(status {d['status']}: {d['reason']})" for d in dropped)
@@ -157,6 +186,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
             grace_s = aggregator_services.STOP_GRACE_S
     except KeyboardInterrupt as exc:
         raised, status, reason = exc, "interrupted", signals.describe(exc)
+    except NodeLost as exc:
+        raised, status, reason = exc, "failed", str(exc)
     except Exception as exc:  # noqa: BLE001 - the run is closed, then the error goes on
         raised, status = exc, "failed"
         reason = f"the launcher failed: {type(exc).__name__}: {exc}"
@@ -171,7 +202,10 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                 system.write(run_dir, sampler.stop())
             except OSError:  # a full disk: the step records matter more (close_run says)
                 pass
-        result = close_run(run_dir, run, status, reason, repeat, dropped)
+        if seat is None:
+            result = close_run(run_dir, run, status, reason, repeat, dropped)
+        else:
+            result = seat.close(run_dir, run, repeat, status, reason, raised, dropped)
     if raised is not None:
         raise raised
     if held:  # a Ctrl-C or SIGTERM during the closing: the suite stops now
@@ -179,20 +213,22 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
     return result
 
 
-def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
-           progress: Any, services: aggregator_services.Services | None = None
+def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
+           progress: Any, services: aggregator_services.Services | None = None,
+           trouble: Callable[[], str | None] | None = None
            ) -> tuple[str, str, list[dict[str, Any]]]:
-    """Wait for the workers; on the first failure (of a worker, or of a process the
-    aggregator needs) stop the rest, unless the run goes on without a dead worker
-    (on_worker_failure = "continue") while any other lives. Returns (status, reason, the
-    workers dropped)."""
+    """Wait for the workers (rank -> process); on the first failure (of a worker, or of a
+    process the aggregator needs) stop the rest, unless the run goes on without a dead
+    worker (on_worker_failure = "continue") while any other lives. `trouble`: why the
+    workers must stop though none failed here (the run failed on another host), asked at
+    every poll. Returns (status, reason, the workers dropped)."""
     last_progress, last_change = -1, time.monotonic()
     dropped: list[dict[str, Any]] = []
     while True:
-        codes = [p.poll() for p in procs]
+        codes = {r: p.poll() for r, p in procs.items()}
         gone = {d["rank"] for d in dropped}
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0) and r not in gone]
-        living = [r for r, c in enumerate(codes) if c is None]
+        failed = [(r, c) for r, c in codes.items() if c not in (None, 0) and r not in gone]
+        living = [r for r, c in codes.items() if c is None]
         if failed and services is not None and (dead := services.failed()) is not None \
                 and dead[1] < 0:
             # a service killed by a signal, seen in the same poll as the workers that lost
@@ -210,8 +246,11 @@ def _watch(procs: list[subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
             reason = _failure_reason(procs, run_dir, time.monotonic() - last_change)
             _stop(procs)
             return "failed", reason, dropped
-        if all(c == 0 or r in gone for r, c in enumerate(codes)):
+        if all(c == 0 or r in gone for r, c in codes.items()):
             return "completed", "", dropped
+        if trouble is not None and (why := trouble()) is not None:
+            _stop(procs, grace_s=STALL_GRACE_S)  # they may be stuck waiting for a lost peer
+            return "failed", why, dropped
         if services is not None and (dead := services.failed()) is not None:
             _stop(procs)
             name, code = dead
@@ -243,7 +282,7 @@ def stall_limit(run: RunSpec, started: bool) -> float:
     return run.timeout_s + STALL_MARGIN_S if started else 2 * run.timeout_s + 60
 
 
-def _failure_reason(procs: list[subprocess.Popen[bytes]], run_dir: Path,
+def _failure_reason(procs: dict[int, subprocess.Popen[bytes]], run_dir: Path,
                     quiet_s: float) -> str:
     """Why the run failed, naming the worker that caused it, not the healthy peers that
     failed waiting for it: a worker killed by a signal; else a stopped worker (SIGSTOP);
@@ -252,20 +291,20 @@ def _failure_reason(procs: list[subprocess.Popen[bytes]], run_dir: Path,
     worker to fail."""
     deadline = time.monotonic() + SETTLE_S  # healthy peers time out nearly together
     while time.monotonic() < deadline and not any(p.poll() is not None and p.returncode < 0
-                                                  for p in procs):
-        if sum(p.poll() is None for p in procs) <= 1 or _stopped_workers(procs):
+                                                  for p in procs.values()):
+        if sum(p.poll() is None for p in procs.values()) <= 1 or _stopped_workers(procs):
             break
         time.sleep(POLL_S)
-    codes = [p.poll() for p in procs]
-    killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
-    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+    codes = {r: p.poll() for r, p in procs.items()}
+    killed = [r for r, c in codes.items() if c is not None and c < 0]
+    failed = [r for r, c in codes.items() if c not in (None, 0)]
     first = failed[0]
     waited = f"worker {first}: {_worker_reason(run_dir, first, codes[first])}"
     if killed:
         reason = "; ".join(_worker_reason(run_dir, r, codes[r], named=True) for r in killed)
     elif stopped := _stopped_workers(procs):
         reason = f"{'; '.join(stopped)} ({waited})"
-    elif quiet_s > QUIET_S and (alive := [r for r, c in enumerate(codes) if c is None]):
+    elif quiet_s > QUIET_S and (alive := [r for r, c in codes.items() if c is None]):
         reason = (f"{', '.join(f'worker {r}' for r in alive)} stopped answering (no step "
                   f"for {quiet_s:.0f} s) ({waited})")
     else:
@@ -275,9 +314,9 @@ def _failure_reason(procs: list[subprocess.Popen[bytes]], run_dir: Path,
     return reason
 
 
-def _stopped_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
+def _stopped_workers(procs: dict[int, subprocess.Popen[bytes]]) -> list[str]:
     return [f"worker {r} was stopped (SIGSTOP or a debugger)"
-            for r, p in enumerate(procs) if p.poll() is None and procfs.stopped(p.pid)]
+            for r, p in procs.items() if p.poll() is None and procfs.stopped(p.pid)]
 
 
 def _disk_full(run_dir: Path) -> bool:
@@ -319,14 +358,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = TERMINATE_GRACE_S) -> None:
+def _stop(procs: dict[int, subprocess.Popen[bytes]], grace_s: float = TERMINATE_GRACE_S) -> None:
     """SIGTERM (workers flush and exit), then SIGKILL whatever is left after a grace period."""
-    for p in procs:
+    for p in procs.values():
         if p.poll() is None:
             _signal_group(p, signal.SIGTERM)
             _signal_group(p, signal.SIGCONT)  # a stopped worker flushes too, not only dies
     deadline = time.monotonic() + grace_s
-    for p in procs:
+    for p in procs.values():
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -343,37 +382,78 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
 
 def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
               on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
-              gpu_counts: dict[str, int] | None = None) -> list[RunResult]:
+              gpu_counts: dict[str, int] | None = None, nodes: Nodes | None = None
+              ) -> list[RunResult]:
     """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
     so slow drifts of a shared machine spread over runs instead of biasing one. One launch:
     its runs share a launch id, and their repeats are numbered on from those already in the
-    suite's folder. `gpu_counts`: the GPUs each framework sees, where already probed."""
+    suite's folder. `gpu_counts`: the GPUs each framework sees, where already probed.
+    `nodes`: the hosts this launch spans (each runs this with its own `nodes`), in lockstep:
+    node 0 numbers the runs and writes their directories."""
     unavailable: dict[str, str] = {}
     gpu_counts = {} if gpu_counts is None else gpu_counts
+    here = None if nodes is None else nodes.place.node_rank
     for i, run in enumerate(suite.runs):
         try:
-            check_devices(run, f"runs[{i}]", gpu_counts)
+            check_devices(run, f"runs[{i}]", gpu_counts, here)
         except DeviceUnavailable as exc:
             if not skip_unavailable:
                 raise
             unavailable[run.name] = str(exc)
     results = []
     launch, first = new_launch(), next_repeat(out / suite.name)
-    for repeat in range(first, first + suite.repeats):
-        for run in suite.runs:
-            if run.name in unavailable:
-                result = skip_run(out, suite, run, repeat, unavailable[run.name], launch)
-            else:
-                if on_start:
-                    on_start(run, repeat)
-                progress = progress_factory(run) if progress_factory else None
-                try:
-                    result = launch_local(out, suite, run, repeat,
-                                          progress.update if progress else None, launch)
-                finally:
-                    if progress:
-                        progress.close()
-            results.append(result)
-            if on_end:
-                on_end(result)
+    if nodes is not None:
+        launch, first = nodes.launch_numbers(launch, first)
+    index, total = 0, suite.repeats * len(suite.runs)
+    try:
+        for repeat in range(first, first + suite.repeats):
+            for run in suite.runs:
+                if nodes is not None:
+                    nodes.require_all(total - index)
+                if run.name in unavailable:
+                    result = skip_run(out, suite, run, repeat, unavailable[run.name], launch)
+                else:
+                    if on_start:
+                        on_start(run, repeat)
+                    progress = progress_factory(run) if progress_factory else None
+                    try:
+                        result = _launch(out, suite, run, repeat, launch, nodes, index,
+                                         progress.update if progress else None)
+                    finally:
+                        if progress:
+                            progress.close()
+                index += 1
+                results.append(result)
+                if on_end:
+                    on_end(result)
+    except BaseException as exc:
+        if nodes is not None:  # the other hosts stop too, not wait for a run never started
+            nodes.leave(signals.describe(exc) if isinstance(exc, KeyboardInterrupt)
+                        else str(exc) or type(exc).__name__)
+        raise
+    if nodes is not None:
+        nodes.require_all(0)  # a node that stopped the suite during the last run
+        nodes.finish()
     return results
+
+
+def _launch(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, launch: str,
+            nodes: Nodes | None, index: int, progress: Any) -> RunResult:
+    """Run `index` of the launch on this host; across hosts, this host's part of it: node 0
+    makes the run directory and picks the workers' rendezvous port, another node makes
+    its share of the directory once node 0 says which."""
+    if nodes is None:
+        return launch_local(out, suite, run, repeat, progress, launch)
+    place = nodes.place
+    if place.coordinator:
+        run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
+        port = free_port(place.master_addr)
+        nodes.publish(f"run/{index}/start", {"dir": run_dir.name, "port": port})
+    else:
+        start = nodes.await_key(f"run/{index}/start")
+        run_dir = prepare_share(out / suite.name / str(start["dir"]) / "nodes"
+                                / str(place.node_rank), suite.name, run)
+        port = int(start["port"])
+    seat = Seat(nodes, index, port, run.interface or nodes.interface,
+                [r for r, w in enumerate(run.workers) if w.node == place.node_rank])
+    return launch_local(out, suite, run, repeat, progress, launch, seat, run_dir)

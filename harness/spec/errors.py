@@ -32,3 +32,8 @@ class NotClosed(Exception):
                          f"{cause.strerror or cause}); its workers are stopped and its "
                          "flushed records stay in parts/: once the folder is writable, close "
                          f"it with `hetbench recover {run_dir}`")
+
+
+class NodeLost(Exception):
+    """Across hosts, node 0 (whose launcher serves the launch's store) stopped answering:
+    this host's part of the run is closed and the suite cannot go on. The CLI exits 1."""

@@ -39,6 +39,7 @@ MAX_TIMEOUT_S = 86_400.0  # a day
 MAX_GLOBAL_BATCH = 1_000_000  # the data set's own size is checked too
 
 MAX_WORKERS = 1024
+MAX_NODES = 1024  # hosts of a run across hosts
 
 MAX_THREADS = 1024
 

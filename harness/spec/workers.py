@@ -12,6 +12,7 @@ from harness.spec import emulation
 from harness.spec.errors import UsageError
 from harness.spec.fields import (
     MAX_CORE,
+    MAX_NODES,
     MAX_SLOWDOWN,
     MAX_STEPS,
     MAX_THREADS,
@@ -42,6 +43,9 @@ class WorkerSpec:
     # Noisy per-step slowdowns on top: (probability, factor), e.g. OS interference; drawn
     # from (seed, rank, step), so every repeat and every scheme sees the same steps slowed.
     jitter: tuple[float, float] | None = None
+    # which host runs it, in a run across hosts (`hetbench run --nnodes N`): node 0 hosts
+    # rank 0, which writes the run directory
+    node: int = 0
 
     @property
     def is_cuda(self) -> bool:
@@ -79,7 +83,8 @@ class WorkerSpec:
         return label
 
 
-WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "jitter", "framework"}
+WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "jitter", "framework",
+               "node"}
 
 
 def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
@@ -106,8 +111,12 @@ def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...
                 slowdown_at=parse_schedule(item.get("slowdown_at"), f"{w}.slowdown_at"),
                 jitter=parse_jitter(item.get("jitter"), f"{w}.jitter"),
                 framework=choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
+                node=integer(item.get("node", 0), f"{w}.node", minimum=0, maximum=MAX_NODES),
             )
         )
+    if workers[0].node != 0:
+        raise UsageError(f"{where}[0].node", f"{workers[0].node}, but rank 0 writes the run "
+                         "directory on node 0: list a worker of node 0 first")
     return tuple(workers)
 
 

@@ -39,11 +39,14 @@ class Services:
     network: str = "host"  # what the manifest records of the workers' network
     tmp: Path | None = None  # the run's private temporary folder (TMPDIR), if any
 
-    def make_private(self, logs: Path) -> None:
-        """The run's processes in a network namespace of their own with loopback only, and
-        with a temporary folder of their own; where namespaces are not allowed, say why in
-        `network` (the run stays on the host's loopback)."""
+    def make_private(self, logs: Path, network: bool = True) -> None:
+        """The run's processes in a temporary folder of their own, and (`network`) in a
+        network namespace of their own with loopback only; where namespaces are not
+        allowed, say why in `network` (the run stays on the host's loopback). Across
+        hosts the workers need the host's network: `network` False."""
         self.tmp = Path(tempfile.mkdtemp(prefix=PRIVATE_TMP_PREFIX))  # mode 0700
+        if not network:
+            return
         started = netns.start_holder(logs / "netns.log")
         if isinstance(started, str):
             self.network = f"host (no private namespace: {started})"

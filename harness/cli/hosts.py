@@ -1,0 +1,142 @@
+"""`hetbench run --nnodes N --node-rank R --master-addr A --master-port P`: where this host
+stands among the hosts of a suite, from the flags (torchrun's names) or, under srun, from
+SLURM's environment; checked against the suite before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import re
+import socket
+from typing import Any
+
+from harness.spec import aggregators
+from harness.spec.errors import UsageError
+from harness.system import interfaces
+
+MASTER_PORT = 29500  # torchrun's default
+JOIN_TIMEOUT_S = 300.0
+
+
+def place(args: argparse.Namespace, suite: Any) -> Any:
+    """This host's Place among the hosts, or None for a run on this host alone. Raises
+    UsageError naming the flag or the suite's field that does not fit."""
+    from harness.run.nodes import Place
+
+    nnodes, node_rank, master, port = _from_slurm(args)
+    if args.join_timeout is not None and not args.join_timeout > 0:
+        raise UsageError("--join-timeout", f"{args.join_timeout:g}: must be more than 0 s")
+    if nnodes is None or nnodes == 1:
+        if node_rank not in (None, 0):
+            raise UsageError("--node-rank", f"{node_rank}, but there is one node (--nnodes "
+                             f"{nnodes or 1}): 0 or none")
+        _refuse_other_nodes(suite, 1)
+        return None
+    if nnodes < 1:
+        raise UsageError("--nnodes", f"{nnodes}: must be at least 1")
+    if node_rank is None:
+        raise UsageError("--node-rank", f"required with --nnodes {nnodes}: 0 to {nnodes - 1}")
+    if not 0 <= node_rank < nnodes:
+        raise UsageError("--node-rank", f"{node_rank}: must be 0 to {nnodes - 1} "
+                         f"(--nnodes {nnodes})")
+    if master is None:
+        raise UsageError("--master-addr", f"required with --nnodes {nnodes}: node 0's address")
+    master = _address(master)
+    if not 1 <= port <= 65535:
+        raise UsageError("--master-port", f"{port}: must be 1 to 65535")
+    _refuse_other_nodes(suite, nnodes)
+    if args.skip_unavailable:
+        raise UsageError("--skip-unavailable", "not across hosts: every host runs every run "
+                         "of the suite (a run this host cannot run is refused)")
+    for i, run in enumerate(suite.runs):
+        if aggregators.kind(run.aggregator.name).services is not None:
+            raise UsageError(f"runs[{i}].aggregator", f"{run.aggregator.name!r} starts "
+                             "servers, which runs across hosts cannot place yet: use "
+                             "'torch', 'allreduce-host', 'allreduce-device' or 'local-sgd'")
+        if run.interface is not None and (why := interfaces.missing(run.interface)):
+            raise UsageError(f"runs[{i}].interface", why)
+    return Place(nnodes, node_rank, master, port, args.join_timeout)
+
+
+def join(where: Any, suite: Any) -> Any:
+    """Meet the other hosts (harness.run.nodes), saying so on this one."""
+    from harness.run.nodes import Nodes, suite_digest
+
+    print(f"node {where.node_rank} of {where.nnodes}: joining at {where.master_addr}:"
+          f"{where.master_port} (up to {where.join_timeout_s:g} s)", flush=True)
+    return Nodes.join(where, suite_digest(suite))
+
+
+def _address(master: str) -> str:
+    """node 0's IP address: as given, or a host name (SLURM's node list) resolved."""
+    try:
+        return str(ipaddress.ip_address(master))
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(master)
+    except OSError:
+        raise UsageError("--master-addr", f"{master!r} is neither an IP address nor a host "
+                         "name this host resolves (node 0's address, e.g. 198.18.0.1)"
+                         ) from None
+
+
+def _refuse_other_nodes(suite: Any, nnodes: int) -> None:
+    """Every worker on a node some host joins, and every host running some worker."""
+    named: set[int] = set()
+    for i, run in enumerate(suite.runs):
+        for j, worker in enumerate(run.workers):
+            named.add(worker.node)
+            if worker.node >= nnodes:
+                if nnodes == 1:
+                    raise UsageError(f"runs[{i}].workers[{j}].node", f"{worker.node}, but "
+                                     "this is a run on one host: give --nnodes, --node-rank "
+                                     "and --master-addr on every host")
+                raise UsageError(f"runs[{i}].workers[{j}].node", f"{worker.node}, but "
+                                 f"--nnodes {nnodes} joins nodes 0 to {nnodes - 1}")
+    if nnodes > 1 and len(named) != nnodes:
+        idle = sorted(set(range(nnodes)) - named)
+        raise UsageError("--nnodes", f"{nnodes}, but no worker of the suite is on node "
+                         f"{', '.join(map(str, idle))}: the suite's workers name nodes "
+                         f"{', '.join(map(str, sorted(named)))}")
+
+
+def _from_slurm(args: argparse.Namespace) -> tuple[int | None, int | None, str | None, int]:
+    """The flags, each absent one read from SLURM's environment when under srun
+    (SLURM_NNODES, SLURM_NODEID, MASTER_ADDR or the first host of SLURM_JOB_NODELIST,
+    MASTER_PORT)."""
+    env = os.environ
+    nnodes, node_rank, master = args.nnodes, args.node_rank, args.master_addr
+    port = args.master_port
+    if "SLURM_JOB_ID" in env:
+        nnodes = nnodes if nnodes is not None else _slurm_int("SLURM_NNODES")
+        node_rank = node_rank if node_rank is not None else _slurm_int("SLURM_NODEID")
+        if master is None:
+            master = env.get("MASTER_ADDR") or first_host(env.get("SLURM_JOB_NODELIST", ""))
+        if port is None and env.get("MASTER_PORT"):
+            port = _slurm_int("MASTER_PORT")
+    return nnodes, node_rank, master, MASTER_PORT if port is None else port
+
+
+def _slurm_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(name, f"{raw!r} in the environment is not a number") from None
+
+
+def first_host(nodelist: str) -> str | None:
+    """The first host of a SLURM node list ("node[03-05,07],gpu1" -> "node03"), as
+    `scontrol show hostnames` would list it first."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        return None
+    prefix, ranges = match.groups()
+    if ranges is None:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first

@@ -1,0 +1,428 @@
+"""The hosts of one launch across hosts (`hetbench run --nnodes N`), joined through
+torch.distributed's rendezvous: a c10d TCPStore on the master's address, served by node
+0's launcher, every launcher a client. The launchers run the suite's runs in lockstep
+through it; the workers of each run meet in a rendezvous of their own (rank 0 serves it).
+
+What the launchers keep in the store (node 0 serves a new one for each launch):
+
+    suite/<k>               node k's digest of the suite (compared when they join)
+    beat/<k>                node k's heartbeat: a counter its launcher raises every BEAT_S
+    run/<i>/start           node 0: the run's directory name, repeat and workers' port
+    run/<i>/abort           why the run fails, from the first node that saw it fail
+    run/<i>/done/<k>        node k: how its workers ended, and the names of its files
+    run/<i>/file/<k>/<name> node k's flushed parts and logs, for node 0's run directory
+    stop                    a node was stopped (Ctrl-C, SIGTERM): the suite stops everywhere
+
+A node that stops answering (no heartbeat for STALE_S) fails the run it was in; node 0
+gone ends the suite on every other node (NodeLost).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from harness.records import collector
+from harness.records.rundir import RUN_FILE, RunResult, close_run
+from harness.spec.errors import NodeLost, UsageError
+from harness.spec.suite import RunSpec, SuiteSpec
+from harness.system import interfaces
+
+BEAT_S = 0.5
+STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
+POLL_S = 0.1
+# the files a node sends to node 0: its workers' parts and logs, nothing else
+SENT_FILE = re.compile(r"(parts|logs)/[A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where this launcher stands among the hosts (torchrun's names)."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    join_timeout_s: float
+
+    @property
+    def coordinator(self) -> bool:
+        return self.node_rank == 0
+
+
+class StoppedElsewhere(KeyboardInterrupt):
+    """Another host's launcher was stopped (Ctrl-C, SIGTERM): this one stops the suite too,
+    as if it had been (exit status 130; the reason names the node)."""
+
+
+def suite_digest(suite: SuiteSpec) -> str:
+    """What every host must agree on: the suite as it will run (after --steps, --repeats
+    and -k), not its file's bytes."""
+    text = json.dumps({"name": suite.name, "repeats": suite.repeats,
+                       "runs": [r.to_dict() for r in suite.runs]}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _torch_distributed() -> Any:
+    """torch.distributed, loaded with c10d's C++ log quiet: a node that does not answer
+    is one line of ours, not pages of retries (the level is read once, at load)."""
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        import torch.distributed as dist
+    finally:
+        if before is None:
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = before
+    return dist
+
+
+class Nodes:
+    """This launcher's view of the others: join, lockstep keys, heartbeats, liveness."""
+
+    def __init__(self, place: Place, store: Any, beats: Any) -> None:
+        self.place, self.store = place, store
+        # this host's address towards node 0, and the interface holding it: what the
+        # workers bind when the run names no `interface`
+        self.address = interfaces.address_towards(place.master_addr, place.master_port)
+        self.interface = interfaces.holding(self.address) or "lo"
+        self.hosts: list[dict[str, Any]] = []  # every node: its host name and address
+        self.lost: set[int] = set()  # nodes that stopped answering (node 0 keeps this)
+        self._beats_store = beats
+        self._seen: dict[int, tuple[int, float]] = {}  # node -> (beat, when it changed)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="hetbench-heartbeat",
+                                        daemon=True)
+
+    @classmethod
+    def join(cls, place: Place, digest: str) -> Nodes:
+        """Meet the other hosts, or one line (UsageError) naming what did not answer or
+        what differs, before anything runs."""
+        dist = _torch_distributed()
+        from harness.exchange.rendezvous import tcp_store
+
+        where = f"{place.master_addr}:{place.master_port}"
+        timeout = timedelta(seconds=place.join_timeout_s)
+        try:
+            store = tcp_store(place.master_addr, place.master_port, place.node_rank,
+                              place.nnodes, timeout)
+        except OSError as exc:  # node 0 cannot listen there
+            raise UsageError("--master-addr", f"cannot listen on {where}: {exc.strerror or exc}"
+                             " (node 0's own address, and a free port)") from None
+        except dist.DistError as exc:
+            if place.coordinator:
+                raise UsageError("--nnodes", f"{place.nnodes} nodes, but not all joined at "
+                                 f"{where} within {place.join_timeout_s:g} s "
+                                 f"({_first_line(exc)})") from None
+            raise UsageError("--master-addr", f"no hetbench run of node 0 answered at {where} "
+                             f"within {place.join_timeout_s:g} s") from None
+        beats = dist.TCPStore(place.master_addr, place.master_port, None, False, timeout)
+        nodes = cls(place, store, beats)
+        store.set(f"beat/{place.node_rank}", "0")
+        from torch.distributed.elastic.utils.store import synchronize
+
+        mine = {"digest": digest, "host": socket.gethostname(), "address": nodes.address}
+        joined = [json.loads(raw) for raw in synchronize(
+            store, json.dumps(mine).encode(), place.node_rank, place.nnodes, "suite/",
+            timeout=place.join_timeout_s)]
+        nodes.hosts = [{"node": k, "host": j["host"], "address": j["address"]}
+                       for k, j in enumerate(joined)]
+        for k, theirs in enumerate(j["digest"] for j in joined):
+            if theirs != digest:
+                raise UsageError("suite", f"node {k}'s suite (digest {theirs[:12]}) differs "
+                                 f"from this host's ({digest[:12]}): run the same suite file, "
+                                 "with the same --steps, --repeats and -k, on every host")
+        nodes._thread.start()
+        return nodes
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        count = 0
+        while not self._stopping.wait(BEAT_S):
+            count += 1
+            try:
+                self._beats_store.set(f"beat/{self.place.node_rank}", str(count))
+            except Exception:  # noqa: BLE001 - node 0 gone: the main thread will see it
+                return
+
+    def silent(self) -> list[int]:
+        """The nodes this one watches (every other, on node 0; node 0, elsewhere) whose
+        heartbeat has not moved for STALE_S. Raises NodeLost when node 0 is gone."""
+        watched = [k for k in range(self.place.nnodes) if k != self.place.node_rank] \
+            if self.place.coordinator else [0]
+        now = time.monotonic()
+        beats = self._call(lambda: self.store.multi_get([f"beat/{k}" for k in watched]))
+        silent = []
+        for k, raw in zip(watched, beats, strict=True):
+            beat = int(raw)
+            last = self._seen.get(k)
+            if last is None or last[0] != beat:
+                self._seen[k] = (beat, now)
+            elif now - last[1] > STALE_S:
+                silent.append(k)
+        if silent and not self.place.coordinator:
+            raise NodeLost(f"node 0 ({self.place.master_addr}) stopped answering (no "
+                           f"heartbeat for {STALE_S:g} s)")
+        return silent
+
+    def _call(self, op: Any) -> Any:
+        """A store operation; node 0 gone (its server with it) is NodeLost."""
+        try:
+            return op()
+        except Exception as exc:  # noqa: BLE001 - c10d raises DistError and RuntimeError
+            if self.place.coordinator:
+                raise
+            raise NodeLost(f"node 0 ({self.place.master_addr}) stopped answering: "
+                           f"{_first_line(exc)}") from None
+
+    # -- lockstep ---------------------------------------------------------------------------
+
+    def publish(self, key: str, value: dict[str, Any]) -> None:
+        self._call(lambda: self.store.set(key, json.dumps(value).encode()))
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """`key`'s value, or None while it is not there (no wait)."""
+        if not self._call(lambda: self.store.check([key])):
+            return None
+        return dict(json.loads(self._call(lambda: self.store.get(key))))
+
+    def await_key(self, key: str) -> dict[str, Any]:
+        """Wait for node 0 to publish `key`, as long as node 0 answers."""
+        while (value := self.read(key)) is None:
+            self.silent()
+            if (why := self.stop_requested()) is not None:
+                raise StoppedElsewhere(f"stopped on {why}")
+            time.sleep(POLL_S)
+        return value
+
+    def abort(self, run: int, reason: str) -> str:
+        """Fail run `run` on every node, unless another node already did: the first
+        reason given is the one kept (and returned)."""
+        key = f"run/{run}/abort"
+        kept = self._call(lambda: self.store.compare_set(
+            key, b"", f"node {self.place.node_rank}: {reason}".encode()))
+        return bytes(kept).decode()
+
+    def aborted(self, run: int) -> str | None:
+        key = f"run/{run}/abort"
+        if not self._call(lambda: self.store.check([key])):
+            return None
+        return bytes(self._call(lambda: self.store.get(key))).decode()
+
+    def trouble(self, run: int) -> str | None:
+        """Why this node's workers must stop now though none of them failed: the run
+        failed on another node, or a node stopped answering (raises NodeLost for node 0)."""
+        if (reason := self.aborted(run)) is not None:
+            return reason
+        silent = self.silent()
+        if silent:
+            return self.abort(run, f"node {silent[0]} stopped answering (no heartbeat for "
+                                   f"{STALE_S:g} s)")
+        return None
+
+    def request_stop(self, reason: str) -> None:
+        """This node was stopped: every node stops the suite after its current run."""
+        try:
+            self.store.compare_set("stop", b"", f"node {self.place.node_rank}: {reason}".encode())
+        except Exception:  # noqa: BLE001 - node 0 gone: nobody is left to tell
+            pass
+
+    def stop_requested(self) -> str | None:
+        """Why another node stopped the suite, or None."""
+        if not self._call(lambda: self.store.check(["stop"])):
+            return None
+        return bytes(self._call(lambda: self.store.get("stop"))).decode()
+
+    def require_all(self, left: int) -> None:
+        """Before a run: every node is still there (a lost node does not come back), and
+        no node stopped the suite."""
+        if self.lost:
+            raise NodeLost(f"node {min(self.lost)} stopped answering: the suite stops, "
+                           f"{left} run(s) not started")
+        if (why := self.stop_requested()) is not None:
+            raise StoppedElsewhere(f"stopped on {why}")
+
+    def launch_numbers(self, launch: str, first: int) -> tuple[str, int]:
+        """The launch id and first repeat number node 0 chose (every node's run
+        directories are named from them)."""
+        if self.place.coordinator:
+            self.publish("launch", {"launch": launch, "first": first})
+            return launch, first
+        chosen = self.await_key("launch")
+        return str(chosen["launch"]), int(chosen["first"])
+
+    def finish(self, within_s: float | None = None) -> None:
+        """The suite is over here: node 0 waits (as long as they answer; at most
+        `within_s`, if given) for every other node to say so too before its store, which
+        they read, goes away."""
+        self.publish(f"end/{self.place.node_rank}", {})
+        if not self.place.coordinator:
+            return
+        deadline = None if within_s is None else time.monotonic() + within_s
+        pending = set(range(1, self.place.nnodes))
+        while pending and (deadline is None or time.monotonic() < deadline):
+            pending = {k for k in pending if self.read(f"end/{k}") is None} \
+                - set(self.silent())
+            if pending:
+                time.sleep(POLL_S)
+
+    def leave(self, reason: str) -> None:
+        """This node ends the suite early (an interrupt, an error, a lost node): the
+        others stop too rather than wait for a run that will not start, and node 0 gives
+        them time to hear it."""
+        self.request_stop(reason)
+        try:
+            self.finish(within_s=2 * STALE_S)
+        except Exception:  # noqa: BLE001 - node 0 gone: nobody is left to tell
+            pass
+
+    # -- a run's end ------------------------------------------------------------------------
+
+    def report(self, run: int, status: str, reason: str, share: Path) -> None:
+        """This node's end of run `run` (node k > 0): its logs, and after a failure its
+        flushed parts (rank 0 gathered the records of a run that completed), then how its
+        workers ended."""
+        names = []
+        parts = sorted(share.glob("parts/*")) if status != "completed" else []
+        for path in parts + sorted(share.glob("logs/*")):
+            name = path.relative_to(share).as_posix()
+            if path.is_file() and SENT_FILE.fullmatch(name):
+                data = path.read_bytes()
+                self._call(lambda n=name, d=data: self.store.set(
+                    f"run/{run}/file/{self.place.node_rank}/{n}", d))
+                names.append(name)
+        self.publish(f"run/{run}/done/{self.place.node_rank}",
+                     {"status": status, "reason": reason, "files": names})
+
+    def collect(self, run: int, run_dir: Path) -> dict[int, dict[str, Any]]:
+        """On node 0: every other node's end of run `run`, its files written into
+        `run_dir` beside node 0's (ranks differ: no file is overwritten), as long as it
+        answers. Returns node -> its report; a node that stopped answering reports
+        {"status": "lost"}."""
+        pending = set(range(1, self.place.nnodes))
+        reports: dict[int, dict[str, Any]] = {}
+        while pending:
+            for k in sorted(pending):
+                if (done := self.read(f"run/{run}/done/{k}")) is not None:
+                    self._receive(run, k, done.get("files", []), run_dir)
+                    reports[k] = done
+                    pending.discard(k)
+            for k in self.silent():
+                if k in pending:
+                    reports[k] = {"status": "lost", "reason": f"node {k} stopped answering"}
+                    pending.discard(k)
+                    self.lost.add(k)
+            if pending:
+                time.sleep(POLL_S)
+        return reports
+
+    def _receive(self, run: int, node: int, names: list[str], run_dir: Path) -> None:
+        for name in names:
+            target = run_dir / name
+            if not SENT_FILE.fullmatch(name) or target.exists():
+                continue
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(bytes(self.store.get(f"run/{run}/file/{node}/{name}")))
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=2 * BEAT_S)
+
+
+SHARE_FILE = "node.json"  # in another node's share of a run: which node, how it ended
+
+
+@dataclass
+class Seat:
+    """This host's part of one run across hosts."""
+
+    nodes: Nodes
+    index: int  # the run's number in the launch: its keys in the store
+    port: int  # the workers' rendezvous, on the master's address (rank 0 serves it)
+    interface: str  # what the workers' libraries bind
+    ranks: list[int]  # the run's workers on this host
+
+    def trouble(self) -> str | None:
+        return self.nodes.trouble(self.index)
+
+    def close(self, run_dir: Path, run: RunSpec, repeat: int, status: str, reason: str,
+              raised: BaseException | None, dropped: list[dict[str, Any]]) -> RunResult:
+        """After this host's workers stopped: the run fails everywhere if it failed here;
+        node 0 closes the run directory with every node's flushed records that reach it;
+        another node hands them over and keeps its share (`run_dir`) closed as its part
+        ended, then learns how the run ended."""
+        nodes, index = self.nodes, self.index
+        lost = isinstance(raised, NodeLost)
+        if isinstance(raised, KeyboardInterrupt) and not isinstance(raised, StoppedElsewhere):
+            nodes.request_stop(reason)
+        if status != "completed" and not lost:
+            nodes.abort(index, reason)
+        if not nodes.place.coordinator:
+            _write_share(run_dir, nodes.place.node_rank, status, reason)
+            if lost:
+                return RunResult(run, repeat, run_dir, status, reason)
+            nodes.report(index, status, reason, run_dir)
+            closed = nodes.await_key(f"run/{index}/closed")
+            _write_share(run_dir, nodes.place.node_rank, closed["status"], closed["reason"])
+            return RunResult(run, repeat, run_dir, closed["status"], closed["reason"])
+        reports = nodes.collect(index, run_dir)
+        status, reason = outcome(status, reason, nodes.aborted(index), reports,
+                                 nodes.stop_requested())
+        result = close_run(run_dir, run, status, reason, repeat, dropped)
+        nodes.publish(f"run/{index}/closed", {"status": result.status, "reason": result.reason})
+        return result
+
+
+def outcome(status: str, reason: str, aborted: str | None, reports: dict[int, dict[str, Any]],
+            stop: str | None) -> tuple[str, str]:
+    """How a run across hosts ended, from node 0's end of it (`status`, `reason`), the
+    first node's reason to fail it (`aborted`), every other node's report and a node's
+    stop: the cause named first is a node that stopped answering, else a worker killed
+    by a signal (its peers' errors followed from it), else the first failure reported."""
+    if stop is not None:
+        return "interrupted", f"stopped on {stop}"
+    ends = {0: {"status": status, "reason": reason}, **reports}
+    if all(e["status"] == "completed" for e in ends.values()):
+        return "completed", reason
+    lost = [f"node {k} stopped answering (no heartbeat for {STALE_S:g} s)"
+            for k, e in sorted(ends.items()) if e["status"] == "lost"]
+    signalled = [f"node {k}: {e['reason']}" for k, e in sorted(ends.items())
+                 if "killed by SIG" in e.get("reason", "") and not
+                 e["reason"].startswith("node ")]
+    first = aborted or next((f"node {k}: {e['reason']}" for k, e in sorted(ends.items())
+                             if e["status"] != "completed"), "")
+    causes = lost + signalled or [first]
+    if first not in causes and not any(c in first for c in causes):
+        causes.append(f"then {first}")
+    return "failed", "; ".join(causes)
+
+
+def prepare_share(share: Path, suite_name: str, run: RunSpec) -> Path:
+    """Another node's share of a run: run.json for its workers, their parts and logs."""
+    (share / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
+    (share / RUN_FILE).write_text(json.dumps({"suite": suite_name, "run": run.to_dict()}))
+    return share
+
+
+def _write_share(share: Path, node: int, status: str, reason: str) -> None:
+    try:
+        (share / SHARE_FILE).write_text(json.dumps({"node": node, "status": status,
+                                                    "reason": reason}))
+    except OSError:  # the records matter more; node 0 holds how the run ended
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,327 @@
+"""Issue 27: `hetbench run SUITE --nnodes N --node-rank R --master-addr A` on every host runs
+the whole suite across them, in lockstep. The runs themselves go over the testbed's hosts
+(network namespaces, root only); the bad input and the join are checked over loopback,
+everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.system.testbed import Link, Testbed, leftovers
+from tests.conftest import REPO, Spawn, hetbench_command
+from tests.test_cli_errors import error_line
+
+TIMEOUT_S = 240
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+    reason="the testbed needs root and iproute2 (ip, tc) to create network namespaces")
+
+# {node}: ", node = 1" across hosts, "" for the same suite on one host
+SUITE = """
+[suite]
+name = "hosts"
+repeats = 1
+
+[defaults]
+workload = "mlp"
+steps = {steps}
+global_batch = 64
+timeout_s = 20
+partition = {{ policy = "sizes", sizes = [40, 24] }}
+
+[[runs]]
+name = "allreduce"
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+
+[[runs]]
+name = "host-buffer"
+aggregator = "allreduce-host"
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+"""
+
+
+def write(folder: Path, steps: int = 12, node: str = ", node = 1", name: str = "suite.toml"
+          ) -> Path:
+    path = folder / name
+    path.write_text(SUITE.format(steps=steps, node=node))
+    return path
+
+
+def node_command(rank: int, suite: Path, out: Path, master: str, port: int,
+                 *extra: str) -> list[str]:
+    return hetbench_command("run", str(suite), "--nnodes", "2", "--node-rank", str(rank),
+                            "--master-addr", master, "--master-port", str(port),
+                            "--out", str(out), "--no-progress", *extra)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_dirs(out: Path) -> dict[str, Path]:
+    return {d.name.split("-r0-")[0]: d for d in sorted((out / "hosts").glob("*-r0-*"))}
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def on_testbed(bed: Testbed, spawn: Spawn, suite: Path, tmp_path: Path, *extra: str
+               ) -> list[subprocess.Popen[str]]:
+    """Node r's launcher on testbed host r, node 0's address the master."""
+    return [spawn(bed.command(rank, node_command(rank, suite, tmp_path / f"node{rank}",
+                                                 bed.host(0).address, 29400, *extra)),
+                  cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in (0, 1)]
+
+
+# -- runs across the testbed's hosts -------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn: Spawn,
+                                                         hetbench) -> None:
+    """Both hosts run the same command; every run completes, node 0 holds the run
+    directories (with node 1's logs), node 1 keeps its parts, and the parameters equal the
+    same suite's on one host (unequal slices: weighted aggregation across hosts)."""
+    suite = write(tmp_path)
+    with Testbed(2, {1: Link(rate="100mbit")}) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
+    assert "2 completed; node 0 holds the runs" in ends[1][0]
+
+    one = hetbench(tmp_path, "run", str(write(tmp_path, node="", name="one.toml")), "--out",
+                   str(tmp_path / "one"), "--no-progress")
+    assert one.returncode == 0, one.stdout + one.stderr
+    across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
+    assert sorted(across) == sorted(alone) == ["allreduce", "host-buffer"]
+    for name, run_dir in across.items():
+        meta = manifest(run_dir)
+        assert (meta["status"], meta["rows"]) == ("completed", 24)
+        assert [w["node"] for w in meta["workers"]] == [0, 1]
+        assert [n["address"] for n in meta["nodes"]] == ["198.18.0.1", "198.18.0.2"]
+        assert meta["network"] == "host network, across 2 hosts on eth0"
+        assert (run_dir / "logs" / "rank1.log").is_file()  # sent over by node 1
+        share = tmp_path / "node1" / "hosts" / run_dir.name / "nodes" / "1"
+        assert (share / "parts" / "rank1.bin").stat().st_size > 0
+        assert json.loads((share / "node.json").read_text())["status"] == "completed"
+        with np.load(run_dir / "params.npz") as got, \
+                np.load(alone[name] / "params.npz") as want:
+            assert sorted(got.files) == sorted(want.files) and got.files
+            for key in want.files:
+                np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5,
+                                           err_msg=f"{name}: {key}")
+
+
+def _wait_for_steps(part: Path, deadline_s: float = 120) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not (part.is_file() and part.stat().st_size > 0):
+        assert time.monotonic() < deadline, f"no step flushed in {part}"
+        time.sleep(0.1)
+
+
+def _share_of_first_run(tmp_path: Path) -> Path:
+    deadline = time.monotonic() + 120
+    while not (found := sorted((tmp_path / "node1" / "hosts").glob("allreduce-r0-*/nodes/1"))):
+        assert time.monotonic() < deadline, "node 1 never started the first run"
+        time.sleep(0.1)
+    return found[0]
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_worker_killed_on_node_1_fails_the_run_everywhere_and_the_next_run_starts(
+        tmp_path: Path, spawn: Spawn) -> None:
+    suite = write(tmp_path, steps=2000)
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path, "--steps", "2000")
+        share = _share_of_first_run(tmp_path)
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        worker = json.loads((share / "parts" / "rank1.json").read_text())["pid"]
+        os.kill(worker, signal.SIGKILL)
+        # the second run is cut short: its own steps are not what is tested here
+        second = None
+        deadline = time.monotonic() + 120
+        while second is None:
+            assert time.monotonic() < deadline, "the second run never started"
+            second = next(iter((tmp_path / "node0" / "hosts").glob("host-buffer-r0-*")), None)
+            time.sleep(0.1)
+        _wait_for_steps(second / "parts" / "rank0.bin")
+        os.kill(nodes[0].pid, signal.SIGINT)
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    first = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    print(f"\n{first['status']}: {first['reason']} ({first['rows']} rows)")
+    assert first["status"] == "failed"
+    assert first["reason"].startswith("node 1: worker 1 killed by SIGKILL"), first["reason"]
+    assert first["rows"] > 0  # node 0's records, and node 1's flushed ones sent over
+    assert (run_dirs(tmp_path / "node0")["allreduce"] / "parts" / "rank1.bin").is_file()
+    second_meta = manifest(second)
+    assert second_meta["status"] == "interrupted", second_meta
+    assert [p.returncode for p in nodes] == [130, 130], [e[1][-2000:] for e in ends]
+    assert "stopped on node 0: interrupted by the user (Ctrl-C)" in ends[1][1]
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path,
+                                                            spawn: Spawn) -> None:
+    """Node 1's launcher and its workers SIGKILLed: node 0 closes the run `failed`, naming
+    node 1, within timeout_s + 5 s; its flushed records are kept; the suite stops."""
+    suite = write(tmp_path, steps=2000)
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        share = _share_of_first_run(tmp_path)
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        worker = json.loads((share / "parts" / "rank1.json").read_text())["pid"]
+        os.kill(nodes[1].pid, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        killed = time.time()
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    assert meta["status"] == "failed"
+    assert meta["reason"].startswith("node 1 stopped answering"), meta["reason"]
+    assert meta["rows"] > 0
+    ended = datetime.fromisoformat(meta["end"]).timestamp()
+    print(f"\nnode 0 closed the run {ended - killed:.1f} s after node 1 was killed "
+          f"(timeout_s {meta['run']['timeout_s']}): {meta['reason']}")
+    assert ended - killed < meta["run"]["timeout_s"] + 5, ended - killed
+    assert nodes[0].returncode == 1, ends[0][1][-2000:]
+    assert "node 1 stopped answering: the suite stops, 1 run(s) not started" in ends[0][1]
+
+
+# -- what is refused before anything runs --------------------------------------------------
+
+
+@pytest.mark.parametrize(("node", "flags", "expected"), [
+    (", node = 1", ["--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1"],
+     "--node-rank: 2: must be 0 to 1 (--nnodes 2)"),
+    (", node = 1", ["--nnodes", "3", "--node-rank", "0", "--master-addr", "127.0.0.1"],
+     "--nnodes: 3, but no worker of the suite is on node 2: the suite's workers name nodes "
+     "0, 1"),
+    (", node = 2", ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"],
+     "runs[0].workers[1].node: 2, but --nnodes 2 joins nodes 0 to 1"),
+    (", node = 1", [], "runs[0].workers[1].node: 1, but this is a run on one host: give "
+     "--nnodes, --node-rank and --master-addr on every host"),
+    (", node = 1", ["--nnodes", "2", "--node-rank", "1"],
+     "--master-addr: required with --nnodes 2: node 0's address"),
+    (", node = 1", ["--nnodes", "2", "--master-addr", "127.0.0.1"],
+     "--node-rank: required with --nnodes 2: 0 to 1"),
+    (", node = 1", ["--nnodes", "2", "--node-rank", "1", "--master-addr", "no such host!"],
+     "--master-addr: 'no such host!' is neither an IP address nor a host name this host "
+     "resolves (node 0's address, e.g. 198.18.0.1)"),
+])
+def test_bad_hosts_input_is_one_line_before_anything_runs(
+        tmp_path: Path, hetbench, node: str, flags: list[str], expected: str) -> None:
+    result = hetbench(tmp_path, "run", str(write(tmp_path, node=node)), "--out",
+                      str(tmp_path / "out"), *flags)
+    assert error_line(result) == f"hetbench: error: {expected}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_parameter_server_across_hosts_is_refused_for_now(tmp_path: Path, hetbench) -> None:
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace('"allreduce-host"', '"ps-sync"'))
+    result = hetbench(tmp_path, "run", str(path), "--nnodes", "2", "--node-rank", "0",
+                      "--master-addr", "127.0.0.1")
+    assert error_line(result).startswith("hetbench: error: runs[1].aggregator: 'ps-sync' "
+                                         "starts servers")
+
+
+def test_rank_0_on_another_node_is_refused(tmp_path: Path, hetbench) -> None:
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace("workers = [ { threads = 1 },",
+                                             "workers = [ { threads = 1, node = 1 },", 1))
+    result = hetbench(tmp_path, "run", str(path), "--nnodes", "2", "--node-rank", "0",
+                      "--master-addr", "127.0.0.1")
+    assert error_line(result) == ("hetbench: error: runs[0].workers[0].node: 1, but rank 0 "
+                                  "writes the run directory on node 0: list a worker of node 0 "
+                                  "first")
+
+
+def test_an_unreachable_master_is_a_timeout_naming_it(tmp_path: Path, hetbench) -> None:
+    port = free_port()  # nobody listens there
+    started = time.monotonic()
+    result = hetbench(tmp_path, "run", str(write(tmp_path)), "--nnodes", "2", "--node-rank",
+                      "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                      "--join-timeout", "2", "--out", str(tmp_path / "out"))
+    line = [ln for ln in result.stderr.splitlines() if ln.startswith("hetbench:")]
+    assert result.returncode == 2, result.stderr
+    assert line == [f"hetbench: error: --master-addr: no hetbench run of node 0 answered at "
+                    f"127.0.0.1:{port} within 2 s"], result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 60  # a timeout, not a hang
+
+
+def test_different_suites_on_two_hosts_are_refused_at_the_join(tmp_path: Path,
+                                                               spawn: Spawn) -> None:
+    """The suites' digests are compared when the hosts join (over loopback here): both
+    refuse, naming the suite, before any run starts."""
+    port = free_port()
+    suites = [write(tmp_path, steps=12, name="a.toml"), write(tmp_path, steps=13, name="b.toml")]
+    nodes = [spawn(node_command(rank, suites[rank], tmp_path / f"node{rank}", "127.0.0.1",
+                                port, "--join-timeout", "60"),
+                   cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+    assert [p.returncode for p in nodes] == [2, 2], [e[1] for e in ends]
+    for _, err in ends:
+        errors = [ln for ln in err.splitlines() if ln.startswith("hetbench:")]
+        assert len(errors) == 1 and errors[0].startswith("hetbench: error: suite: "), err
+        assert "run the same suite file" in errors[0]
+    assert not list((tmp_path / "node0").glob("hosts/*-r0-*"))
+
+
+# -- under srun: the flags from SLURM's environment ------------------------------------------
+
+
+@pytest.mark.parametrize(("nodelist", "first"), [
+    ("node[03-05,07],gpu1", "node03"), ("a,b", "a"), ("gpu7", "gpu7"), ("n[1]", "n1")])
+def test_the_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
+    from harness.cli.hosts import first_host
+
+    assert first_host(nodelist) == first
+
+
+def test_under_srun_the_hosts_come_from_slurms_environment(tmp_path: Path,
+                                                           spawn: Spawn) -> None:
+    """SLURM's variables set by hand, as srun sets them on each node (no SLURM daemon): the
+    same `hetbench run SUITE` on both "nodes" (two launchers on this host's loopback) runs
+    the suite across them."""
+    suite, port = write(tmp_path, steps=6), free_port()
+    nodes = []
+    for rank in (0, 1):
+        env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2",
+               "SLURM_NODEID": str(rank), "SLURM_JOB_NODELIST": "localhost",
+               "MASTER_PORT": str(port)}
+        nodes.append(spawn(hetbench_command("run", str(suite), "-k", "allreduce", "--out",
+                                            str(tmp_path / f"node{rank}"), "--no-progress"),
+                           env=env, cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True))
+    ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
+    assert "(node 1 of 2)" in ends[1][0]
+    meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    assert (meta["status"], meta["rows"]) == ("completed", 12)
+    assert [n["address"] for n in meta["nodes"]] == ["127.0.0.1", "127.0.0.1"]
