@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from harness.system.testbed import Link, Testbed, leftovers
@@ -209,6 +210,51 @@ def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path,
     assert ended - killed < meta["run"]["timeout_s"] + 5, ended - killed
     assert nodes[0].returncode == 1, ends[0][1][-2000:]
     assert "node 1 stopped answering: the suite stops, 1 run(s) not started" in ends[0][1]
+
+
+@pytest.mark.slow
+@needs_root
+def test_node_0_killed_stops_the_other_hosts_and_recover_closes_its_run(
+        tmp_path: Path, spawn: Spawn, hetbench) -> None:
+    """Node 0's launcher SIGKILLed (its store with it): node 1 stops its workers and ends
+    within the run's timeout, saying node 0 stopped answering; node 0's worker follows its
+    launcher; `hetbench recover` on node 0 closes the run it left, with its flushed records."""
+    suite = write(tmp_path, steps=2000)
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        share = _share_of_first_run(tmp_path)
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        run_dir = run_dirs(tmp_path / "node0")["allreduce"]
+        worker0 = json.loads((run_dir / "parts" / "rank0.json").read_text())["pid"]
+        os.kill(nodes[0].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out1, err = nodes[1].communicate(timeout=TIMEOUT_S)
+        stopped = time.monotonic() - killed
+        nodes[0].wait(timeout=10)
+        deadline = time.monotonic() + 30  # the worker follows its launcher (system/orphans)
+        while _alive(worker0):
+            assert time.monotonic() < deadline, "node 0's worker outlived its launcher"
+            time.sleep(0.2)
+        tag = bed.tag
+    assert leftovers(tag) == []
+    print(f"\nnode 1 ended {stopped:.1f} s after node 0's launcher was killed")
+    assert nodes[1].returncode == 1, err[-2000:]
+    assert stopped < 20 + 5  # the run's timeout_s, and a margin
+    assert "hetbench: error: node 0 (198.18.0.1) stopped answering" in err, err[-2000:]
+    assert (share / "node.json").is_file(), out1[-3000:] + err[-3000:]
+    assert json.loads((share / "node.json").read_text())["status"] == "failed"
+    assert manifest(run_dir)["status"] == "running"  # its launcher died before closing it
+    recovered = hetbench(tmp_path, "recover", str(run_dir))
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    meta = manifest(run_dir)
+    assert meta["status"] == "failed" and meta["rows"] > 0, meta
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 # -- what is refused before anything runs --------------------------------------------------

@@ -1,7 +1,8 @@
 """Starts one OS process per worker on this host, joined over torch.distributed (env://).
 
-The launcher imports no framework. It watches the workers: when one dies the others are
-stopped within a bounded time, and whatever they flushed becomes the run's records, marked
+The launcher imports no framework (across hosts, torch.distributed alone: the hosts'
+launchers meet in its store). It watches the workers: when one dies the others are stopped
+within a bounded time, and whatever they flushed becomes the run's records, marked
 `failed` (or `interrupted` on Ctrl-C) with the reason. Across hosts (`hetbench run
 --nnodes N` on each), every host's launcher starts and watches its own workers, and the
 launchers keep the runs in lockstep through harness.run.nodes (docs/howto/multi-host.md).

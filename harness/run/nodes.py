@@ -364,12 +364,13 @@ class Seat:
         ended, then learns how the run ended."""
         nodes, index = self.nodes, self.index
         lost = isinstance(raised, NodeLost)
+        if not nodes.place.coordinator:  # first: node 0 may be gone (NodeLost from here on)
+            _write_share(run_dir, nodes.place.node_rank, status, reason)
         if isinstance(raised, KeyboardInterrupt) and not isinstance(raised, StoppedElsewhere):
             nodes.request_stop(reason)
         if status != "completed" and not lost:
             nodes.abort(index, reason)
         if not nodes.place.coordinator:
-            _write_share(run_dir, nodes.place.node_rank, status, reason)
             if lost:
                 return RunResult(run, repeat, run_dir, status, reason)
             nodes.report(index, status, reason, run_dir)
