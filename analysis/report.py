@@ -113,7 +113,8 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     shares = tables["causes"]
     lines += ["Stragglers (ready last):", "",
               markdown_table(tables["stragglers"]), "",
-              "Straggler excess over the worker's own median compute time, by cause "
+              "Straggler excess over the worker's own median compute time (across hosts, "
+              "plus the exchange a slower link lengthened: network), by cause "
               "(rank -1: all workers):", "",
               markdown_table(shares.pivot(index="rank", columns="cause", values="share")
                              .reset_index()), ""]
@@ -325,6 +326,27 @@ def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> li
             "weights.", "", markdown_table(table), ""]
 
 
+def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+    """Each worker's exchange bandwidth against the slowest link it crosses; only when some
+    run spans hosts (its manifest's `nodes`)."""
+    from analysis.network import bandwidth_summary, bandwidth_table
+
+    table = bandwidth_summary(bandwidth_table(runs))
+    if table.empty:
+        return []
+    return ["## Network: exchange bandwidth per node", "",
+            "Per run and worker, by the node (host) that ran it: the rate of the slowest "
+            "link its exchange crosses (its host's; an all-reduce's every host's; a parameter "
+            "server's host's), as the suite described it (Mbit/s; blank: one not described), "
+            "MB one exchange moved over its host's link (all-reduce: 2(n - 1)/n x the "
+            "gradient buffer, what every worker sends in a ring and the least any "
+            "all-reduce sends; parameter servers: the tensors sent to and received from "
+            "servers on other hosts), the median exchange time (push + pull, or the "
+            "communication after the last arrival: the wait for the straggler left out), "
+            "the bandwidth that achieved and its share of that rate; means over repeats "
+            "(analysis/network.py).", "", markdown_table(table), ""]
+
+
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           figures: Sequence[str] = (), target_loss: float = 0.5,
           evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = (),
@@ -381,6 +403,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     md += pipelines
     placements = placement_section(runs)
     md += placements
+    network = network_section(runs)
+    md += network
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
@@ -400,6 +424,10 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         from analysis.traffic import traffic_summary, traffic_table
 
         terminal += ["", placements[0].lstrip("# "), text(traffic_summary(traffic_table(runs)))]
+    if network:
+        from analysis.network import bandwidth_summary, bandwidth_table
+
+        terminal += ["", network[0].lstrip("# "), text(bandwidth_summary(bandwidth_table(runs)))]
     if pipelines:
         from analysis.pipeline import pipeline_summary, pipeline_table
 

@@ -28,11 +28,21 @@ The excess is split, in this order, over what the records can measure:
              data; a clock that /proc/cpuinfo does not show, as in most VMs);
 - emulation: for a worker with an emulated slowdown, the stretch beyond (f - 1) times its
              natural compute: the sleep overshooting when no core is free to wake it;
+- network:   in a run across hosts only, its exchange above the median of the other
+             workers' exchanges in that step for the same bytes, when its host's link is
+             slower than another worker's host's (analysis.network.slow_link_excess_ns);
 - unexplained: what is left (the measured parts sum to less than the excess).
 
 A worker with an emulated slowdown f stretches every natural delay d to f*d, so measured
 delays are multiplied by its factor. Attributions are capped at the excess. A cause is named
 for a step only when it explains at least NAME_SHARE of that step's excess.
+
+The exchange is not part of compute, so the excess above holds none of it. `network` adds
+to the excess what a slower link makes the straggler's exchange take beyond its peers' (a
+worker whose exchange ended late begins, and so is ready, late): measured in the step it
+was last, all of it explained. An exchange longer for another reason, or on links whose
+rates the manifest does not give or that are equal, is not counted: no recorded signal
+would explain it. On one host network is 0 and the excess is compute alone.
 """
 
 from __future__ import annotations
@@ -51,9 +61,10 @@ from analysis.metrics import (
     step_metrics,
     with_derived,
 )
+from analysis.network import slow_link_excess_ns
 
 CAUSES = ("gc", "interference", "frequency", "preempted", "off_cpu", "on_cpu", "emulation",
-          "unexplained")
+          "network", "unexplained")
 NAME_SHARE = 0.2
 INTERFERENCE_CORES = 0.25  # others' extra busy cores during a step that count as interference
 FREQUENCY_DROP = 0.05  # a clock this much below the median step's counts as a slower core
@@ -83,10 +94,11 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
               slowdown: Mapping[int, float] | None = None,
               per_step: pd.DataFrame | None = None,
               manifest: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per step with its straggler: step, rank, lead_ms, excess_ms, top_phase (the
-    compute phase furthest above that worker's own median), one `<cause>_ms` column per
-    cause in CAUSES, `cause` (the largest named cause, or 'none'), and the raw signals
-    ctx_involuntary, ctx_voluntary, rss_growth_bytes."""
+    """One row per step with its straggler: step, rank, lead_ms, excess_ms (compute above
+    typical, plus network), top_phase (the compute phase furthest above that worker's own
+    median), one `<cause>_ms` column per cause in CAUSES, `cause` (the largest named cause,
+    or 'none'), and the raw signals ctx_involuntary, ctx_voluntary, rss_growth_bytes.
+    `manifest`: across hosts, its `nodes` give the links network is measured against."""
     steps = complete_steps(after_warmup(steps, warmup_steps))
     cause_columns = [f"{c}_ms" for c in CAUSES]
     columns = ["step", "rank", "lead_ms", "excess_ms", "top_phase", *cause_columns, "cause",
@@ -100,7 +112,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
               "ctx_voluntary", "rss_bytes", *(f"{p}_ns" for p in COMPUTE_PHASES),
               *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns", "others_cores",
                             "steal_cores", "cpu_mhz") if c in derived]]
-    d = derived[needed].sort_values(["rank", "step"])
+    slow_link = slow_link_excess_ns(derived, manifest)
+    d = derived[needed].assign(network_ns=0.0 if slow_link is None else slow_link)
+    d = d.sort_values(["rank", "step"])
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())
     cpu = d["compute_cpu_ns"] if has_cpu else pd.Series(np.nan, index=d.index)
@@ -135,7 +149,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
     factor = s["factor"]
 
-    excess = (s["compute_ns"] - s["typical_ns"]).clip(lower=0)
+    compute_excess = (s["compute_ns"] - s["typical_ns"]).clip(lower=0)
     gc_part = (s["gc_ns"] - m["gc_ns"]).clip(lower=0)
     off = (s["off_cpu_ns"] - m["off_cpu_ns"]).clip(lower=0).fillna(0)
     on = ((s["cpu_ns"] - m["cpu_ns"]).clip(lower=0) - gc_part).clip(lower=0).fillna(0)
@@ -161,11 +175,14 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     }).mul(factor, axis=0)
     # The overshoot is added once, after the stretch: it is not multiplied by the factor.
     parts["emulation"] = (s["overshoot_ns"] - m["overshoot_ns"]).clip(lower=0)
-    # Cap the measured parts at the excess, keeping their proportions.
+    # Cap the measured parts at the compute excess, keeping their proportions.
     total = parts.sum(axis=1)
-    scale = np.where(total > excess, excess / total.where(total > 0, 1.0), 1.0)
+    scale = np.where(total > compute_excess, compute_excess / total.where(total > 0, 1.0), 1.0)
     parts = parts.mul(scale, axis=0)
-    parts["unexplained"] = (excess - parts.sum(axis=1)).clip(lower=0)
+    parts["unexplained"] = (compute_excess - parts.sum(axis=1)).clip(lower=0)
+    # the exchange's excess, outside compute: all of it explained by the slower link
+    parts["network"] = s["network_ns"]
+    excess = compute_excess + parts["network"]
 
     phase_excess = pd.DataFrame({p: s[f"{p}_ns"] - m[f"{p}_ns"] for p in COMPUTE_PHASES})
     out = pd.DataFrame({

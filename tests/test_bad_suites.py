@@ -85,7 +85,7 @@ CASES = [
      "must be a table, not a string"),
     # -- unknown keys, at every level, listing what is allowed
     ("unknown top-level key", "bogus = 1\n" + run(), "bogus",
-     "unknown key (allowed: defaults, runs, suite)"),
+     "unknown key (allowed: defaults, nodes, runs, suite)"),
     ("unknown [suite] key", '[suite]\nnme = "s"\n' + run(), "suite.nme",
      "allowed: description, name, repeats"),
     ("unknown [defaults] key", "[defaults]\nstpes = 3\n" + run(), "defaults.stpes",

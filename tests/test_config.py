@@ -51,7 +51,7 @@ def usage_error(data: dict[str, Any]) -> UsageError:
 BAD = {
     # unknown keys, each listing what is allowed
     "top-level key": (
-        suite(bogus=1), "bogus", ["unknown key", "allowed: defaults, runs, suite"]),
+        suite(bogus=1), "bogus", ["unknown key", "allowed: defaults, nodes, runs, suite"]),
     "suite key": (suite(suite={"nme": "x"}), "suite.nme", ["unknown key", "description, name"]),
     "defaults key": (suite(defaults={"stpes": 3}), "defaults.stpes", ["unknown key", "steps"]),
     "run key": (suite(run(stpes=3)), "runs[0].stpes", ["unknown key", "allowed:", "steps"]),

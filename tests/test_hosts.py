@@ -5,6 +5,7 @@ everywhere."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import psutil
 import pytest
 
@@ -50,13 +52,40 @@ workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
 name = "host-buffer"
 aggregator = "allreduce-host"
 workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+{more}"""
+
+# parameter servers, one on each host; a pipeline's stages on two hosts, in lockstep (D = 0)
+# and pushing to one server per stage (wsp, one virtual worker: SGD on the global batch)
+SERVERS_AND_STAGES = """
+[[runs]]
+name = "ps-sync"
+aggregator = {{ name = "ps-sync", servers = 2{servers} }}
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+
+[[runs]]
+name = "pipeline-d0"
+partition = {{ policy = "equal" }}
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+virtual_workers = [[0, 1]]
+pipeline = {{ schedule = "gpipe", micro_batches = 2, split = [2, 1] }}
+
+[[runs]]
+name = "wsp"
+partition = {{ policy = "equal" }}
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+virtual_workers = [[0, 1]]
+pipeline = {{ micro_batches = 2, split = [2, 1], wave_bound = 1 }}
 """
 
 
-def write(folder: Path, steps: int = 12, node: str = ", node = 1", name: str = "suite.toml"
-          ) -> Path:
+def write(folder: Path, steps: int = 12, node: str = ", node = 1", name: str = "suite.toml",
+          servers: bool = False) -> Path:
+    """The suite across hosts (`node`: worker 1 on node 1) or on one (`node` ""); with
+    `servers`, the runs of parameter servers and pipelines too."""
+    more = SERVERS_AND_STAGES.format(node=node, servers=", server_nodes = [0, 1]"
+                                     if node else "") if servers else ""
     path = folder / name
-    path.write_text(SUITE.format(steps=steps, node=node))
+    path.write_text(SUITE.format(steps=steps, node=node, more=more))
     return path
 
 
@@ -99,21 +128,25 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
                                                          hetbench) -> None:
     """Both hosts run the same command; every run completes, node 0 holds the run
     directories (with node 1's logs), node 1 keeps its parts, and the parameters equal the
-    same suite's on one host (unequal slices: weighted aggregation across hosts)."""
-    suite = write(tmp_path)
-    with Testbed(2, {1: Link(rate="100mbit")}) as bed:
+    same suite's on one host (unequal slices: weighted aggregation across hosts): all-reduce,
+    a parameter server on each host, a pipeline's stages on both (D = 0, and wsp). Node 1's
+    clock is 5 s ahead: the workers map the stamps of the servers across the link."""
+    suite = write(tmp_path, servers=True)
+    with Testbed(2, {1: Link(rate="100mbit")}, clocks={1: 5.0}) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
         ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
         tag = bed.tag
     assert leftovers(tag) == []
     assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
-    assert "2 completed; node 0 holds the runs" in ends[1][0]
+    assert "5 completed; node 0 holds the runs" in ends[1][0]
 
-    one = hetbench(tmp_path, "run", str(write(tmp_path, node="", name="one.toml")), "--out",
-                   str(tmp_path / "one"), "--no-progress")
+    one = hetbench(tmp_path, "run", str(write(tmp_path, node="", name="one.toml", servers=True)),
+                   "--out", str(tmp_path / "one"), "--no-progress")
     assert one.returncode == 0, one.stdout + one.stderr
     across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
-    assert sorted(across) == sorted(alone) == ["allreduce", "host-buffer"]
+    assert sorted(across) == sorted(alone) == ["allreduce", "host-buffer", "pipeline-d0",
+                                               "ps-sync", "wsp"]
+    _servers_across_the_link(across["ps-sync"], across["wsp"], tmp_path)
     for name, run_dir in across.items():
         meta = manifest(run_dir)
         assert (meta["status"], meta["rows"]) == ("completed", 24)
@@ -132,6 +165,26 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
                                            err_msg=f"{name}: {key}")
 
 
+def _servers_across_the_link(ps_sync: Path, wsp: Path, tmp_path: Path) -> None:
+    """ps-sync's ps1 ran on node 1 (its launcher started it: its log there), ps0 on node 0;
+    each worker applied the offset of the server across the link (node 1's clock 5 s ahead:
+    +5 s seen from worker 0, -5 s from worker 1); wsp's servers are on node 0, so only
+    worker 1's stage maps its server's stamps. No exchange part is off by the offset."""
+    share = tmp_path / "node1" / "hosts" / ps_sync.name / "nodes" / "1"
+    assert sorted(p.name for p in (share / "logs").glob("ps*.log")) == ["ps1.log"]
+    assert sorted(p.name for p in (ps_sync / "logs").glob("ps*.log")) == ["ps0.log", "ps1.log"]
+    for run_dir, across in ((ps_sync, [["ps1"], ["ps0"]]), (wsp, [[], ["ps1"]])):
+        workers = manifest(run_dir)["workers"]
+        assert [[c["server"] for c in w.get("server_clocks", [])] for w in workers] == across
+        for worker, sign in zip(workers, (1, -1), strict=True):
+            for clock in worker.get("server_clocks", []):
+                assert abs(clock["offset_ns"] - sign * 5e9) < 1e6 + clock["uncertainty_ns"], \
+                    clock
+        steps = pd.read_parquet(run_dir / "steps.parquet")
+        parts = steps[["push_ns", "wait_ns", "pull_ns"]]
+        assert (parts >= 0).all().all() and (parts < 1e9).all().all(), parts.describe()
+
+
 def _wait_for_steps(part: Path, deadline_s: float = 120) -> None:
     deadline = time.monotonic() + deadline_s
     while not (part.is_file() and part.stat().st_size > 0):
@@ -139,10 +192,11 @@ def _wait_for_steps(part: Path, deadline_s: float = 120) -> None:
         time.sleep(0.1)
 
 
-def _share_of_first_run(tmp_path: Path) -> Path:
+def _share_of_first_run(tmp_path: Path, name: str = "allreduce") -> Path:
+    """Node 1's share of run `name`, once node 1 started it."""
     deadline = time.monotonic() + 120
-    while not (found := sorted((tmp_path / "node1" / "hosts").glob("allreduce-r0-*/nodes/1"))):
-        assert time.monotonic() < deadline, "node 1 never started the first run"
+    while not (found := sorted((tmp_path / "node1" / "hosts").glob(f"{name}-r0-*/nodes/1"))):
+        assert time.monotonic() < deadline, f"node 1 never started run {name}"
         time.sleep(0.1)
     return found[0]
 
@@ -180,6 +234,67 @@ def test_a_worker_killed_on_node_1_fails_the_run_everywhere_and_the_next_run_sta
     assert second_meta["status"] == "interrupted", second_meta
     assert [p.returncode for p in nodes] == [130, 130], [e[1][-2000:] for e in ends]
     assert "stopped on node 0: interrupted by the user (Ctrl-C)" in ends[1][1]
+
+
+def _listen_on_the_testbed_only(nodes: list[subprocess.Popen[str]], server: int,
+                                *addresses: str) -> None:
+    """Every TCP socket the hosts' launchers and their processes listen on is bound to a
+    testbed host's address or loopback, none to every interface; among them node 0's
+    launcher store on the master port and ps1's TensorPipe listener on node 1's address."""
+    from tests.test_listeners import descendants, listeners_of
+
+    found = listeners_of([pid for p in nodes for pid in descendants(p.pid)])
+    print(f"\nlisteners: {sorted((a, q) for _, a, q in found)}")
+    assert {(a, q) for _, a, q in found} >= {(addresses[0], 29400)}
+    assert any(pid == server and a == addresses[1] for pid, a, _ in found), found
+    outside = [(a, q) for _, a, q in found
+               if not (a in addresses or ipaddress.ip_address(a).is_loopback)]
+    assert outside == [], outside
+
+
+def only_runs(path: Path, *names: str) -> Path:
+    """The suite at `path` with only the runs named, in that order."""
+    head, *runs = path.read_text().split("[[runs]]")
+    named = {run.split('"')[1]: run for run in runs}
+    path.write_text(head + "".join(f"[[runs]]{named[name]}" for name in names))
+    return path
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_server_killed_on_node_1_fails_the_run_and_ctrl_c_on_node_1_stops_all(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """ps-sync's ps1, which node 1's launcher started, SIGKILLed mid-run: node 0 closes the
+    run `failed` naming node 1's ps1, with the flushed records; the next run starts on both
+    hosts; Ctrl-C on node 1 then stops the suite on both (exit 130), nothing left over."""
+    suite = only_runs(write(tmp_path, steps=2000, servers=True), "ps-sync", "allreduce")
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        share = _share_of_first_run(tmp_path, "ps-sync")
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        server = json.loads((share / "parts" / "ps1.json").read_text())["pid"]
+        _listen_on_the_testbed_only(nodes, server, bed.host(0).address, bed.host(1).address)
+        os.kill(server, signal.SIGKILL)
+        killed = time.time()
+        _wait_for_steps(_share_of_first_run(tmp_path, "allreduce") / "parts" / "rank1.bin")
+        os.kill(nodes[1].pid, signal.SIGINT)
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    assert not _alive(server)
+    first = manifest(run_dirs(tmp_path / "node0")["ps-sync"])
+    ended = datetime.fromisoformat(first["end"]).timestamp()
+    print(f"\n{first['status']} {ended - killed:.1f} s after ps1 was killed: "
+          f"{first['reason']} ({first['rows']} rows)")
+    assert first["status"] == "failed"
+    assert first["reason"].startswith("node 1: ps1 killed by SIGKILL while the workers ran"), \
+        first["reason"]
+    assert ended - killed < first["run"]["timeout_s"] + 5
+    assert first["rows"] > 0
+    second_meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    assert second_meta["status"] == "interrupted", second_meta
+    assert second_meta["reason"] == "stopped on node 1: interrupted by the user (Ctrl-C)"
+    assert [p.returncode for p in nodes] == [130, 130], [e[1][-2000:] for e in ends]
 
 
 @pytest.mark.slow
@@ -257,6 +372,66 @@ def _alive(pid: int) -> bool:
         return False
 
 
+THREE_HOSTS = """
+[suite]
+name = "hosts"
+
+[[nodes]]
+
+[[nodes]]
+
+[[nodes]]
+link = { rate = "20mbit" }
+
+[[runs]]
+name = "allreduce"
+workload = "mlp"
+steps = 8
+global_batch = 48
+timeout_s = 60
+workers = [ { threads = 1 }, { threads = 1, node = 1 }, { threads = 1, node = 2 } ]
+"""
+
+
+@pytest.mark.slow
+@needs_root
+def test_three_hosts_with_one_slow_link_the_suite_shapes(tmp_path: Path, spawn: Spawn) -> None:
+    """Three hosts; the suite puts node 2 behind a 20 Mbit/s link, which node 2's launcher
+    shapes for the suite and puts back after. The run completes; its manifest records each
+    node's host, address and link; the exchange takes at least the ring's bytes over the
+    link's rate (a lower bound: a busy machine only lengthens it)."""
+    suite = tmp_path / "three.toml"
+    suite.write_text(THREE_HOSTS)
+    with Testbed(3) as bed:
+        nodes = [spawn(bed.command(rank, hetbench_command(
+            "run", str(suite), "--nnodes", "3", "--node-rank", str(rank), "--master-addr",
+            bed.host(0).address, "--master-port", "29400", "--out",
+            str(tmp_path / f"node{rank}"), "--no-progress")), cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        after = [subprocess.run(["tc", "-n", namespace, "qdisc", "show", "dev", device],
+                                capture_output=True, text=True, timeout=30).stdout
+                 for namespace, device in bed.ends(2)]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    assert [p.returncode for p in nodes] == [0, 0, 0], [e[1][-2000:] for e in ends]
+    assert not any("tbf" in shown for shown in after), after  # the testbed's link again
+    run_dir = run_dirs(tmp_path / "node0")["allreduce"]
+    meta = manifest(run_dir)
+    assert meta["status"] == "completed"
+    assert [(n["node"], n["address"], n["link"], n["link_applied"]) for n in meta["nodes"]] \
+        == [(0, "198.18.0.1", {}, False), (1, "198.18.0.2", {}, False),
+            (2, "198.18.0.3", {"rate": "20mbit"}, True)]
+    assert [w["node"] for w in meta["workers"]] == [0, 1, 2]
+    steps = pd.read_parquet(run_dir / "steps.parquet")
+    ring_bytes = 2 * (3 - 1) / 3 * 4 * (meta["workers"][2]["parameters"] + 1)
+    least_ms = ring_bytes * 8 / 20e6 * 1e3
+    exchange_ms = steps.loc[steps["step"] >= 1, "allreduce_ns"].min() / 1e6
+    print(f"\nthe ring's {ring_bytes / 1e3:.0f} KB over 20mbit: at least {least_ms:.1f} ms; "
+          f"the fastest all-reduce took {exchange_ms:.1f} ms")
+    assert exchange_ms >= 0.8 * least_ms
+
+
 # -- what is refused before anything runs --------------------------------------------------
 
 
@@ -264,7 +439,7 @@ def _alive(pid: int) -> bool:
     (", node = 1", ["--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1"],
      "--node-rank: 2: must be 0 to 1 (--nnodes 2)"),
     (", node = 1", ["--nnodes", "3", "--node-rank", "0", "--master-addr", "127.0.0.1"],
-     "--nnodes: 3, but no worker of the suite is on node 2: the suite's workers name nodes "
+     "--nnodes: 3, but no worker or server of the suite is on node 2: the suite names nodes "
      "0, 1"),
     (", node = 2", ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"],
      "runs[0].workers[1].node: 2, but --nnodes 2 joins nodes 0 to 1"),
@@ -286,13 +461,38 @@ def test_bad_hosts_input_is_one_line_before_anything_runs(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_parameter_server_across_hosts_is_refused_for_now(tmp_path: Path, hetbench) -> None:
+def test_mxnets_servers_across_hosts_are_refused_for_now(tmp_path: Path, hetbench) -> None:
     path = write(tmp_path)
-    path.write_text(path.read_text().replace('"allreduce-host"', '"ps-sync"'))
+    path.write_text(path.read_text().replace('"allreduce-host"', '"mxnet-kvstore"\n'
+                                             'framework = "mxnet"'))
     result = hetbench(tmp_path, "run", str(path), "--nnodes", "2", "--node-rank", "0",
                       "--master-addr", "127.0.0.1")
-    assert error_line(result).startswith("hetbench: error: runs[1].aggregator: 'ps-sync' "
-                                         "starts servers")
+    assert error_line(result).startswith(
+        "hetbench: error: runs[1].aggregator: 'mxnet-kvstore' starts its framework's servers, "
+        "which runs across hosts cannot place yet: allowed: torch, allreduce-host, "), \
+        result.stderr
+
+
+@pytest.mark.parametrize(("server_nodes", "flags", "expected"), [
+    ("[0, 1]", [], "runs[2].aggregator.server_nodes[1]: 1, but this is a run on one host: "
+     "give --nnodes, --node-rank and --master-addr on every host"),
+    ("[0, 2]", ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"],
+     "runs[2].aggregator.server_nodes[1]: 2, but --nnodes 2 joins nodes 0 to 1"),
+    ("[1]", [], "runs[2].aggregator.server_nodes: [1] is not allowed: a list of 2 node "
+     "number(s), one per server (servers = 2)"),
+    ("[0, -1]", [], "runs[2].aggregator.server_nodes[1]: -1 is below the minimum 0"),
+    ("[1, 1]", ["--nnodes", "3", "--node-rank", "0", "--master-addr", "127.0.0.1"],
+     "--nnodes: 3, but no worker or server of the suite is on node 2: the suite names "
+     "nodes 0, 1"),
+])
+def test_bad_server_nodes_are_one_line_before_anything_runs(
+        tmp_path: Path, hetbench, server_nodes: str, flags: list[str], expected: str) -> None:
+    path = write(tmp_path, node="" if not flags else ", node = 1", servers=True)
+    text = path.read_text().replace(", server_nodes = [0, 1]", "")
+    path.write_text(text.replace("servers = 2 }", f"servers = 2, server_nodes = {server_nodes} }}"))
+    result = hetbench(tmp_path, "run", str(path), "--out", str(tmp_path / "out"), *flags)
+    assert error_line(result) == f"hetbench: error: {expected}"
+    assert not (tmp_path / "out").exists()
 
 
 def test_rank_0_on_another_node_is_refused(tmp_path: Path, hetbench) -> None:
@@ -354,8 +554,10 @@ def test_under_srun_the_hosts_come_from_slurms_environment(tmp_path: Path,
                                                            spawn: Spawn) -> None:
     """SLURM's variables set by hand, as srun sets them on each node (no SLURM daemon): the
     same `hetbench run SUITE` on both "nodes" (two launchers on this host's loopback) runs
-    the suite across them."""
+    the suite across them. Node 1's link, described, is recorded but not applied (these
+    are no testbed hosts), and its launcher says so."""
     suite, port = write(tmp_path, steps=6), free_port()
+    suite.write_text(suite.read_text() + '\n[[nodes]]\n\n[[nodes]]\nlink = { rate = "10mbit" }\n')
     nodes = []
     for rank in (0, 1):
         env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2",
@@ -371,3 +573,8 @@ def test_under_srun_the_hosts_come_from_slurms_environment(tmp_path: Path,
     meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
     assert (meta["status"], meta["rows"]) == ("completed", 12)
     assert [n["address"] for n in meta["nodes"]] == ["127.0.0.1", "127.0.0.1"]
+    assert [(n["link"], n["link_applied"]) for n in meta["nodes"]] == [
+        ({}, False), ({"rate": "10mbit"}, False)]
+    assert "warning: nodes[1].link (rate 10mbit) is recorded, not applied: hetbench shapes " \
+        "links only on its testbed's hosts (`hetbench testbed up`), and 127.0.0.1 is not " \
+        "one" in ends[1][1]

@@ -284,7 +284,7 @@ def test_the_check_sees_a_wildcard_and_a_loopback_listener() -> None:
 def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
     """harness.exchange.comm's store (what rank 0 serves): bound to 127.0.0.1, not to every
     interface as torch's own; a client reaches it; tcp:// URLs on loopback become the
-    loopback scheme (the RPC rendezvous), others stay as they are."""
+    bound scheme (the RPC rendezvous), as do those on any address literal; names stay."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -296,11 +296,13 @@ def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
         assert rendezvous.tcp_store("127.0.0.1", port, 1, 1, timedelta(seconds=10)).get("k") == b"v"
     finally:
         del store
-    assert rendezvous.loopback_url("tcp://127.0.0.1:29500") == \
-        f"{rendezvous.LOOPBACK_SCHEME}://127.0.0.1:29500"
-    assert rendezvous.loopback_url("tcp://[::1]:29500") == f"{rendezvous.LOOPBACK_SCHEME}://[::1]:29500"
-    assert rendezvous.loopback_url("tcp://10.0.0.1:29500") == "tcp://10.0.0.1:29500"
-    assert rendezvous.loopback_url("env://") == "env://"
+    assert rendezvous.bound_url("tcp://127.0.0.1:29500") == \
+        f"{rendezvous.BOUND_SCHEME}://127.0.0.1:29500"
+    assert rendezvous.bound_url("tcp://[::1]:29500") == f"{rendezvous.BOUND_SCHEME}://[::1]:29500"
+    assert rendezvous.bound_url("tcp://198.18.0.1:29500") == \
+        f"{rendezvous.BOUND_SCHEME}://198.18.0.1:29500"
+    assert rendezvous.bound_url("tcp://node0:29500") == "tcp://node0:29500"
+    assert rendezvous.bound_url("env://") == "env://"
     assert not rendezvous.is_loopback("localhost") and not rendezvous.is_loopback("0.0.0.0")
 
 

@@ -76,7 +76,7 @@ def test_a_bad_link_is_named(link: Link, problem: tuple[str, str]) -> None:
 
 
 def test_a_link_becomes_tbf_or_netem() -> None:
-    assert Link(rate="100mbit").qdisc() == ["tbf", "rate", "100mbit", "burst", "125000",
+    assert Link(rate="100mbit").qdisc() == ["tbf", "rate", "100mbit", "burst", "12500",
                                             "latency", "100ms"]
     assert Link(rate="1mbit").qdisc()[4] == str(4 * 1514)  # at least a few frames
     assert Link(rate="1gbit", delay="2ms", jitter="1ms", loss="1%").qdisc() == [
@@ -97,10 +97,14 @@ def test_a_bad_clock_is_named_before_anything_is_made(clocks: dict[int, float],
 
 def test_a_host_with_a_clock_of_its_own_runs_in_a_time_namespace() -> None:
     bed = Testbed(2, clocks={1: 5.0})
-    assert bed.command(0, ["true"]) == ["ip", "netns", "exec", bed.host(0).namespace, "true"]
-    assert bed.command(1, ["true"]) == ["ip", "netns", "exec", bed.host(1).namespace,
+    told = ["env", f"HETBENCH_TESTBED={json.dumps(bed.describe())}"]  # the hosts, as JSON
+    assert bed.command(0, ["true"]) == ["ip", "netns", "exec", bed.host(0).namespace, *told,
+                                        "true"]
+    assert bed.command(1, ["true"]) == ["ip", "netns", "exec", bed.host(1).namespace, *told,
                                         "unshare", "--time", "--monotonic", "5",
                                         "--boottime", "5", "--", "true"]
+    assert json.loads(told[1].split("=", 1)[1])[1]["ends"] == [
+        [bed.host(1).namespace, "eth0"], [bed.switch, "p1"]]
 
 
 def test_hosts_get_benchmarking_addresses() -> None:

@@ -37,6 +37,7 @@ from harness.records import collector, manifest, rundir  # noqa: E402
 from harness.spec import aggregators as exchange  # noqa: E402  (the aggregators' registry)
 from harness.spec import builtin, partitions, pipelines  # noqa: E402
 from harness.spec import loaders as loader  # noqa: E402
+from harness.spec import nodes as spec_nodes  # noqa: E402
 from harness.spec import optimizers as optim  # noqa: E402
 from harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec, RunSpec, RUN_KEYS, ...)
 from harness.spec import workers as spec_workers  # noqa: E402
@@ -140,6 +141,11 @@ DESCRIPTIONS: dict[str, str] = {
     "SuiteSpec.source": "where the suite was read from (a path or `builtin:NAME`)",
     "SuiteSpec.description": "one line, shown by `hetbench suites`",
     "SuiteSpec.extra": "anything else the code attaches to a suite",
+    "SuiteSpec.nodes": "the `[[nodes]]` tables, node 0 first: each host's link in a suite "
+                       "across hosts ([Run on several hosts](../howto/multi-host.md))",
+    "NodeSpec.link": "`{ rate = \"100mbit\", delay = \"1ms\", jitter = ..., loss = ... }` "
+                     "in tc's units: shaped by the node's launcher on hetbench's testbed, "
+                     "recorded only (with a warning) on real hosts",
     # run keys
     "RunSpec.name": "the run's name, unique in the suite (letters, digits, `.`, `_`, `-`)",
     "RunSpec.framework": "every worker's framework unless the worker sets its own",
@@ -219,6 +225,8 @@ DESCRIPTIONS: dict[str, str] = {
     "AggregatorSpec.backup": "`backup`: gradients dropped per step (the last to arrive)",
     "AggregatorSpec.local_steps": "`local-sgd`: steps between parameter averages (H)",
     "AggregatorSpec.servers": "parameter servers the parameters are sharded over",
+    "AggregatorSpec.server_nodes": "the node (host) each server runs on, across hosts: "
+                                   "`[0, 1]`, one per server; default all on node 0",
     "AggregatorSpec.staleness_lr": "`dynsgd`: an update is scaled by 1 / (1 + its staleness)",
     # optimizer
     "OptimizerSpec.name": "the update rule, run once in torch on the reduced buffer",
@@ -334,6 +342,8 @@ def suite_key_sections() -> list[Section]:
                 "a run's `pipeline = { ... }` (with the run key `virtual_workers`)"),
         Section("target", spec_suite.TargetSpec, spec_suite.TARGET_KEYS,
                 "a run's `target = { ... }`"),
+        Section("nodes", spec_nodes.NodeSpec, spec_nodes.NODE_KEYS,
+                "each `[[nodes]]` table (node 0 first)"),
     ]
 
 

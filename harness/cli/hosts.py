@@ -9,6 +9,7 @@ import ipaddress
 import os
 import re
 import socket
+import sys
 from typing import Any
 
 from harness.spec import aggregators
@@ -32,6 +33,9 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
             raise UsageError("--node-rank", f"{node_rank}, but there is one node (--nnodes "
                              f"{nnodes or 1}): 0 or none")
         _refuse_other_nodes(suite, 1)
+        if any(node.link.shaped for node in suite.nodes):
+            print("warning: nodes: the links are for runs across hosts (--nnodes); a run on "
+                  "one host goes over loopback and records none", file=sys.stderr, flush=True)
         return None
     if nnodes < 1:
         raise UsageError("--nnodes", f"{nnodes}: must be at least 1")
@@ -46,26 +50,38 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
     if not 1 <= port <= 65535:
         raise UsageError("--master-port", f"{port}: must be 1 to 65535")
     _refuse_other_nodes(suite, nnodes)
+    if len(suite.nodes) > nnodes:
+        raise UsageError("nodes", f"{len(suite.nodes)} [[nodes]] tables, but --nnodes "
+                         f"{nnodes}: at most one per node")
     if args.skip_unavailable:
         raise UsageError("--skip-unavailable", "not across hosts: every host runs every run "
                          "of the suite (a run this host cannot run is refused)")
     for i, run in enumerate(suite.runs):
-        if aggregators.kind(run.aggregator.name).services is not None:
+        kind = aggregators.kind(run.aggregator.name)
+        if kind.services is not None and not kind.services_across_hosts:
+            able = [name for name, k in aggregators.AGGREGATORS.items()
+                    if (k.services is None or k.services_across_hosts) and not k.pipeline_only]
             raise UsageError(f"runs[{i}].aggregator", f"{run.aggregator.name!r} starts "
-                             "servers, which runs across hosts cannot place yet: use "
-                             "'torch', 'allreduce-host', 'allreduce-device' or 'local-sgd'")
+                             "its framework's servers, which runs across hosts cannot place "
+                             f"yet: allowed: {', '.join(able)}")
         if run.interface is not None and (why := interfaces.missing(run.interface)):
             raise UsageError(f"runs[{i}].interface", why)
     return Place(nnodes, node_rank, master, port, args.join_timeout)
 
 
-def join(where: Any, suite: Any) -> Any:
-    """Meet the other hosts (harness.run.nodes), saying so on this one."""
+def join(where: Any, suite: Any, link: dict[str, Any]) -> Any:
+    """Meet the other hosts (harness.run.nodes), saying so on this one; `link`: what the
+    manifests record of this host's link."""
     from harness.run.nodes import Nodes, suite_digest
 
     print(f"node {where.node_rank} of {where.nnodes}: joining at {where.master_addr}:"
           f"{where.master_port} (up to {where.join_timeout_s:g} s)", flush=True)
-    return Nodes.join(where, suite_digest(suite))
+    return Nodes.join(where, suite_digest(suite), link)
+
+
+def address(where: Any) -> str:
+    """This host's address towards node 0."""
+    return interfaces.address_towards(where.master_addr, where.master_port)
 
 
 def _address(master: str) -> str:
@@ -83,22 +99,24 @@ def _address(master: str) -> str:
 
 
 def _refuse_other_nodes(suite: Any, nnodes: int) -> None:
-    """Every worker on a node some host joins, and every host running some worker."""
+    """Every worker and server on a node some host joins, and every host running some."""
     named: set[int] = set()
     for i, run in enumerate(suite.runs):
-        for j, worker in enumerate(run.workers):
-            named.add(worker.node)
-            if worker.node >= nnodes:
+        placed = [(f"runs[{i}].workers[{j}].node", w.node) for j, w in enumerate(run.workers)]
+        placed += [(f"runs[{i}].aggregator.server_nodes[{k}]", node)
+                   for k, node in enumerate(run.aggregator.server_nodes)]
+        for field, node in placed:
+            named.add(node)
+            if node >= nnodes:
                 if nnodes == 1:
-                    raise UsageError(f"runs[{i}].workers[{j}].node", f"{worker.node}, but "
-                                     "this is a run on one host: give --nnodes, --node-rank "
-                                     "and --master-addr on every host")
-                raise UsageError(f"runs[{i}].workers[{j}].node", f"{worker.node}, but "
-                                 f"--nnodes {nnodes} joins nodes 0 to {nnodes - 1}")
+                    raise UsageError(field, f"{node}, but this is a run on one host: give "
+                                     "--nnodes, --node-rank and --master-addr on every host")
+                raise UsageError(field, f"{node}, but --nnodes {nnodes} joins nodes 0 to "
+                                 f"{nnodes - 1}")
     if nnodes > 1 and len(named) != nnodes:
         idle = sorted(set(range(nnodes)) - named)
-        raise UsageError("--nnodes", f"{nnodes}, but no worker of the suite is on node "
-                         f"{', '.join(map(str, idle))}: the suite's workers name nodes "
+        raise UsageError("--nnodes", f"{nnodes}, but no worker or server of the suite is on "
+                         f"node {', '.join(map(str, idle))}: the suite names nodes "
                          f"{', '.join(map(str, sorted(named)))}")
 
 

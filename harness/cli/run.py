@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -62,8 +63,7 @@ class StepProgress:
 
 def run(args: argparse.Namespace) -> int:
     from harness.records.results import writable_folder
-    from harness.records.rundir import core_load
-    from harness.run.launcher import run_suite
+    from harness.run import links
     from harness.spec.suite import Overrides, load_suite
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
@@ -74,7 +74,19 @@ def run(args: argparse.Namespace) -> int:
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite, node)
     refuse_unreadable_runs(args.out / suite.name)
     writable_folder(args.out, "--out")
-    nodes = None if place is None else hosts.join(place, suite)
+    with contextlib.ExitStack() as launch:
+        nodes = None
+        if place is not None:  # this host's link shaped for the launch, where it can be
+            link = launch.enter_context(links.shaped(suite, place.node_rank, hosts.address(place)))
+            nodes = hosts.join(place, suite, link)
+        return _run_suite(args, suite, place, nodes, gpu_counts)
+
+
+def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
+               gpu_counts: dict[str, int] | None) -> int:
+    from harness.records.rundir import core_load
+    from harness.run.launcher import run_suite
+
     where = "" if place is None else f" (node {place.node_rank} of {place.nnodes})"
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
           f"{args.out / suite.name}{where}")

@@ -15,7 +15,6 @@ host with `ip netns exec NAMESPACE COMMAND`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,10 +22,6 @@ import time
 
 from harness.spec.errors import UsageError
 from harness.system import testbed
-
-HOSTS_ENV = "HETBENCH_TESTBED"
-HOST_ENV = "HETBENCH_HOST"  # HETBENCH_HOST<k>: host k's namespace, for a shell
-LINK_KEYS = ("rate", "delay", "jitter", "loss")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,13 +47,13 @@ def parse_link(text: str) -> tuple[int, dict[str, str]]:
     values: dict[str, str] = {}
     for pair in filter(None, pairs.split(",")):
         key, eq, value = pair.partition("=")
-        if not eq or key not in LINK_KEYS:
+        if not eq or key not in testbed.LINK_KEYS:
             raise UsageError("--link", f"{pair!r} in {text!r}: allowed keys are "
-                             f"{', '.join(LINK_KEYS)}, as KEY=VALUE")
+                             f"{', '.join(testbed.LINK_KEYS)}, as KEY=VALUE")
         values[key] = value
     if not values:
         raise UsageError("--link", f"{text!r} shapes nothing (allowed keys: "
-                         f"{', '.join(LINK_KEYS)})")
+                         f"{', '.join(testbed.LINK_KEYS)})")
     return int(host), values
 
 
@@ -88,9 +83,7 @@ def run(args: argparse.Namespace) -> int:
               + ("it goes when the command ends" if command else "Ctrl-C removes it"),
               flush=True)
         if command:
-            env = {**os.environ, HOSTS_ENV: json.dumps(bed.describe()),
-                   **{f"{HOST_ENV}{h.rank}": h.namespace for h in bed.all_hosts}}
-            return subprocess.run(command, env=env).returncode
+            return subprocess.run(command, env={**os.environ, **bed.environment()}).returncode
         while True:  # until a signal (harness/system/signals.py raises it here)
             time.sleep(3600)
     finally:

@@ -1,11 +1,11 @@
 """Parameter servers: ps-sync, backup, ps-async and ssp, over torch.distributed.rpc.
 
-hetbench starts S server processes on 127.0.0.1 (start_servers, from the launcher) and
-stops them after the workers. The flat parameter vector is cut into S contiguous shards on
-parameter boundaries, balanced by element count (`placement.balanced_cuts`, recorded in the
-manifest); each server holds its shard and runs the run's optimizer on it
-(harness/training/optim.py, the code the all-reduce path runs on the workers), so updates
-are the same mathematics. A worker
+hetbench starts S server processes (start_servers, from the launcher: on 127.0.0.1, or
+across hosts each on the node `server_nodes` names) and stops them after the workers. The
+flat parameter vector is cut into S contiguous shards on parameter boundaries, balanced by
+element count (`placement.balanced_cuts`, recorded in the manifest); each server holds its
+shard and runs the run's optimizer on it (harness/training/optim.py, the code the
+all-reduce path runs on the workers), so updates are the same mathematics. A worker
 pushes each shard of its gradient sums (the loss sum rides with the last shard) to its
 server and gets the shard's parameters back in the reply: one RPC per shard per step, all
 shards in flight together.
@@ -34,8 +34,9 @@ an asynchronous update by 1 / (1 + staleness), as DynSGD does.
 Timing: the server stamps when a push arrived and when its wait ended (perf_counter_ns,
 CLOCK_MONOTONIC: the clock every process of the host shares), so the worker splits its
 exchange into push (to the server), wait (for other workers or the bound) and pull (the
-update and the way back). Servers on other hosts would need their clock offsets: not
-supported yet, servers run on 127.0.0.1.
+update and the way back). Across hosts (`server_nodes`: each server started by its host's
+launcher) a server's stamps are mapped to the worker's clock with its measured offset
+(harness/exchange/server_clocks.py).
 """
 
 from __future__ import annotations
@@ -56,7 +57,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from harness.exchange import Context, Exchange, Holds, next_step, placement, rendezvous
+from harness.exchange import (
+    Context,
+    Exchange,
+    Holds,
+    next_step,
+    placement,
+    rendezvous,
+    server_clocks,
+)
 from harness.spec.suite import RunSpec
 from harness.system import orphans
 from harness.system.exits import exit_after
@@ -72,24 +81,28 @@ INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 
 def start_servers(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
                   services: Services) -> None:
-    """The servers, in the run's private namespace (Services.make_private): RPC runs
-    pickled calls, which nobody outside the run may send."""
-    env = {INIT_ENV: f"tcp://127.0.0.1:{free_port()}", "TP_SOCKET_IFNAME": "lo",
-           "GLOO_SOCKET_IFNAME": "lo"}
+    """This host's servers (`server_nodes`), in the run's private namespace on one host
+    (Services.make_private): RPC runs pickled calls, which nobody outside the run may send.
+    Across hosts they bind this host's interface, and the RPC rendezvous (on worker 0)
+    listens on the master's address alone."""
+    env = {INIT_ENV: f"tcp://{services.address}:{free_port()}", **services.binding}
     services.env.update(env)
     server_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1",
                   "HETBENCH_LAUNCHER_PID": str(os.getpid())}
     for index in range(run.aggregator.servers):
-        services.start(f"ps{index}", [sys.executable, "-m", __name__, "--run-dir",
-                                      str(run_dir), "--index", str(index)], server_env, logs)
+        if run.aggregator.server_node(index) == services.node:
+            services.start(f"ps{index}", [sys.executable, "-m", __name__, "--run-dir",
+                                          str(run_dir), "--index", str(index)], server_env,
+                           logs)
 
 
 def rpc_options(timeout_s: float) -> rpc.TensorPipeRpcBackendOptions:
     # TCP (libuv) only: TensorPipe's shared-memory transport polls in a busy loop, and a
-    # spinning thread per process takes the cores the workers compute on. Loopback only
-    # (issue 18): the rendezvous store (on worker 0) listens on 127.0.0.1 alone
-    # (rendezvous.loopback_url), TensorPipe's listeners on TP_SOCKET_IFNAME's address (lo).
-    init_method = rendezvous.loopback_url(os.environ[INIT_ENV])
+    # spinning thread per process takes the cores the workers compute on. Loopback only on
+    # one host (issue 18): the rendezvous store (on worker 0) listens on its address alone
+    # (rendezvous.bound_url), TensorPipe's listeners on TP_SOCKET_IFNAME's address (lo;
+    # across hosts the host's interface towards node 0).
+    init_method = rendezvous.bound_url(os.environ[INIT_ENV])
     return rpc.TensorPipeRpcBackendOptions(init_method=init_method, rpc_timeout=timeout_s,
                                            num_worker_threads=8, _transports=["uv"],
                                            _channels=["basic"])
@@ -322,6 +335,8 @@ class ParameterServerClient:
             cast("TorchLayersAdapter", context.adapter).place_tail(self.tail.first_layer,
                                                                   self.tail.compute)
         dist.barrier()  # no worker pushes before every shard has its parameters
+        # the servers' stamps on this worker's clock (a server on another host)
+        self.clocks = {server: server_clocks.measure(server) for server in self.servers}
         self.version = 0
         self.clock = 0
 
@@ -346,8 +361,10 @@ class ParameterServerClient:
         self.steps_taken += 1
         end = time.perf_counter_ns()
         last = replies[-1]  # the shard that holds the loss
-        received = max(r.received_ns for r in replies)
-        released = max(max(r.released_ns for r in replies), received)
+        clocks = [self.clocks[server] for server, _ in pushing]
+        received = max(c.local(r.received_ns) for c, r in zip(clocks, replies, strict=True))
+        released = max(max(c.local(r.released_ns) for c, r in zip(clocks, replies,
+                                                                   strict=True)), received)
         push_ns = max(received - start, 0)
         wait_ns = released - received
         self.version = min(r.version for r in replies)
@@ -367,6 +384,10 @@ class ParameterServerClient:
 
     def describe(self) -> dict[str, Any]:
         return {"servers": len(self.servers), "placement": self.placement}
+
+    def server_clocks(self) -> list[dict[str, Any]]:
+        """The offsets this worker applied to servers' stamps (servers on other hosts)."""
+        return [c.to_dict() for c in self.clocks.values() if c.applied]
 
     def traffic(self) -> dict[str, Any]:
         """Bytes of tensors this worker sent to and received from each server, and over

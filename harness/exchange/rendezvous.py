@@ -4,7 +4,8 @@ runs (issue 18), the master's address across hosts.
 torch's TCPStore server (on rank 0, for env:// and tcp:// rendezvous) listens on every
 interface whatever host it is given; handed a socket already bound to an address
 (master_listen_fd), it listens there alone. `tcp_store` builds such a store;
-`hetbench-loopback://` is the same as a URL, for torch.distributed.rpc, which takes one.
+`hetbench-bound://` is the same as a URL, for torch.distributed.rpc, which takes one (the
+parameter servers' rendezvous: on loopback, or on the master's address across hosts).
 """
 
 from __future__ import annotations
@@ -19,17 +20,9 @@ from urllib.parse import parse_qsl, urlparse
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
-# tcp://HOST:PORT whose store server listens on HOST only (a loopback address): the RPC
+# tcp://HOST:PORT whose store server listens on HOST only (an address literal): the RPC
 # rendezvous of the parameter servers (torch.distributed.rpc takes a URL, not a store)
-LOOPBACK_SCHEME = "hetbench-loopback"
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether host is a loopback address literal (127.0.0.0/8, ::1)."""
-    try:
-        return ipaddress.ip_address(host or "").is_loopback
-    except ValueError:
-        return False
+BOUND_SCHEME = "hetbench-bound"
 
 
 def is_address(host: str | None) -> bool:
@@ -72,31 +65,31 @@ def _bound_socket(host: str, port: int) -> int:
     return sock.detach()
 
 
-def loopback_url(url: str) -> str:
-    """A tcp:// rendezvous URL on a loopback host, as the LOOPBACK_SCHEME URL whose store
-    listens on that host only; any other URL as it is."""
+def bound_url(url: str) -> str:
+    """A tcp:// rendezvous URL on an address literal, as the BOUND_SCHEME URL whose store
+    listens on that address only; any other URL (a host name, env://) as it is."""
     parts = urlparse(url)
-    if parts.scheme != "tcp" or not is_loopback(parts.hostname):
+    if parts.scheme != "tcp" or not is_address(parts.hostname):
         return url
-    return parts._replace(scheme=LOOPBACK_SCHEME).geturl()
+    return parts._replace(scheme=BOUND_SCHEME).geturl()
 
 
-def _loopback_rendezvous(url: str, timeout: timedelta = default_pg_timeout,
+def _bound_rendezvous(url: str, timeout: timedelta = default_pg_timeout,
                          **kwargs: object) -> Iterator[tuple[dist.Store, int, int]]:
     """torch's tcp:// rendezvous handler (the same default timeout), on tcp_store."""
     parts = urlparse(url)
     query = dict(parse_qsl(parts.query))
     if parts.hostname is None or parts.port is None or "rank" not in query \
             or "world_size" not in query:
-        raise ValueError(f"{LOOPBACK_SCHEME}:// rendezvous needs host, port, rank and "
+        raise ValueError(f"{BOUND_SCHEME}:// rendezvous needs host, port, rank and "
                          f"world_size: {url}")
     rank, world_size = int(query["rank"]), int(query["world_size"])
     yield tcp_store(parts.hostname, parts.port, rank, world_size, timeout), rank, world_size
-    raise RuntimeError(f"no re-rendezvous with the {LOOPBACK_SCHEME}:// method")
+    raise RuntimeError(f"no re-rendezvous with the {BOUND_SCHEME}:// method")
 
 
 try:
-    dist.register_rendezvous_handler(LOOPBACK_SCHEME, _loopback_rendezvous)
+    dist.register_rendezvous_handler(BOUND_SCHEME, _bound_rendezvous)
 except RuntimeError:  # this module imported a second time (importlib.reload)
     pass
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.exchange import server_clocks
 from harness.training.optim import Optimizer
 
 
@@ -109,6 +110,7 @@ class ServerWaves:
         self.group = pipeline_group
         self.version = 0
         self.values: Any = None
+        self.clock = server_clocks.measure(server)  # its stamps on this worker's clock
 
     def exchange(self, wave: int) -> WaveExchange:
         import torch.distributed.rpc as rpc
@@ -130,8 +132,8 @@ class ServerWaves:
         dist.all_reduce(done, op=dist.ReduceOp.MAX, group=self.group)
         end = time.perf_counter_ns()
         self.version = reply.version
-        received = max(reply.received_ns, start)
-        released = max(reply.released_ns, received)
+        received = max(self.clock.local(reply.received_ns), start)
+        released = max(self.clock.local(reply.released_ns), received)
         push_ns, wait_ns = received - start, released - received
         return WaveExchange(reply.staleness, push_ns, wait_ns,
                             max(end - start - push_ns - wait_ns, 0), True, reply.samples,

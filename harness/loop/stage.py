@@ -513,5 +513,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         "profile": {"time_ns": times, "activation_bytes": mine.activation_bytes,
                     "parameter_bytes": mine.parameter_bytes},
         "slices": list(sizes)}}
+    if isinstance(waves, ServerWaves) and waves.clock.applied:
+        info["server_clocks"] = [waves.clock.to_dict()]  # its server is on another host
     lifecycle.finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,
                      backend, closing, micro=micro_writer.records())

@@ -441,6 +441,9 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         return
     if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
         info["traffic"] = traffic()  # bytes to and from each server (analysis/traffic.py)
+    if (server_clocks := getattr(trainer.aggregator, "server_clocks", None)) is not None \
+            and (applied := server_clocks()):
+        info["server_clocks"] = applied  # the offsets applied to other hosts' servers' stamps
     lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,

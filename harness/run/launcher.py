@@ -154,6 +154,9 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         # every process of the run in a TMPDIR of its own, and on one host in a network
         # namespace of its own (across hosts the workers need the host's network)
         services.make_private(logs, network=seat is None)
+        if seat is not None:  # this host's servers, on its interface towards node 0
+            services.address, services.node = seat.nodes.place.master_addr, seat.node
+            services.binding = interfaces.binding(seat.interface)
         if seat is None:
             manifest.update(run_dir, network=services.network, tmp=str(services.tmp))
         elif seat.nodes.place.coordinator:
@@ -165,7 +168,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
                   f"on every interface): {services.network}", flush=True)
         # the aggregator's own processes (parameter servers, MXNet's ps-lite scheduler and
         # server) and what its workers must be told (their addresses)
-        exchange.start_services(run, free_port, logs, run_dir, services)
+        exchange.start_services(run, free_port if seat is None else seat.service_port,
+                                logs, run_dir, services)
         for rank in ranks:
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs[rank] = subprocess.Popen(
@@ -178,7 +182,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs.values()),
                                           *(p.pid for p in services.procs.values())]).start()
         status, reason, dropped = _watch(procs, run, run_dir, progress, services,
-                                         None if seat is None else seat.trouble)
+                                         None if seat is None else seat.trouble,
+                                         until_services_end=seat is not None and not procs)
         if status == "completed" and dropped:
             reason = "; ".join(f"worker {d['rank']} dropped after {d['steps']} steps "
                                f"(status {d['status']}: {d['reason']})" for d in dropped)
@@ -216,13 +221,15 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
 
 def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
            progress: Any, services: aggregator_services.Services | None = None,
-           trouble: Callable[[], str | None] | None = None
+           trouble: Callable[[], str | None] | None = None, until_services_end: bool = False
            ) -> tuple[str, str, list[dict[str, Any]]]:
     """Wait for the workers (rank -> process); on the first failure (of a worker, or of a
     process the aggregator needs) stop the rest, unless the run goes on without a dead
     worker (on_worker_failure = "continue") while any other lives. `trouble`: why the
     workers must stop though none failed here (the run failed on another host), asked at
-    every poll. Returns (status, reason, the workers dropped)."""
+    every poll. `until_services_end`: a host with servers and no worker of the run, whose
+    part ends when its servers end (the workers elsewhere left them). Returns (status,
+    reason, the workers dropped)."""
     last_progress, last_change = -1, time.monotonic()
     dropped: list[dict[str, Any]] = []
     while True:
@@ -235,8 +242,7 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Pat
             # a service killed by a signal, seen in the same poll as the workers that lost
             # it: the cause is the service (a worker's RPC error is what followed)
             _stop(procs)
-            return "failed", f"{dead[0]} exited with status {dead[1]} while the workers ran", \
-                dropped
+            return "failed", _service_reason(*dead, run_dir), dropped
         if failed and run.on_worker_failure == "continue" and living:
             for rank, code in failed:
                 dropped.append({"rank": rank, "status": code,
@@ -247,19 +253,20 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Pat
             reason = _failure_reason(procs, run_dir, time.monotonic() - last_change)
             _stop(procs)
             return "failed", reason, dropped
-        if all(c == 0 or r in gone for r, c in codes.items()):
+        if until_services_end:
+            if services is not None and all(p.poll() == 0 for p in services.procs.values()):
+                return "completed", "", dropped
+        elif all(c == 0 or r in gone for r, c in codes.items()):
             return "completed", "", dropped
         if trouble is not None and (why := trouble()) is not None:
             _stop(procs, grace_s=STALL_GRACE_S)  # they may be stuck waiting for a lost peer
             return "failed", why, dropped
         if services is not None and (dead := services.failed()) is not None:
             _stop(procs)
-            name, code = dead
-            reason = f"{name} exited with status {code} while the workers ran"
-            # one that ended itself says why last (a signal's victim says nothing of it)
-            if code > 0 and (words := services.last_words(name, run_dir / "logs")):
-                reason += f" ({words})"
-            return "failed", reason, dropped
+            return "failed", _service_reason(*dead, run_dir, services), dropped
+        if until_services_end:  # no worker here: their progress is watched where they are
+            time.sleep(POLL_S)
+            continue
         done = collector.steps_done(run_dir, run.world_size, living)
         if progress is not None and done != last_progress:
             progress(done)
@@ -325,6 +332,18 @@ def _disk_full(run_dir: Path) -> bool:
         return shutil.disk_usage(run_dir).free < FULL_DISK_BYTES
     except OSError:
         return False
+
+
+def _service_reason(name: str, code: int, run_dir: Path,
+                    services: aggregator_services.Services | None = None) -> str:
+    """What ended a service while the workers ran: the signal that killed it, else its exit
+    status and (`services`) its last log line."""
+    if code < 0:  # a signal's victim says nothing of it in its log
+        return f"{name} killed by {_signal_name(-code)} while the workers ran"
+    reason = f"{name} exited with status {code} while the workers ran"
+    if services is not None and (words := services.last_words(name, run_dir / "logs")):
+        reason += f" ({words})"
+    return reason
 
 
 def _worker_reason(run_dir: Path, rank: int, code: int | None = None,
@@ -448,13 +467,14 @@ def _launch(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, launch: str,
     place = nodes.place
     if place.coordinator:
         run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
-        port = free_port(place.master_addr)
-        nodes.publish(f"run/{index}/start", {"dir": run_dir.name, "port": port})
+        port, service_port = free_port(place.master_addr), free_port(place.master_addr)
+        nodes.publish(f"run/{index}/start", {"dir": run_dir.name, "port": port,
+                                             "service_port": service_port})
     else:
         start = nodes.await_key(f"run/{index}/start")
         run_dir = prepare_share(out / suite.name / str(start["dir"]) / "nodes"
                                 / str(place.node_rank), suite.name, run)
-        port = int(start["port"])
-    seat = Seat(nodes, index, port, run.interface or nodes.interface,
+        port, service_port = int(start["port"]), int(start["service_port"])
+    seat = Seat(nodes, index, port, service_port, run.interface or nodes.interface,
                 [r for r, w in enumerate(run.workers) if w.node == place.node_rank])
     return launch_local(out, suite, run, repeat, progress, launch, seat, run_dir)

@@ -7,7 +7,8 @@ What the launchers keep in the store (node 0 serves a new one for each launch):
 
     suite/<k>               node k's digest of the suite (compared when they join)
     beat/<k>                node k's heartbeat: a counter its launcher raises every BEAT_S
-    run/<i>/start           node 0: the run's directory name, repeat and workers' port
+    run/<i>/start           node 0: the run's directory name, the workers' and the services'
+                            rendezvous ports
     run/<i>/abort           why the run fails, from the first node that saw it fail
     run/<i>/done/<k>        node k: how its workers ended, and the names of its files
     run/<i>/file/<k>/<name> node k's flushed parts and logs, for node 0's run directory
@@ -96,7 +97,9 @@ class Nodes:
         # workers bind when the run names no `interface`
         self.address = interfaces.address_towards(place.master_addr, place.master_port)
         self.interface = interfaces.holding(self.address) or "lo"
-        self.hosts: list[dict[str, Any]] = []  # every node: its host name and address
+        # every node: its host name, address and link (as the suite describes it, and
+        # whether its launcher could shape it)
+        self.hosts: list[dict[str, Any]] = []
         self.lost: set[int] = set()  # nodes that stopped answering (node 0 keeps this)
         self._beats_store = beats
         self._seen: dict[int, tuple[int, float]] = {}  # node -> (beat, when it changed)
@@ -105,7 +108,7 @@ class Nodes:
                                         daemon=True)
 
     @classmethod
-    def join(cls, place: Place, digest: str) -> Nodes:
+    def join(cls, place: Place, digest: str, link: dict[str, Any] | None = None) -> Nodes:
         """Meet the other hosts, or one line (UsageError) naming what did not answer or
         what differs, before anything runs."""
         dist = _torch_distributed()
@@ -131,11 +134,13 @@ class Nodes:
         store.set(f"beat/{place.node_rank}", "0")
         from torch.distributed.elastic.utils.store import synchronize
 
-        mine = {"digest": digest, "host": socket.gethostname(), "address": nodes.address}
+        mine = {"digest": digest, "host": socket.gethostname(), "address": nodes.address,
+                **(link or {"link": {}, "link_applied": False})}
         joined = [json.loads(raw) for raw in synchronize(
             store, json.dumps(mine).encode(), place.node_rank, place.nnodes, "suite/",
             timeout=place.join_timeout_s)]
-        nodes.hosts = [{"node": k, "host": j["host"], "address": j["address"]}
+        nodes.hosts = [{"node": k, "host": j["host"], "address": j["address"],
+                        "link": j["link"], "link_applied": j["link_applied"]}
                        for k, j in enumerate(joined)]
         for k, theirs in enumerate(j["digest"] for j in joined):
             if theirs != digest:
@@ -350,11 +355,22 @@ class Seat:
     nodes: Nodes
     index: int  # the run's number in the launch: its keys in the store
     port: int  # the workers' rendezvous, on the master's address (rank 0 serves it)
+    # the services' rendezvous (the parameter servers' RPC group), on the master's address
+    services_port: int
     interface: str  # what the workers' libraries bind
     ranks: list[int]  # the run's workers on this host
 
+    @property
+    def node(self) -> int:
+        return self.nodes.place.node_rank
+
     def trouble(self) -> str | None:
         return self.nodes.trouble(self.index)
+
+    def service_port(self) -> int:
+        """The port node 0 picked for the run's services' rendezvous: every host's services
+        and workers meet there (one port: what hetbench's servers need)."""
+        return self.services_port
 
     def close(self, run_dir: Path, run: RunSpec, repeat: int, status: str, reason: str,
               raised: BaseException | None, dropped: list[dict[str, Any]]) -> RunResult:

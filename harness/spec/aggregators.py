@@ -5,6 +5,7 @@ and the checks of a run that uses it. Their code is in harness/exchange/, loaded
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from harness.partition.policies import fixed_policies
 from harness.spec.errors import UsageError
 from harness.spec.fields import (
+    MAX_NODES,
     MAX_SERVERS,
     MAX_STEPS,
     MAX_WORKERS,
@@ -38,6 +40,12 @@ class AggregatorSpec:
     local_steps: int = 1  # local-sgd: steps between parameter averages
     servers: int = 1  # parameter servers the parameters are sharded over
     staleness_lr: str = "none"  # "dynsgd": an update is scaled by 1 / (1 + staleness)
+    # the node (host) each parameter server runs on, in a run across hosts; () all on node 0
+    server_nodes: tuple[int, ...] = ()
+
+    def server_node(self, index: int) -> int:
+        """The node that runs server `index`."""
+        return self.server_nodes[index] if self.server_nodes else 0
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ class Kind:
     staleness_bound: str = "none"
     baseline: bool = False  # the plain all-reduce of gradient sums other schemes are set against
     services: str | None = None  # "module:function" starting its processes (launcher)
+    # its services can run in a run across hosts (each host starts the servers it is named
+    # for); MXNet's and TensorFlow's servers cannot yet
+    services_across_hosts: bool = False
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     # "module:function" a worker process runs instead of hetbench's training loop: the
     # framework's server, while a coordinator (one of the services) drives the training and
@@ -94,6 +105,10 @@ _TF_PS = "harness.exchange.tensorflow_ps"
 _PS_KEYS = ("servers",)
 
 
+# hetbench's own servers (torch.distributed.rpc) can run on any host of a run across hosts
+_TORCH_PS_KEYS = (*_PS_KEYS, "server_nodes")
+
+
 _PS_START = f"{_PS}:start_servers"
 
 
@@ -110,24 +125,28 @@ AGGREGATORS: dict[str, Kind] = {
     "local-sgd": Kind(f"{_ALLREDUCE}:LocalSGD", keys=("local_steps",), device_buffer=True,
                       staleness_bound="local_steps",
                       summary="H local steps, then parameters averaged, weighted by samples"),
-    "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_PS_KEYS, services=_PS_START,
+    "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_TORCH_PS_KEYS, services=_PS_START,
+                    services_across_hosts=True,
                     summary="parameter servers, synchronous: one update per step from "
                     "every worker's gradients"),
-    "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness_lr"),
-                     lockstep=False, services=_PS_START, survives_worker_failure=True,
+    "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_TORCH_PS_KEYS, "staleness_lr"),
+                     lockstep=False, services=_PS_START, services_across_hosts=True,
+                     survives_worker_failure=True,
                      staleness_bound="unbounded",
                      summary="parameter servers, asynchronous: every push is applied at once"),
-    "ssp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness", "staleness_lr"),
-                lockstep=False, services=_PS_START, staleness_bound="staleness",
+    "ssp": Kind(f"{_PS}:ParameterServerClient",
+                keys=(*_TORCH_PS_KEYS, "staleness", "staleness_lr"),
+                lockstep=False, services=_PS_START, services_across_hosts=True,
+                staleness_bound="staleness",
                 summary="stale-synchronous: asynchronous within a staleness bound"),
     "wsp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness"),
-                lockstep=False, services=_PS_START, pipeline_only=True,
+                lockstep=False, services=_PS_START, services_across_hosts=True, pipeline_only=True,
                 staleness_bound="staleness",
                 summary="wave-synchronous: virtual workers (pipelines) push each wave to "
                 "one server per stage, at most `staleness` waves apart (set by "
                 "pipeline.wave_bound)"),
-    "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "backup"),
-                   lockstep=False, services=_PS_START,
+    "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_TORCH_PS_KEYS, "backup"),
+                   lockstep=False, services=_PS_START, services_across_hosts=True,
                    summary="synchronous over the first n - b gradients of each step"),
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
                           services=f"{_NATIVE}:start_kvstore",
@@ -157,7 +176,7 @@ AGGREGATORS: dict[str, Kind] = {
 PLACEMENTS = ("data-parallel", "sharded", "fc-on-server")
 
 
-SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr")
+SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr", "server_nodes")
 
 
 STALENESS_LR = ("none", "dynsgd")
@@ -291,10 +310,22 @@ def parse_aggregator(values: dict[str, Any], workers: Sequence[WorkerSpec], at: 
         staleness_lr=choice(raw.get("staleness_lr", default.staleness_lr), STALENESS_LR,
                             f"{where}.staleness_lr"),
     )
+    if "server_nodes" in raw:
+        spec = dataclasses.replace(spec, server_nodes=_server_nodes(
+            raw["server_nodes"], spec.servers, f"{where}.server_nodes"))
     if (found := problem(spec, workers)) is not None:
         key, why = found
         raise UsageError(where_name if key == "name" else f"{where}.{key}", why)
     return spec
+
+
+def _server_nodes(raw: Any, servers: int, where: str) -> tuple[int, ...]:
+    """`server_nodes = [0, 1]`: the node of each of the `servers` servers."""
+    if not isinstance(raw, list) or len(raw) != servers:
+        raise UsageError(where, f"{raw!r} is not allowed: a list of {servers} node "
+                         f"number(s), one per server (servers = {servers})")
+    return tuple(integer(node, f"{where}[{k}]", minimum=0, maximum=MAX_NODES)
+                 for k, node in enumerate(raw))
 
 
 def places_layers() -> list[str]:

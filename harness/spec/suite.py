@@ -59,10 +59,12 @@ from harness.spec.fields import (
 )
 from harness.spec.frameworks import FRAMEWORKS
 from harness.spec.loaders import LoaderSpec, parse_loader
+from harness.spec.nodes import NodeSpec, parse_nodes
 from harness.spec.optimizers import OptimizerSpec, parse_optimizer
 from harness.spec.partitions import PartitionSpec, parse_partition
 from harness.spec.pipelines import PipelineSpec, pipeline_from_dict
 from harness.spec.workers import WorkerSpec, parse_workers
+from harness.system.testbed import Link
 from workloads import DATASETS, WORKLOADS, get_workload
 from workloads.data import sample_count
 from workloads.models import DEFAULT_SIZE, SIZES
@@ -145,6 +147,11 @@ class SuiteSpec:
     source: str = ""
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    nodes: tuple[NodeSpec, ...] = ()  # [[nodes]]: each host's link, node 0 first
+
+    def link(self, node: int) -> Link:
+        """Node `node`'s link as the suite describes it (Link(): not described)."""
+        return self.nodes[node].link if node < len(self.nodes) else Link()
 
 
 # What a suite may leave out of a run: RunSpec's own defaults, plus the defaults of the keys
@@ -170,7 +177,7 @@ RUN_DEFAULTS: dict[str, Any] = {
 ON_WORKER_FAILURE = ("fail", "continue")
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
-TOP_KEYS = {"suite", "defaults", "runs"}
+TOP_KEYS = {"suite", "defaults", "runs", "nodes"}
 TARGET_KEYS = {"metric", "value"}
 
 
@@ -335,7 +342,8 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
         if run.name in seen:
             raise UsageError(f"runs[{i}].name", f"{run.name!r} is used twice; names are unique")
         seen.add(run.name)
-    return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description)
+    return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description,
+                     nodes=parse_nodes(data.get("nodes")))
 
 
 def _suite_name(suite: dict[str, Any], source: str) -> str:
@@ -484,7 +492,7 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     aggregator = data.get("aggregator") or {"name": strategy or "torch"}
     return RunSpec(**{
         **data,
-        "aggregator": AggregatorSpec(**aggregator),
+        "aggregator": AggregatorSpec(**tuples(aggregator)),
         "partition": PartitionSpec(**tuples(data["partition"])),
         "workers": tuple(worker(w) for w in data["workers"]),
         "optimizer": OptimizerSpec(**data.get("optimizer", {})),

@@ -38,6 +38,13 @@ class Services:
     holder: subprocess.Popen[bytes] | None = None
     network: str = "host"  # what the manifest records of the workers' network
     tmp: Path | None = None  # the run's private temporary folder (TMPDIR), if any
+    # where the run's rendezvous listen (loopback; across hosts the master's address), the
+    # node whose services this launcher starts, and what makes their libraries bind this
+    # host's interface (harness/system/interfaces.py)
+    address: str = "127.0.0.1"
+    node: int = 0
+    binding: dict[str, str] = field(default_factory=lambda: {
+        "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"})
 
     def make_private(self, logs: Path, network: bool = True) -> None:
         """The run's processes in a temporary folder of their own, and (`network`) in a

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import re
 import subprocess
@@ -31,7 +32,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+HOSTS_ENV = "HETBENCH_TESTBED"  # the hosts, as JSON (Testbed.describe), for its commands
+HOST_ENV = "HETBENCH_HOST"  # HETBENCH_HOST<k>: host k's namespace, for a shell
 PREFIX = "hbtb"  # every testbed namespace's name starts so: `down` removes no other
 NETWORK = ipaddress.ip_network("198.18.0.0/24")  # in 198.18.0.0/15, the benchmarking range
 MAX_HOSTS = 64
@@ -97,13 +101,17 @@ class Link:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link))
+
+
 def _burst_bytes(rate: str) -> int:
-    """The token bucket's depth: 10 ms at the rate, and at least a few full frames (tbf
-    needs at least rate / HZ, and a bucket under one frame would pass nothing)."""
+    """The token bucket's depth: 1 ms at the rate, and at least a few full frames (a
+    bucket under one frame would pass nothing). A deeper bucket passes its depth at the
+    veth's speed: with 10 ms, a 271 KB exchange at 100mbit took 0.64 of bytes / rate."""
     match = re.match(r"^(\d+(?:\.\d+)?)(\w+)$", rate)
     assert match is not None
     bits_per_s = float(match.group(1)) * BITS[match.group(2)]
-    return max(int(bits_per_s / 8 / 100), 4 * 1514)
+    return max(int(bits_per_s / 8 / 1000), 4 * 1514)
 
 
 @dataclass(frozen=True)
@@ -140,12 +148,19 @@ class Testbed:
 
     def command(self, rank: int, argv: list[str]) -> list[str]:
         """`argv` run on host `rank`: in its network namespace, and in a time namespace of
-        its own where the host's clock is offset."""
+        its own where the host's clock is offset; told the testbed (HOSTS_ENV)."""
         offset = self.clocks.get(rank)
         if offset:
             argv = ["unshare", "--time", "--monotonic", f"{offset:g}", "--boottime",
                     f"{offset:g}", "--", *argv]
-        return ["ip", "netns", "exec", self.host(rank).namespace, *argv]
+        return ["ip", "netns", "exec", self.host(rank).namespace, "env",
+                f"{HOSTS_ENV}={json.dumps(self.describe())}", *argv]
+
+    def environment(self) -> dict[str, str]:
+        """What a command run beside the testbed is told: the hosts (HOSTS_ENV, as JSON)
+        and each host's namespace (HETBENCH_HOST<k>, for a shell)."""
+        return {HOSTS_ENV: json.dumps(self.describe()),
+                **{f"{HOST_ENV}{h.rank}": h.namespace for h in self.all_hosts}}
 
     def check(self) -> None:
         """Refuse what cannot be built, before anything is made: one line."""
@@ -197,9 +212,11 @@ class Testbed:
              f"{host.address}/{NETWORK.prefixlen}", "dev", "eth0"])
         _ip(["ip", "-n", host.namespace, "link", "set", "eth0", "up"])
         if host.link.shaped:
-            for namespace, device in ((host.namespace, "eth0"), (self.switch, port)):
-                _tc(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root",
-                     *host.link.qdisc()], host)
+            shape(self.ends(host.rank), host.link, host.rank)
+
+    def ends(self, rank: int) -> list[tuple[str, str]]:
+        """Host `rank`'s link: (namespace, device) of each end of its veth pair."""
+        return [(self.host(rank).namespace, "eth0"), (self.switch, f"p{rank}")]
 
     def down(self) -> None:
         """Delete every namespace made (hosts first, then the switch); their interfaces go
@@ -216,10 +233,35 @@ class Testbed:
         self.down()
 
     def describe(self) -> list[dict[str, object]]:
-        """What a manifest records of the hosts: namespace, address, link."""
+        """What its commands are told of the hosts (HOSTS_ENV): namespace, address, link,
+        clock offset, and the ends of the link (to shape it: `shape`)."""
         return [{"rank": h.rank, "namespace": h.namespace, "address": h.address,
-                 "link": h.link.to_dict(), "clock_offset_s": self.clocks.get(h.rank, 0.0)}
+                 "link": h.link.to_dict(), "clock_offset_s": self.clocks.get(h.rank, 0.0),
+                 "ends": [list(end) for end in self.ends(h.rank)]}
                 for h in self.all_hosts]
+
+
+def shape(ends: list[tuple[str, str]], link: Link, rank: int) -> None:
+    """Shape a host's link as `link` says, at both ends of its veth pair (each end's
+    egress), replacing what was there; Link(): as the veth pair is."""
+    for namespace, device in ends:
+        if link.shaped:
+            _tc(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root",
+                 *link.qdisc()], rank)
+        else:  # no root qdisc of ours left (none there is fine)
+            subprocess.run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"],
+                           capture_output=True, timeout=IP_TIMEOUT_S)
+
+
+def testbed_host(address: str) -> dict[str, Any] | None:
+    """The testbed host holding `address`, as the testbed told this process (HOSTS_ENV),
+    or None: not on a testbed host."""
+    try:
+        hosts = json.loads(os.environ.get(HOSTS_ENV, "[]"))
+    except ValueError:
+        return None
+    return next((h for h in hosts if isinstance(h, dict) and h.get("address") == address),
+                None)
 
 
 def remove_namespace(name: str) -> None:
@@ -238,15 +280,15 @@ def _ip(argv: list[str]) -> None:
         raise TestbedError(f"`{' '.join(argv)}` failed: {_last_line(done.stderr)}")
 
 
-def _tc(argv: list[str], host: Host) -> None:
+def _tc(argv: list[str], rank: int) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=IP_TIMEOUT_S)
     if done.returncode == 0:
         return
     why = _last_line(done.stderr)
     if "unknown" in why.lower() and argv[argv.index("root") + 1] == "netem":
-        raise TestbedError(f"link of host {host.rank}: delay, jitter and loss need tc's netem, "
+        raise TestbedError(f"link of host {rank}: delay, jitter and loss need tc's netem, "
                            "which this kernel lacks (sch_netem); rate alone shapes with tbf")
-    raise TestbedError(f"link of host {host.rank}: `{' '.join(argv)}` failed: {why}")
+    raise TestbedError(f"link of host {rank}: `{' '.join(argv)}` failed: {why}")
 
 
 def _last_line(text: str) -> str:
