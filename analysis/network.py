@@ -10,9 +10,10 @@ excess).
 What one exchange moves over a worker's link, per step:
 - all-reduce (ALL_REDUCES): 2 (n - 1) / n times the buffer (float32 gradient sums and the
   loss sum: `parameters` + 1 values) for n workers. That is what every worker sends, and
-  receives, in a ring all-reduce, and the least any all-reduce can send per worker: the
-  algorithm gloo or NCCL picked is not recorded, so this is the lower bound, the bytes
-  nccl-tests call bus bandwidth, and the figure a link's rate bounds. It assumes every
+  receives, in a ring all-reduce, and the least a symmetric all-reduce sends per worker
+  (the bytes nccl-tests call bus bandwidth); an asymmetric one could send as little as the
+  buffer itself through one worker's link. The algorithm gloo or NCCL picked is not
+  recorded: this is the ring's figure. It assumes every
   worker's traffic crosses its host's link, true with one worker per host; with several on
   one host part of it stays on the host and the bandwidth shown is too high.
 - parameter servers: the tensors the worker sent to and got from servers on other hosts

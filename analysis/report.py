@@ -339,7 +339,7 @@ def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list
             "link its exchange crosses (its host's; an all-reduce's every host's; a parameter "
             "server's host's), as the suite described it (Mbit/s; blank: one not described), "
             "MB one exchange moved over its host's link (all-reduce: 2(n - 1)/n x the "
-            "gradient buffer, what every worker sends in a ring and the least any "
+            "gradient buffer, what every worker sends in a ring and the least a symmetric "
             "all-reduce sends; parameter servers: the tensors sent to and received from "
             "servers on other hosts), the median exchange time (push + pull, or the "
             "communication after the last arrival: the wait for the straggler left out), "

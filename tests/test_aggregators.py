@@ -64,7 +64,7 @@ def test_aggregator_key_takes_a_name_or_a_table_and_strategy_still_names_one() -
     ({"aggregator": {"name": "torch", "staleness": 1}}, "runs[0].aggregator.staleness",
      "not an option of 'torch' ('torch' takes no options)"),
     ({"aggregator": {"name": "ps-sync", "staleness": 1}}, "runs[0].aggregator.staleness",
-     "('ps-sync' takes only servers)"),
+     "('ps-sync' takes only servers, server_nodes)"),
     ({"aggregator": {"name": "gossip"}}, "runs[0].aggregator.name", "unknown 'gossip'"),
     ({"aggregator": "mxnet-kvstore"}, "runs[0].aggregator",
      "needs every worker on mxnet (worker 0 is pytorch)"),

@@ -399,7 +399,9 @@ def test_three_hosts_with_one_slow_link_the_suite_shapes(tmp_path: Path, spawn: 
     """Three hosts; the suite puts node 2 behind a 20 Mbit/s link, which node 2's launcher
     shapes for the suite and puts back after. The run completes; its manifest records each
     node's host, address and link; the exchange takes at least the ring's bytes over the
-    link's rate (a lower bound: a busy machine only lengthens it)."""
+    link's rate (a lower bound: a busy machine only lengthens it). Node 2 must at least send
+    its own gradients out, or the sums back: the buffer's bytes, whatever algorithm gloo
+    picks (a ring sends 2 (n - 1) / n of it, 4/3 here)."""
     suite = tmp_path / "three.toml"
     suite.write_text(THREE_HOSTS)
     with Testbed(3) as bed:
@@ -409,8 +411,8 @@ def test_three_hosts_with_one_slow_link_the_suite_shapes(tmp_path: Path, spawn: 
             str(tmp_path / f"node{rank}"), "--no-progress")), cwd=REPO,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
         ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
-        after = [subprocess.run(["tc", "-n", namespace, "qdisc", "show", "dev", device],
-                                capture_output=True, text=True, timeout=30).stdout
+        after = [spawn.run(["tc", "-n", namespace, "qdisc", "show", "dev", device],
+                           capture_output=True, text=True, timeout=30).stdout
                  for namespace, device in bed.ends(2)]
         tag = bed.tag
     assert leftovers(tag) == []
@@ -424,12 +426,13 @@ def test_three_hosts_with_one_slow_link_the_suite_shapes(tmp_path: Path, spawn: 
             (2, "198.18.0.3", {"rate": "20mbit"}, True)]
     assert [w["node"] for w in meta["workers"]] == [0, 1, 2]
     steps = pd.read_parquet(run_dir / "steps.parquet")
-    ring_bytes = 2 * (3 - 1) / 3 * 4 * (meta["workers"][2]["parameters"] + 1)
-    least_ms = ring_bytes * 8 / 20e6 * 1e3
+    buffer_bytes = 4 * (meta["workers"][2]["parameters"] + 1)
+    least_ms = buffer_bytes * 8 / 20e6 * 1e3
     exchange_ms = steps.loc[steps["step"] >= 1, "allreduce_ns"].min() / 1e6
-    print(f"\nthe ring's {ring_bytes / 1e3:.0f} KB over 20mbit: at least {least_ms:.1f} ms; "
-          f"the fastest all-reduce took {exchange_ms:.1f} ms")
-    assert exchange_ms >= 0.8 * least_ms
+    print(f"\nthe buffer's {buffer_bytes / 1e3:.0f} KB over 20mbit: at least {least_ms:.1f} "
+          f"ms (a ring's share: {least_ms * 4 / 3:.1f} ms); the fastest all-reduce took "
+          f"{exchange_ms:.1f} ms")
+    assert exchange_ms >= 0.95 * least_ms  # (tbf's bucket lets 6 KB pass at once)
 
 
 # -- what is refused before anything runs --------------------------------------------------
@@ -457,6 +460,27 @@ def test_bad_hosts_input_is_one_line_before_anything_runs(
         tmp_path: Path, hetbench, node: str, flags: list[str], expected: str) -> None:
     result = hetbench(tmp_path, "run", str(write(tmp_path, node=node)), "--out",
                       str(tmp_path / "out"), *flags)
+    assert error_line(result) == f"hetbench: error: {expected}"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("nodes", "flags", "expected"), [
+    ('[[nodes]]\n[[nodes]]\n[[nodes]]\n', ["--nnodes", "2", "--node-rank", "0",
+                                         "--master-addr", "127.0.0.1"],
+     "nodes: 3 [[nodes]] tables, but --nnodes 2: at most one per node"),
+    ('[[nodes]]\n[[nodes]]\nlink = { rate = "fast" }\n', [],
+     "nodes[1].link.rate: 'fast' is not a rate in tc's units, e.g. 200mbit or 1gbit"),
+    ('[[nodes]]\nlink = { speed = "1gbit" }\n', [],
+     "nodes[0].link.speed: unknown key (allowed: delay, jitter, loss, rate)"),
+    ('[[nodes]]\nlink = { rate = 100 }\n', [],
+     "nodes[0].link.rate: 100 is not allowed: a string in tc's units, e.g. \"100mbit\", "
+     "\"1ms\", \"0.1%\""),
+])
+def test_bad_nodes_tables_are_one_line_before_anything_runs(
+        tmp_path: Path, hetbench, nodes: str, flags: list[str], expected: str) -> None:
+    path = write(tmp_path)
+    path.write_text(path.read_text() + "\n" + nodes)
+    result = hetbench(tmp_path, "run", str(path), "--out", str(tmp_path / "out"), *flags)
     assert error_line(result) == f"hetbench: error: {expected}"
     assert not (tmp_path / "out").exists()
 

@@ -303,7 +303,7 @@ def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
         f"{rendezvous.BOUND_SCHEME}://198.18.0.1:29500"
     assert rendezvous.bound_url("tcp://node0:29500") == "tcp://node0:29500"
     assert rendezvous.bound_url("env://") == "env://"
-    assert not rendezvous.is_loopback("localhost") and not rendezvous.is_loopback("0.0.0.0")
+    assert not rendezvous.is_address("localhost") and rendezvous.is_address("0.0.0.0")
 
 
 @pytest.mark.slow
