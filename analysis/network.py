@@ -106,16 +106,13 @@ def worker_nodes(manifest: dict[str, Any]) -> dict[int, int]:
 def bytes_per_step(manifest: dict[str, Any], world: int) -> dict[int, float]:
     """Per rank, the bytes one exchange moved over its host's link (module docstring); NaN
     where the records do not say."""
-    run = manifest.get("run") or {}
-    aggregator = run.get("aggregator") or {}
-    name = str(aggregator.get("name") or run.get("strategy") or "torch")
-    server_nodes = list(aggregator.get("server_nodes") or [])
+    name, server_nodes = _aggregator(manifest)
     nodes = worker_nodes(manifest)
     out: dict[int, float] = {}
     for rank, info in enumerate(manifest.get("workers") or []):
         info = info or {}
         traffic = info.get("traffic")
-        if run.get("placement") == "fc-on-server":
+        if (manifest.get("run") or {}).get("placement") == "fc-on-server":
             out[rank] = np.nan
         elif traffic and traffic.get("steps"):
             crossing = [server for server in {*traffic["sent"], *traffic["received"]}
@@ -135,10 +132,7 @@ def path_rates(manifest: dict[str, Any]) -> dict[int, float | None]:
     """Per rank, the rate in Mbit/s of the slowest link its exchange crosses (module
     docstring); None where one of them is not described."""
     links, nodes = node_links(manifest), worker_nodes(manifest)
-    run = manifest.get("run") or {}
-    aggregator = run.get("aggregator") or {}
-    name = str(aggregator.get("name") or run.get("strategy") or "torch")
-    server_nodes = list(aggregator.get("server_nodes") or [])
+    name, server_nodes = _aggregator(manifest)
     out: dict[int, float | None] = {}
     for rank, info in enumerate(manifest.get("workers") or []):
         traffic = (info or {}).get("traffic") or {}
@@ -150,6 +144,14 @@ def path_rates(manifest: dict[str, Any]) -> dict[int, float | None]:
         rates = [links.get(node, ("", None))[1] for node in crossed]
         out[rank] = None if any(r is None for r in rates) else min(rates)  # type: ignore
     return out
+
+
+def _aggregator(manifest: dict[str, Any]) -> tuple[str, list[int]]:
+    """The run's aggregator name and its servers' nodes (empty: all on node 0)."""
+    run = manifest.get("run") or {}
+    aggregator = run.get("aggregator") or {}
+    name = str(aggregator.get("name") or run.get("strategy") or "torch")
+    return name, list(aggregator.get("server_nodes") or [])
 
 
 def _server_node(server: str, server_nodes: list[int]) -> int:

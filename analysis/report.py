@@ -289,23 +289,27 @@ def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) ->
             markdown_table(view), ""]
 
 
+def table_section(heading: str, table: pd.DataFrame, explanation: str) -> list[str]:
+    """A report section of one table and what its columns mean; none for an empty table."""
+    if table.empty:
+        return []
+    return [f"## {heading}", "", explanation, "", markdown_table(table), ""]
+
+
 def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
                      ) -> list[str]:
     """Per stage of each pipelined run: measured against predicted time per micro-batch,
     and the bubble; only when some run pipelined its model."""
     from analysis.pipeline import pipeline_summary, pipeline_table
 
-    table = pipeline_summary(pipeline_table(runs))
-    if table.empty:
-        return []
-    return ["## Pipelines (virtual workers)", "",
-            "Per stage: its layers, the partitioner's predicted and the measured forward + "
-            "backward time of one micro-batch (median over waves after warm-up; error = "
-            "measured / predicted - 1), and the bubble fraction: the share of the schedule's "
-            "span the stage spent waiting for activations or gradients, or sending them "
-            "(mean over waves; ideal_bubble: GPipe's (S - 1) / (Nm + S - 1) for equal "
-            "stages); each the mean over repeats, layers the split chosen most often.", "",
-            markdown_table(table), ""]
+    return table_section(
+        "Pipelines (virtual workers)", pipeline_summary(pipeline_table(runs)),
+        "Per stage: its layers, the partitioner's predicted and the measured forward + "
+        "backward time of one micro-batch (median over waves after warm-up; error = "
+        "measured / predicted - 1), and the bubble fraction: the share of the schedule's "
+        "span the stage spent waiting for activations or gradients, or sending them "
+        "(mean over waves; ideal_bubble: GPipe's (S - 1) / (Nm + S - 1) for equal "
+        "stages); each the mean over repeats, layers the split chosen most often.")
 
 
 def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
@@ -313,17 +317,16 @@ def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> li
     only when some run placed layers."""
     from analysis.traffic import traffic_summary, traffic_table
 
-    table = traffic_summary(traffic_table(runs))
-    if table.empty:
-        return []
-    return ["## Layer placement on the parameter servers", "",
-            "MB of tensors on the wire per step (sent + received), per worker (mean, and "
-            "the busiest) and per server (mean, and the busiest: the one every step waits "
-            "for), with the mean step time and samples/s after warm-up; means over repeats. "
-            "data-parallel: tensors dealt round-robin over the servers; sharded: contiguous "
-            "shards balanced by bytes; fc-on-server: the fully connected layers computed on "
-            "the last server, their activations and gradients on the wire instead of their "
-            "weights.", "", markdown_table(table), ""]
+    return table_section(
+        "Layer placement on the parameter servers",
+        traffic_summary(traffic_table(runs)),
+        "MB of tensors on the wire per step (sent + received), per worker (mean, and "
+        "the busiest) and per server (mean, and the busiest: the one every step waits "
+        "for), with the mean step time and samples/s after warm-up; means over repeats. "
+        "data-parallel: tensors dealt round-robin over the servers; sharded: contiguous "
+        "shards balanced by bytes; fc-on-server: the fully connected layers computed on "
+        "the last server, their activations and gradients on the wire instead of their "
+        "weights.")
 
 
 def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
@@ -331,20 +334,19 @@ def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list
     run spans hosts (its manifest's `nodes`)."""
     from analysis.network import bandwidth_summary, bandwidth_table
 
-    table = bandwidth_summary(bandwidth_table(runs))
-    if table.empty:
-        return []
-    return ["## Network: exchange bandwidth per node", "",
-            "Per run and worker, by the node (host) that ran it: the rate of the slowest "
-            "link its exchange crosses (its host's; an all-reduce's every host's; a parameter "
-            "server's host's), as the suite described it (Mbit/s; blank: one not described), "
-            "MB one exchange moved over its host's link (all-reduce: 2(n - 1)/n x the "
-            "gradient buffer, what every worker sends in a ring and the least a symmetric "
-            "all-reduce sends; parameter servers: the tensors sent to and received from "
-            "servers on other hosts), the median exchange time (push + pull, or the "
-            "communication after the last arrival: the wait for the straggler left out), "
-            "the bandwidth that achieved and its share of that rate; means over repeats "
-            "(analysis/network.py).", "", markdown_table(table), ""]
+    return table_section(
+        "Network: exchange bandwidth per node",
+        bandwidth_summary(bandwidth_table(runs)),
+        "Per run and worker, by the node (host) that ran it: the rate of the slowest "
+        "link its exchange crosses (its host's; an all-reduce's every host's; a parameter "
+        "server's host's), as the suite described it (Mbit/s; blank: one not described), "
+        "MB one exchange moved over its host's link (all-reduce: 2(n - 1)/n x the "
+        "gradient buffer, what every worker sends in a ring and the least a symmetric "
+        "all-reduce sends; parameter servers: the tensors sent to and received from "
+        "servers on other hosts), the median exchange time (push + pull, or the "
+        "communication after the last arrival: the wait for the straggler left out), "
+        "the bandwidth that achieved and its share of that rate; means over repeats "
+        "(analysis/network.py).")
 
 
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
