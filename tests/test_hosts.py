@@ -5,6 +5,7 @@ everywhere."""
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import os
@@ -12,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -158,6 +160,84 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
         assert (share / "parts" / "rank1.bin").stat().st_size > 0
         assert json.loads((share / "node.json").read_text())["status"] == "completed"
         with np.load(run_dir / "params.npz") as got, \
+                np.load(alone[name] / "params.npz") as want:
+            assert sorted(got.files) == sorted(want.files) and got.files
+            for key in want.files:
+                np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5,
+                                           err_msg=f"{name}: {key}")
+
+
+NATIVE_SUITE = """
+[suite]
+name = "hosts"
+repeats = 1
+
+[defaults]
+workload = "mlp"
+framework = "{framework}"
+steps = 12
+global_batch = 64
+timeout_s = 30
+partition = {{ policy = "sizes", sizes = [40, 24] }}
+"""
+NATIVE_RUN = """
+[[runs]]
+name = "{name}"
+aggregator = {{ name = "{aggregator}"{server} }}
+workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
+"""
+# framework -> its aggregators: (run name, aggregator, where its server runs across hosts)
+NATIVE = {
+    "mxnet": [("kvstore", "mxnet-kvstore", ", server_nodes = [1]"),
+              ("kvstore-async", "mxnet-async", ", server_nodes = [1]")],
+    "tensorflow": [("collective", "tensorflow-collective", "")],
+}
+
+
+def native_suite(path: Path, framework: str, across: bool) -> Path:
+    path.write_text(NATIVE_SUITE.format(framework=framework) + "".join(
+        NATIVE_RUN.format(name=name, aggregator=aggregator, server=server if across else "",
+                          node=", node = 1" if across else "")
+        for name, aggregator, server in NATIVE[framework]))
+    return path
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.parametrize("framework", sorted(NATIVE))
+def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
+        tmp_path: Path, spawn: Spawn, hetbench, framework: str) -> None:
+    """MXNet's ps-lite across two hosts: the scheduler on node 0 at the master's address,
+    the server on node 1 (`server_nodes = [1]`), each started by its host's launcher.
+    TensorFlow's ring all-reduce: each worker's TF server on a port its own host picked,
+    the addresses exchanged over torch.distributed. dist_sync's and the ring's sums equal
+    the same suite's on one host; dist_async (order-dependent, so not compared) completes
+    too."""
+    if importlib.util.find_spec(framework) is None:
+        pytest.skip(f"needs {framework}")
+    suite = native_suite(tmp_path / "across.toml", framework, across=True)
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
+    one = native_suite(tmp_path / "one.toml", framework, across=False)
+    result = hetbench(tmp_path, "run", str(one), "--out", str(tmp_path / "one"), "--no-progress")
+    assert result.returncode == 0, result.stdout + result.stderr
+    across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
+    assert sorted(across) == sorted(name for name, _, _ in NATIVE[framework])
+    for run_dir in across.values():
+        assert manifest(run_dir)["status"] == "completed"
+        logs = tmp_path / "node1" / "hosts" / run_dir.name / "nodes" / "1" / "logs"
+        here = ["kvstore-server.log"] if framework == "mxnet" else []  # no scheduler
+        assert sorted(p.name for p in logs.iterdir()) == [*here, "rank1.log"]
+    if framework == "tensorflow":
+        assert "warning: TensorFlow's servers listen on every interface of each host" \
+            in ends[1][0]
+    compared = [name for name in across if name != "kvstore-async"]
+    for name in compared:
+        with np.load(across[name] / "params.npz") as got, \
                 np.load(alone[name] / "params.npz") as want:
             assert sorted(got.files) == sorted(want.files) and got.files
             for key in want.files:
@@ -485,15 +565,16 @@ def test_bad_nodes_tables_are_one_line_before_anything_runs(
     assert not (tmp_path / "out").exists()
 
 
-def test_mxnets_servers_across_hosts_are_refused_for_now(tmp_path: Path, hetbench) -> None:
+def test_tensorflows_parameter_servers_across_hosts_are_refused_for_now(
+        tmp_path: Path, hetbench) -> None:
     path = write(tmp_path)
-    path.write_text(path.read_text().replace('"allreduce-host"', '"mxnet-kvstore"\n'
-                                             'framework = "mxnet"'))
+    path.write_text(path.read_text().replace('"allreduce-host"', '"tensorflow-ps"\n'
+                                             'framework = "tensorflow"'))
     result = hetbench(tmp_path, "run", str(path), "--nnodes", "2", "--node-rank", "0",
                       "--master-addr", "127.0.0.1")
     assert error_line(result).startswith(
-        "hetbench: error: runs[1].aggregator: 'mxnet-kvstore' starts its framework's servers, "
-        "which runs across hosts cannot place yet: allowed: torch, allreduce-host, "), \
+        "hetbench: error: runs[1].aggregator: 'tensorflow-ps' starts its framework's "
+        "servers, which runs across hosts cannot place yet: allowed: torch, allreduce-host, "), \
         result.stderr
 
 
@@ -602,3 +683,62 @@ def test_under_srun_the_hosts_come_from_slurms_environment(tmp_path: Path,
     assert "warning: nodes[1].link (rate 10mbit) is recorded, not applied: hetbench shapes " \
         "links only on its testbed's hosts (`hetbench testbed up`), and 127.0.0.1 is not " \
         "one" in ends[1][1]
+
+
+# -- as torchrun's entry point: the hosts from torchrun's environment -----------------------
+
+
+def test_as_torchruns_entry_point_the_launchers_meet_in_its_agents_store(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """`torchrun --nnodes 2 --node-rank K ... -m harness.cli.main run SUITE` on both "nodes"
+    (two torchruns over loopback): each starts one hetbench launcher, which takes its node
+    from torchrun's environment and meets the other in the store torchrun's agent serves on
+    node 0 (the launchers' keys under their prefix). The workers inherit none of torchrun's
+    variables (a worker told TORCHELASTIC_USE_AGENT_STORE would wait for a store nobody
+    serves): the suite completes across the two."""
+    suite, port = write(tmp_path, steps=6), free_port()
+    nodes = [spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                    "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
+                    str(port), "--nproc-per-node", "1", "-m", "harness.cli.main", "run",
+                    str(suite), "-k", "allreduce", "--out", str(tmp_path / f"node{rank}"),
+                    "--no-progress"],
+                   cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
+    assert f"node 1 of 2: joining at 127.0.0.1:{port}" in ends[1][0]
+    meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    assert (meta["status"], meta["rows"]) == ("completed", 12)
+    assert [w["node"] for w in meta["workers"]] == [0, 1]
+    assert len(meta["nodes"]) == 2
+    share = tmp_path / "node1" / "hosts" / run_dirs(tmp_path / "node0")["allreduce"].name
+    assert json.loads((share / "nodes" / "1" / "node.json").read_text())["status"] == "completed"
+
+
+TORCHRUN_NODE_1 = {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                   "TORCHELASTIC_MAX_RESTARTS": "0", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
+                   "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(("variables", "flags", "expected"), [
+    ({"LOCAL_WORLD_SIZE": "2"}, [],
+     "--nproc-per-node: 2 (torchrun's): must be 1, hetbench starts each host's workers itself"),
+    ({"TORCHELASTIC_MAX_RESTARTS": "3"}, [],
+     "--max-restarts: 3 (torchrun's): must be 0, hetbench closes a failed run itself and goes "
+     "on with the next (a restart would run the whole suite again)"),
+    ({}, ["--node-rank", "0"],
+     "--node-rank: 0, but torchrun says 1: under torchrun, give it to torchrun alone"),
+    ({"GROUP_WORLD_SIZE": "3"}, [],
+     "--nnodes: 3, but no worker or server of the suite is on node 2: the suite names nodes "
+     "0, 1"),
+    ({"GROUP_RANK": "two"}, [], "GROUP_RANK: 'two' in the environment is not a number"),
+])
+def test_bad_torchrun_settings_are_one_line_before_anything_runs(
+        tmp_path: Path, hetbench, variables: dict[str, str], flags: list[str],
+        expected: str) -> None:
+    """torchrun's variables set by hand, as it sets them for the process it starts."""
+    env = {**os.environ, **TORCHRUN_NODE_1, **variables}
+    result = hetbench(tmp_path, "run", str(write(tmp_path)), "--out", str(tmp_path / "out"),
+                      *flags, env=env)
+    assert error_line(result) == f"hetbench: error: {expected}"
+    assert not (tmp_path / "out").exists()

@@ -226,7 +226,8 @@ DESCRIPTIONS: dict[str, str] = {
     "AggregatorSpec.local_steps": "`local-sgd`: steps between parameter averages (H)",
     "AggregatorSpec.servers": "parameter servers the parameters are sharded over",
     "AggregatorSpec.server_nodes": "the node (host) each server runs on, across hosts: "
-                                   "`[0, 1]`, one per server; default all on node 0",
+                                   "`[0, 1]`, one per server (MXNet's one server: `[1]`); "
+                                   "default all on node 0",
     "AggregatorSpec.staleness_lr": "`dynsgd`: an update is scaled by 1 / (1 + its staleness)",
     # optimizer
     "OptimizerSpec.name": "the update rule, run once in torch on the reduced buffer",

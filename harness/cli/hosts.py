@@ -1,6 +1,7 @@
 """`hetbench run --nnodes N --node-rank R --master-addr A --master-port P`: where this host
-stands among the hosts of a suite, from the flags (torchrun's names) or, under srun, from
-SLURM's environment; checked against the suite before anything runs."""
+stands among the hosts of a suite, from the flags (torchrun's names), from torchrun's
+environment when torchrun started this launcher, or under srun from SLURM's; checked
+against the suite before anything runs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from harness.system import interfaces
 
 MASTER_PORT = 29500  # torchrun's default
 JOIN_TIMEOUT_S = 300.0
+# What torchrun tells the process it starts (torch.distributed.elastic's LocalElasticAgent):
+# this launcher's, never its workers' (a worker told TORCHELASTIC_USE_AGENT_STORE would wait
+# for a store nobody serves); the workers get their own rendezvous from the launcher.
+TORCHRUN_VARIABLES = (
+    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 
 
 def place(args: argparse.Namespace, suite: Any) -> Any:
@@ -25,7 +34,12 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
     UsageError naming the flag or the suite's field that does not fit."""
     from harness.run.nodes import Place
 
-    nnodes, node_rank, master, port = _from_slurm(args)
+    torchrun = _from_torchrun(args)
+    if torchrun is not None:
+        nnodes, node_rank, master, port, agent_store = torchrun
+    else:
+        nnodes, node_rank, master, port = _from_slurm(args)
+        agent_store = False
     if args.join_timeout is not None and not args.join_timeout > 0:
         raise UsageError("--join-timeout", f"{args.join_timeout:g}: must be more than 0 s")
     if nnodes is None or nnodes == 1:
@@ -66,7 +80,7 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
                              f"yet: allowed: {', '.join(able)}")
         if run.interface is not None and (why := interfaces.missing(run.interface)):
             raise UsageError(f"runs[{i}].interface", why)
-    return Place(nnodes, node_rank, master, port, args.join_timeout)
+    return Place(nnodes, node_rank, master, port, args.join_timeout, agent_store)
 
 
 def join(where: Any, suite: Any, link: dict[str, Any]) -> Any:
@@ -120,6 +134,42 @@ def _refuse_other_nodes(suite: Any, nnodes: int) -> None:
                          f"{', '.join(map(str, sorted(named)))}")
 
 
+def _from_torchrun(args: argparse.Namespace
+                   ) -> tuple[int | None, int | None, str | None, int, bool] | None:
+    """Under torchrun (TORCHELASTIC_RUN_ID set), with one process a host: node GROUP_RANK
+    of GROUP_WORLD_SIZE, node 0 at MASTER_ADDR, where torchrun's agent serves its store on
+    MASTER_PORT (the launchers then use that store, under a prefix of their own). torchrun's
+    variables are then taken out of the environment that every process this launcher
+    starts inherits. None when torchrun did not start this launcher."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return None
+    local = _env_int("LOCAL_WORLD_SIZE", 1)
+    if local != 1:
+        raise UsageError("--nproc-per-node", f"{local} (torchrun's): must be 1, hetbench "
+                         "starts each host's workers itself")
+    restarts = _env_int("TORCHELASTIC_MAX_RESTARTS", 0)
+    if restarts != 0:
+        raise UsageError("--max-restarts", f"{restarts} (torchrun's): must be 0, hetbench "
+                         "closes a failed run itself and goes on with the next (a restart "
+                         "would run the whole suite again)")
+    theirs: dict[str, Any] = {
+        "--nnodes": _env_int("GROUP_WORLD_SIZE", 1), "--node-rank": _env_int("GROUP_RANK", 0),
+        "--master-addr": env.get("MASTER_ADDR", "127.0.0.1"),
+        "--master-port": _env_int("MASTER_PORT", MASTER_PORT)}
+    given = {"--nnodes": args.nnodes, "--node-rank": args.node_rank,
+             "--master-addr": args.master_addr, "--master-port": args.master_port}
+    for flag, value in given.items():
+        if value is not None and value != theirs[flag]:
+            raise UsageError(flag, f"{value}, but torchrun says {theirs[flag]}: under "
+                             "torchrun, give it to torchrun alone")
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    for name in TORCHRUN_VARIABLES:
+        env.pop(name, None)
+    return (theirs["--nnodes"], theirs["--node-rank"], theirs["--master-addr"],
+            theirs["--master-port"], agent_store)
+
+
 def _from_slurm(args: argparse.Namespace) -> tuple[int | None, int | None, str | None, int]:
     """The flags, each absent one read from SLURM's environment when under srun
     (SLURM_NNODES, SLURM_NODEID, MASTER_ADDR or the first host of SLURM_JOB_NODELIST,
@@ -128,19 +178,19 @@ def _from_slurm(args: argparse.Namespace) -> tuple[int | None, int | None, str |
     nnodes, node_rank, master = args.nnodes, args.node_rank, args.master_addr
     port = args.master_port
     if "SLURM_JOB_ID" in env:
-        nnodes = nnodes if nnodes is not None else _slurm_int("SLURM_NNODES")
-        node_rank = node_rank if node_rank is not None else _slurm_int("SLURM_NODEID")
+        nnodes = nnodes if nnodes is not None else _env_int("SLURM_NNODES")
+        node_rank = node_rank if node_rank is not None else _env_int("SLURM_NODEID")
         if master is None:
             master = env.get("MASTER_ADDR") or first_host(env.get("SLURM_JOB_NODELIST", ""))
         if port is None and env.get("MASTER_PORT"):
-            port = _slurm_int("MASTER_PORT")
+            port = _env_int("MASTER_PORT")
     return nnodes, node_rank, master, MASTER_PORT if port is None else port
 
 
-def _slurm_int(name: str) -> int | None:
+def _env_int(name: str, absent: int | None = None) -> int | None:
     raw = os.environ.get(name)
     if raw is None:
-        return None
+        return absent
     try:
         return int(raw)
     except ValueError:

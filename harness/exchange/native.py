@@ -4,7 +4,8 @@ They replace only the sum of the gradient buffer; everything else (rendezvous, c
 offsets, barriers, the records) still goes through torch.distributed.
 
 - "mxnet-kvstore": MXNet's parameter server in `dist_sync` mode. The launcher starts the
-  ps-lite scheduler and one server on 127.0.0.1 through the DMLC_* variables and stops
+  ps-lite scheduler and one server (on 127.0.0.1; across hosts, the scheduler on node 0
+  and the server on the node `server_nodes` names) through the DMLC_* variables and stops
   them at the end; each worker pushes its gradient buffer and pulls the sum of all
   workers' pushes (no server-side optimizer: the server stores each round's sum). ps-lite
   has no timeout: a dead peer is caught by the launcher's stall watchdog, not here.
@@ -12,7 +13,8 @@ offsets, barriers, the records) still goes through torch.distributed.
   MXNet's SGD running on the server (KVStoreAsync): a native cross-check of ps-async.
 - "tensorflow-collective": TensorFlow's collective all-reduce (MultiWorkerMirroredStrategy,
   RING implementation: gRPC between the workers' own TF servers on 127.0.0.1). The
-  launcher gives every worker the same list of ports; each worker creates the strategy as
+  launcher gives every worker the same list of ports (across hosts the workers pick
+  their own and exchange them over torch.distributed); each worker creates the strategy as
   its task `worker:<rank>` before TensorFlow runs any op (prepare), as TensorFlow requires.
   The torch buffer enters TF zero-copy (DLPack) and the sum is copied back into it, so
   the exchange phase of this aggregator includes one copy of the buffer.
@@ -27,7 +29,9 @@ This module imports no framework at module level: the launcher uses it too.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from harness.exchange import Context, Exchange, Holds, next_step
 from harness.spec.suite import RunSpec
+from harness.system import interfaces
 from harness.system.services import Services
 
 if TYPE_CHECKING:
@@ -53,26 +58,37 @@ _PS_ROLE = ("import numpy\nif 'bool' not in vars(numpy):\n    numpy.bool = bool\
 def start_tensorflow_ports(run: RunSpec, free_port: Callable[[], int], logs: Path,
                            run_dir: Path, services: Services) -> None:
     """Each worker's TF server listens on its own port; the workers find each other there.
-    TensorFlow binds those ports on every interface: in the run's private namespace
-    (Services.make_private) every interface is loopback."""
+    TensorFlow binds those ports on every interface: on one host, in the run's private
+    namespace (Services.make_private) every interface is loopback. Across hosts no launcher
+    knows which ports are free on another host: the workers pick their own and exchange
+    them (prepare_tensorflow), and TensorFlow's servers listen on every interface of each
+    host, which the launcher says."""
+    if services.across_hosts:
+        print("   warning: TensorFlow's servers listen on every interface of each host (it "
+              "has no setting for the address they bind)", flush=True)
+        return
     services.env[TF_WORKERS_ENV] = ",".join(f"127.0.0.1:{free_port()}"
                                             for _ in range(run.world_size))
 
 
 def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
                   services: Services) -> None:
-    """ps-lite's scheduler and one server, on 127.0.0.1. Every ps-lite node listens
-    (a ZMQ router socket): the scheduler on DMLC_PS_ROOT_URI, the server and the workers on
-    DMLC_NODE_HOST (before it, DMLC_INTERFACE's address; with neither, the first
-    interface's: not loopback)."""
-    port = free_port()
-    env = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+    """ps-lite's scheduler and one server. Every ps-lite node listens (a ZMQ router
+    socket): the scheduler on DMLC_PS_ROOT_URI, the server and the workers on
+    DMLC_INTERFACE's address (without it, the first interface's: not loopback). On one
+    host all on 127.0.0.1, in the run's private namespace. Across hosts the scheduler runs
+    on node 0 at the master's address, the server on the node `server_nodes` names, and
+    every ps-lite node binds its host's interface towards node 0 (services.binding)."""
+    env = {"DMLC_PS_ROOT_URI": services.address, "DMLC_PS_ROOT_PORT": str(free_port()),
            "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": str(run.world_size),
-           "DMLC_NODE_HOST": "127.0.0.1", "DMLC_INTERFACE": "lo", "PS_VERBOSE": "0"}
+           "DMLC_INTERFACE": services.binding.get("DMLC_INTERFACE", "lo"), "PS_VERBOSE": "0"}
     services.env.update({**env, "DMLC_ROLE": "worker"})
+    here = {"scheduler": services.node == 0,
+            "server": run.aggregator.server_node(0) == services.node}
     for role in ("scheduler", "server"):
-        services.start(f"kvstore-{role}", [sys.executable, "-c", _PS_ROLE],
-                       {**os.environ, **env, "DMLC_ROLE": role}, logs)
+        if here[role]:
+            services.start(f"kvstore-{role}", [sys.executable, "-c", _PS_ROLE],
+                           {**os.environ, **env, "DMLC_ROLE": role}, logs)
 
 
 _tf_strategy: Any = None
@@ -86,11 +102,11 @@ def prepare_tensorflow(run: RunSpec, rank: int) -> None:
 
     world_size, threads = run.world_size, run.workers[rank].threads
 
-    workers = os.environ.get(TF_WORKERS_ENV, "").split(",")
+    listed = os.environ.get(TF_WORKERS_ENV)
+    workers = listed.split(",") if listed else _exchanged_addresses()
     if len(workers) != world_size or not all(workers):
         raise RuntimeError(f"{TF_WORKERS_ENV} must list {world_size} host:port entries "
-                           "(hetbench run sets it; torchrun mode does not support this "
-                           "strategy)")
+                           f"(hetbench run sets it on one host): {workers}")
     configure_threads(threads)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=rank)
@@ -98,6 +114,25 @@ def prepare_tensorflow(run: RunSpec, rank: int) -> None:
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     _tf_strategy = tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=options)
+
+
+def _exchanged_addresses() -> list[str]:
+    """Across hosts: every worker's TF server address, in rank order. Each worker takes a
+    port free on every interface of its host (TensorFlow binds them all) and its address
+    on the interface its libraries bind (GLOO_SOCKET_IFNAME), sent to the others over the
+    workers' torch.distributed group as two float64 (an IPv4 address and a port are exact
+    in them)."""
+    import torch
+
+    from harness.exchange import comm
+
+    address = interfaces.ipv4_addresses()[os.environ.get("GLOO_SOCKET_IFNAME", "lo")]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port = int(s.getsockname()[1])
+    mine = [float(int(ipaddress.IPv4Address(address))), float(port)]
+    return [f"{ipaddress.IPv4Address(int(a))}:{int(p)}"
+            for a, p in comm.all_gather_vectors(mine, torch.device("cpu"))]
 
 
 class KVStoreAllreduce:

@@ -156,6 +156,7 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         services.make_private(logs, network=seat is None)
         if seat is not None:  # this host's servers, on its interface towards node 0
             services.address, services.node = seat.nodes.place.master_addr, seat.node
+            services.across_hosts = True
             services.binding = interfaces.binding(seat.interface)
         if seat is None:
             manifest.update(run_dir, network=services.network, tmp=str(services.tmp))

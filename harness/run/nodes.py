@@ -1,7 +1,8 @@
 """The hosts of one launch across hosts (`hetbench run --nnodes N`), joined through
 torch.distributed's rendezvous: a c10d TCPStore on the master's address, served by node
-0's launcher, every launcher a client. The launchers run the suite's runs in lockstep
-through it; the workers of each run meet in a rendezvous of their own (rank 0 serves it).
+0's launcher (under torchrun, by its agent), every launcher a client. The launchers run
+the suite's runs in lockstep through it; the workers of each run meet in a rendezvous of
+their own (rank 0 serves it).
 
 What the launchers keep in the store (node 0 serves a new one for each launch):
 
@@ -43,6 +44,7 @@ STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
 POLL_S = 0.1
 # the files a node sends to node 0: its workers' parts and logs, nothing else
 SENT_FILE = re.compile(r"(parts|logs)/[A-Za-z0-9_.-]+")
+STORE_PREFIX = "hetbench"  # the launchers' keys in torchrun's agent's store
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class Place:
     master_addr: str
     master_port: int
     join_timeout_s: float
+    # under torchrun: its agent on node 0 serves the store at master_addr:master_port, and
+    # every launcher is a client of it (the launchers' keys under STORE_PREFIX)
+    agent_store: bool = False
 
     @property
     def coordinator(self) -> bool:
@@ -117,8 +122,12 @@ class Nodes:
         where = f"{place.master_addr}:{place.master_port}"
         timeout = timedelta(seconds=place.join_timeout_s)
         try:
-            store = tcp_store(place.master_addr, place.master_port, place.node_rank,
-                              place.nnodes, timeout)
+            if place.agent_store:
+                store = dist.PrefixStore(STORE_PREFIX, dist.TCPStore(
+                    place.master_addr, place.master_port, None, False, timeout))
+            else:
+                store = tcp_store(place.master_addr, place.master_port, place.node_rank,
+                                  place.nnodes, timeout)
         except OSError as exc:  # node 0 cannot listen there
             raise UsageError("--master-addr", f"cannot listen on {where}: {exc.strerror or exc}"
                              " (node 0's own address, and a free port)") from None
@@ -130,6 +139,8 @@ class Nodes:
             raise UsageError("--master-addr", f"no hetbench run of node 0 answered at {where} "
                              f"within {place.join_timeout_s:g} s") from None
         beats = dist.TCPStore(place.master_addr, place.master_port, None, False, timeout)
+        if place.agent_store:
+            beats = dist.PrefixStore(STORE_PREFIX, beats)
         nodes = cls(place, store, beats)
         store.set(f"beat/{place.node_rank}", "0")
         from torch.distributed.elastic.utils.store import synchronize

@@ -72,7 +72,7 @@ class Kind:
     baseline: bool = False  # the plain all-reduce of gradient sums other schemes are set against
     services: str | None = None  # "module:function" starting its processes (launcher)
     # its services can run in a run across hosts (each host starts the servers it is named
-    # for); MXNet's and TensorFlow's servers cannot yet
+    # for); tensorflow-ps's cannot yet
     services_across_hosts: bool = False
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     # "module:function" a worker process runs instead of hetbench's training loop: the
@@ -107,6 +107,8 @@ _PS_KEYS = ("servers",)
 
 # hetbench's own servers (torch.distributed.rpc) can run on any host of a run across hosts
 _TORCH_PS_KEYS = (*_PS_KEYS, "server_nodes")
+# MXNet's one ps-lite server too (its scheduler stays on node 0)
+_MXNET_KEYS = ("server_nodes",)
 
 
 _PS_START = f"{_PS}:start_servers"
@@ -149,14 +151,17 @@ AGGREGATORS: dict[str, Kind] = {
                    lockstep=False, services=_PS_START, services_across_hosts=True,
                    summary="synchronous over the first n - b gradients of each step"),
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
-                          services=f"{_NATIVE}:start_kvstore",
+                          keys=_MXNET_KEYS, services=f"{_NATIVE}:start_kvstore",
+                          services_across_hosts=True,
                           summary="MXNet's ps-lite kvstore, dist_sync"),
     "mxnet-async": Kind(f"{_NATIVE}:KVStoreAsync", framework="mxnet", lockstep=False,
-                        staleness_bound="unbounded",
-                        services=f"{_NATIVE}:start_kvstore", plain_sgd=True,
+                        staleness_bound="unbounded", keys=_MXNET_KEYS,
+                        services=f"{_NATIVE}:start_kvstore", services_across_hosts=True,
+                        plain_sgd=True,
                         summary="MXNet's ps-lite kvstore, dist_async, SGD on its server"),
     "tensorflow-collective": Kind(f"{_NATIVE}:TensorFlowCollective", framework="tensorflow",
                                   services=f"{_NATIVE}:start_tensorflow_ports",
+                                  services_across_hosts=True,
                                   prepare=f"{_NATIVE}:prepare_tensorflow",
                                   summary="TensorFlow's ring all-reduce "
                                   "(MultiWorkerMirroredStrategy)"),

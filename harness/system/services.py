@@ -39,10 +39,11 @@ class Services:
     network: str = "host"  # what the manifest records of the workers' network
     tmp: Path | None = None  # the run's private temporary folder (TMPDIR), if any
     # where the run's rendezvous listen (loopback; across hosts the master's address), the
-    # node whose services this launcher starts, and what makes their libraries bind this
-    # host's interface (harness/system/interfaces.py)
+    # node whose services this launcher starts (and whether other hosts start theirs), and
+    # what makes their libraries bind this host's interface (harness/system/interfaces.py)
     address: str = "127.0.0.1"
     node: int = 0
+    across_hosts: bool = False
     binding: dict[str, str] = field(default_factory=lambda: {
         "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"})
 
