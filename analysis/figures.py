@@ -245,6 +245,7 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
     paths += pipeline_figure(micro, out, scope)
     paths += step_timeline_figure(runs, out, scope)
     paths += batch_table_figure(runs, out, scope)
+    paths += heatmap_figure(runs, out, scope, evals)
     return paths
 
 
@@ -407,6 +408,54 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
                     size=10)
     figure.tight_layout()
     return _save(figure, out, "batch_times")
+
+
+def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[Path]:
+    """SMon's heatmap of each run (its first repeat): workers as rows, steps as columns,
+    each cell the step's compute over the worker's median (analysis/heatmap.py); slice
+    changes marked above, evaluations below."""
+    from matplotlib.colors import LogNorm
+
+    from analysis.heatmap import heatmap
+
+    evaluated = {m.get("run_id"): e for m, e in evals}
+    shown = [(m, h) for m, s in _first_of_each_run(runs)
+             if (h := heatmap(s, _warmup(m), evaluated.get(m.get("run_id")))) is not None]
+    if not shown:
+        return []
+    import matplotlib.pyplot as plt
+
+    rows = sum(len(h.ratios) for _, h in shown)
+    figure, axes = plt.subplots(len(shown), 1, squeeze=False, layout="constrained", figsize=(
+        9, 1.0 + 0.9 * len(shown) + min(0.18 * rows, 12)))
+    # ratios around 1 (white), on a log scale so that 2x slower and 2x faster look alike
+    norm = LogNorm(vmin=0.25, vmax=4)
+    images = []
+    for ax, (manifest, map_) in zip(axes[:, 0], shown, strict=True):
+        steps = list(map_.ratios.columns)
+        width = map_.bin_steps
+        extent = (steps[0] - 0.5, steps[-1] + width - 0.5, len(map_.ratios) - 0.5, -0.5)
+        images.append(ax.imshow(map_.ratios.to_numpy(dtype=float).clip(0.25, 4),
+                                aspect="auto", cmap="RdBu_r", norm=norm, extent=extent,
+                                interpolation="nearest"))
+        ax.set_yticks(range(len(map_.ratios)),
+                      list(worker_names(manifest, pd.Series(map_.ratios.index))),
+                      size=6 if len(map_.ratios) <= 16 else 4)
+        for step in map_.repartitions:
+            ax.plot(step, -0.5, marker="v", color="k", markersize=4, clip_on=False)
+        for step in map_.evaluations:
+            ax.plot(step, len(map_.ratios) - 0.5, marker="^", color="#2ca02c",
+                    markersize=4, clip_on=False)
+        binned = f"; a cell: the largest of {width} steps" if width > 1 else ""
+        ax.set_title(f"{_label(manifest)}{binned}", size=8)
+    axes[-1, 0].set_xlabel("step (▼ slices changed, ▲ evaluated; blank: left out)")
+    bar = figure.colorbar(images[0], ax=list(axes[:, 0]), label="compute / worker's median",
+                          shrink=0.8)
+    bar.set_ticks([0.25, 0.5, 1, 2, 4], labels=["≤0.25", "0.5", "1", "2", "≥4"])
+    bar.minorticks_off()
+    figure.suptitle(f"Compute per worker and step over the worker's median — {scope}",
+                    size=10)
+    return _save(figure, out, "heatmap")
 
 
 def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:

@@ -89,7 +89,7 @@ def test_every_figure_is_written_at_300_dpi_with_truetype_fonts(tmp_path: Path, 
         runs.append((json.loads((run_dir / "manifest.json").read_text()), steps))
     paths = write_all(runs, tmp_path / "figures")
     names = {p.stem for p in paths}
-    assert {"phase_breakdown", "what_if", "step_timeline", "batch_times"} <= names
+    assert {"phase_breakdown", "what_if", "step_timeline", "batch_times", "heatmap"} <= names
     for path in paths:
         if path.suffix == ".png":
             assert _png_dpi(path) == pytest.approx(DPI, abs=1)

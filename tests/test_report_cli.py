@@ -109,7 +109,7 @@ def test_paper_writes_every_figure_and_the_study_table(suite_folder: Path, tmp_p
 
     out = tmp_path / "paper"
     assert main(["paper", str(suite_folder), "--out", str(out)]) == 0
-    for name in (*FIGURES, "step_timeline", "batch_times"):
+    for name in (*FIGURES, "step_timeline", "batch_times", "heatmap"):
         assert (out / f"{name}.png").is_file() and (out / f"{name}.pdf").is_file()
     lines = (out / "table.md").read_text().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
