@@ -48,8 +48,6 @@ def change_points(steps: pd.DataFrame, warmup_steps: int = 0,
     detection, linear kernel = least squares, penalty 3 sigma^2 log n with sigma from the
     median absolute step-to-step difference, so spikes alone do not make change points).
     Columns: rank, step (first step of the new segment), before_ms, after_ms."""
-    import ruptures
-
     rows = []
     for rank, series in compute_series(steps, warmup_steps).items():
         values, index = series.to_numpy(), series.index.to_numpy()
@@ -60,13 +58,9 @@ def change_points(steps: pd.DataFrame, warmup_steps: int = 0,
             index = index[:n:block]
         if len(values) < 2 * min_segment:
             continue
-        clipped = np.clip(values, *np.percentile(values, [1, 99]))
-        sigma = 1.4826 * np.median(np.abs(np.diff(clipped))) / np.sqrt(2)
-        if sigma <= 0:
+        ends = segment_ends(values, max(2, min_segment // block))
+        if ends is None:
             continue
-        penalty = 3 * sigma**2 * np.log(len(clipped))
-        algo = ruptures.KernelCPD(kernel="linear", min_size=max(2, min_segment // block))
-        ends = _merge_small_shifts(values, algo.fit(clipped.reshape(-1, 1)).predict(pen=penalty))
         starts = [0, *ends[:-1]]
         for (a, b), c in zip(zip(starts, ends, strict=True), ends[1:], strict=False):
             rows.append({"rank": rank, "step": int(index[b]),
@@ -75,7 +69,21 @@ def change_points(steps: pd.DataFrame, warmup_steps: int = 0,
     return pd.DataFrame(rows, columns=["rank", "step", "before_ms", "after_ms"])
 
 
-def _merge_small_shifts(values: np.ndarray, ends: list[int]) -> list[int]:
+def segment_ends(values: np.ndarray, min_size: int) -> list[int] | None:
+    """The ends of the segments of constant mean in `values` (the last is len(values)), by
+    the penalised search above; None for a series without step-to-step noise."""
+    import ruptures
+
+    clipped = np.clip(values, *np.percentile(values, [1, 99]))
+    sigma = 1.4826 * np.median(np.abs(np.diff(clipped))) / np.sqrt(2)
+    if sigma <= 0:
+        return None
+    penalty = 3 * sigma**2 * np.log(len(clipped))
+    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size)
+    return merge_small_shifts(values, algo.fit(clipped.reshape(-1, 1)).predict(pen=penalty))
+
+
+def merge_small_shifts(values: np.ndarray, ends: list[int]) -> list[int]:
     """Drop, smallest first, boundaries whose segment medians differ by < MIN_SHIFT."""
     ends = list(ends)
     while len(ends) > 1:

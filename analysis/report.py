@@ -13,10 +13,17 @@ from analysis import registry
 from analysis.metrics import idle_agreement
 from analysis.persistence import compute_series
 from analysis.runs import analyse_run, group_table, runs_table, slowdowns
+from analysis.terminal import Summary, Table
 from analysis.whatif import costs
 from harness.partition.policies import ADAPTIVE
 
 FIRST_STEPS = 10
+
+
+def _keep(summary: Summary | None, table: Table) -> None:
+    """The table in the summary for the terminal and scripts, where one is being built."""
+    if summary is not None:
+        summary.add(table)
 
 
 def markdown_table(frame: pd.DataFrame, digits: int = 3) -> str:
@@ -80,7 +87,9 @@ def membership_lines(manifest: dict[str, Any]) -> list[str]:
     return [f"**Membership**: {'; '.join(events)}.", ""] if events else []
 
 
-def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
+def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
+                failslow: list[dict[str, Any]] | None = None) -> list[str]:
+    """The run's part of report.md; its fail-slow detections appended to `failslow`."""
     run = manifest.get("run", {})
     warmup = int(run.get("warmup_steps", 0))
     title = f"### {manifest.get('run_id', '?')}"
@@ -126,6 +135,12 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
     lines += ["Change points: " + ("none" if cps.empty else ""), ""]
     if not cps.empty:
         lines += [markdown_table(cps), ""]
+    lines += failslow_lines(tables["failslow"])
+    if failslow is not None:
+        from analysis.failslow import describe
+
+        failslow += [{"run_id": manifest.get("run_id", "?"), "detected": describe(r)}
+                     for r in tables["failslow"].itertuples()]
     if run.get("pipeline"):  # the what-if re-slices a data-parallel batch
         return lines
     what = tables["what_if"]
@@ -136,6 +151,46 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame) -> list[str]:
               "partition; every worker at the fastest one's per-sample rate would save "
               f"{c['cost_of_heterogeneity']:.1%} over the medians.", ""]
     return lines
+
+
+def failslow_lines(found: pd.DataFrame) -> list[str]:
+    from analysis.failslow import MIN_FACTOR, PERSIST, describe
+
+    if found.empty:
+        return [f"Fail-slow: none (no worker's time per sample moved {MIN_FACTOR:g}x or more "
+                f"and held {PERSIST} steps).", ""]
+    return ["Fail-slow: " + "; ".join(describe(r) for r in found.itertuples()) + ".", ""]
+
+
+def failslow_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                     summary: Summary | None = None) -> list[str]:
+    """The fail-slow detector against the emulated schedules, when some run has one."""
+    from analysis.failslow import MIN_FACTOR, PERSIST, scheduled, suite_check
+
+    if not any(scheduled(m) for m, _ in runs):
+        return []
+    table, s = suite_check(runs)
+    if summary is not None:
+        summary.headline.append(failslow_headline(s))
+    return ["## Fail-slow detection against the emulated schedules", "",
+            failslow_headline(s), "",
+            "Per emulated episode (a `slowdown_at` jump or drift of at least "
+            f"{MIN_FACTOR:g}x), and per worker whose detections match none: what the "
+            "detector (analysis/failslow.py) reported, the error in the step and factor "
+            "(detected / emulated - 1; `per sample`: read where the slice changed, so it "
+            "includes the fixed cost per step), and the delay: steps after the jump, or "
+            f"after a drift reached {MIN_FACTOR:g}x, until the detector run on the steps "
+            f"recorded so far reports it (a shift must hold {PERSIST} steps).", "",
+            markdown_table(table), ""]
+
+
+def failslow_headline(s: dict[str, float]) -> str:
+    return (f"Fail-slow detection: {s['found']}/{s['episodes']} emulated slowdowns found, "
+            f"step error {s['step_error_median']:.3g} (median of jumps), delay "
+            f"{s['delay_median']:.3g} steps (median; at most {s['delay_max']:.3g}), factor "
+            f"error {s['factor_error_median']:.1%} (median, at equal slice); false alarms: "
+            f"{s['steady_runs_alarmed']} of {s['steady_runs']} steady runs, "
+            f"{s['false_alarms_scheduled']} on runs with a schedule.")
 
 
 def side_by_side(by_setup: pd.DataFrame, setup_keys: list[str]) -> pd.DataFrame:
@@ -159,7 +214,7 @@ def side_by_side(by_setup: pd.DataFrame, setup_keys: list[str]) -> pd.DataFrame:
 
 
 def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                        target_loss: float) -> list[str]:
+                        target_loss: float, summary: Summary | None = None) -> list[str]:
     """Scenario x policy: efficiency, idle, recovery and time to a target loss, over repeats
     (only when some run repartitions or changes its emulated slowdown)."""
     from analysis.repartition import evaluation_table
@@ -175,14 +230,16 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     metrics = ["efficiency", "balance", "idle_fraction", "changes", "recovery_steps",
                "time_to_loss_s"]
     groups = table.groupby(["scenario", "policy"], sort=False)
-    summary = groups[metrics].agg(["mean", "std"])
-    summary.columns = [f"{m} {stat}" for m, stat in summary.columns]
-    summary.insert(0, "repeats", groups.size())
+    by_policy = groups[metrics].agg(["mean", "std"])
+    by_policy.columns = [f"{m} {stat}" for m, stat in by_policy.columns]
+    by_policy.insert(0, "repeats", groups.size())
     # The mean recovery leaves out repeats that never settled: say how many did.
     settled = groups["recovery_steps"].agg(lambda r: int(r.notna().sum()))
-    summary.insert(summary.columns.get_loc("recovery_steps mean"), "settled",
-                   [f"{n}/{size}" if abrupt else "" for n, size, abrupt in
-                    zip(settled, groups.size(), groups["abrupt"].any(), strict=True)])
+    by_policy.insert(by_policy.columns.get_loc("recovery_steps mean"), "settled",
+                     [f"{n}/{size}" if abrupt else "" for n, size, abrupt in
+                      zip(settled, groups.size(), groups["abrupt"].any(), strict=True)])
+    _keep(summary, Table("Repartitioning (mean and standard deviation over repeats)",
+                      by_policy.reset_index(), ("scenario", "policy")))
     return ["## Repartitioning", "",
             "Per scenario and policy, mean and standard deviation over repeats: "
             "heterogeneous efficiency, balance (per step, mean compute / slowest compute; "
@@ -191,10 +248,10 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             "steady level and holds for 20 steps (`settled`: repeats where it did; the "
             "mean is over those), seconds to a rolling loss of "
             f"{target_loss:g}.", "",
-            markdown_table(summary.reset_index()), ""]
+            markdown_table(by_policy.reset_index()), ""]
 
 
-def aggregator_section(table: pd.DataFrame) -> list[str]:
+def aggregator_section(table: pd.DataFrame, summary: Summary | None = None) -> list[str]:
     """Communication time per aggregator (torch.distributed, parameter servers, the
     frameworks' native ones), only when the runs use more than one."""
     if table.empty or table["aggregator"].nunique() < 2:
@@ -204,6 +261,8 @@ def aggregator_section(table: pd.DataFrame) -> list[str]:
     wide = groups.pivot_table(index=["framework", "aggregator"], columns="metric",
                               values="mean").reset_index()
     wide.insert(2, "repeats", groups.groupby(["framework", "aggregator"])["n"].max().to_numpy())
+    _keep(summary, Table("Communication by aggregator (ms, mean over repeats)", wide,
+                      ("framework", "aggregator")))
     return ["## Communication by aggregator", "",
             "Communication after the last arrival (reduced - arrival, idle excluded), median "
             "and p95 over workers and steps, mean over repeats (ms).", "",
@@ -211,7 +270,8 @@ def aggregator_section(table: pd.DataFrame) -> list[str]:
 
 
 def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                    evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+                    evals: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                    summary: Summary | None = None) -> list[str]:
     """Hardware against statistical efficiency per synchronisation scheme, and the
     staleness of their updates; only when the runs compare schemes."""
     from analysis.schemes import (
@@ -245,6 +305,8 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     view = view.drop(columns="repeats").reindex([r for r in order if r in view.index])
     view = view.reset_index()
     staleness = staleness_summary(staleness_counts(runs))
+    _keep(summary, Table("Synchronisation schemes: hardware against statistical efficiency "
+                      "(mean ± 95% over repeats)", view))
     return ["## Synchronisation schemes: hardware against statistical efficiency", "",
             "Per scheme, mean ± 95% t half-interval over repeats: samples/s into updates and "
             "idle fraction (hardware), mean staleness of the updates and share of computed "
@@ -259,7 +321,8 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             markdown_table(staleness), ""]
 
 
-def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                        summary: Summary | None = None) -> list[str]:
     """Held-out metric and time to target per run name, over repeats."""
     from analysis.convergence import convergence_groups, convergence_table
 
@@ -282,6 +345,8 @@ def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) ->
         view[f"{metric} ±95%"] = (ci[metric].reindex(first.index).to_numpy() if metric in ci
                                   else math.nan)
     view.insert(1, "metric", first["metric"].to_numpy())
+    _keep(summary, Table("Time to target (held-out; mean over the repeats that reached it)",
+                      view))
     return ["## Time to target (held-out)", "",
             "First held-out evaluation at which the run's target is reached: training "
             "seconds (evaluations excluded) and steps; mean and 95% t interval over the "
@@ -289,15 +354,18 @@ def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]]) ->
             markdown_table(view), ""]
 
 
-def table_section(heading: str, table: pd.DataFrame, explanation: str) -> list[str]:
-    """A report section of one table and what its columns mean; none for an empty table."""
+def table_section(heading: str, table: pd.DataFrame, explanation: str,
+                  summary: Summary | None = None, keys: tuple[str, ...] = ("run",)) -> list[str]:
+    """A report section of one table and what its columns mean (the table also in the
+    summary); none for an empty table."""
     if table.empty:
         return []
+    _keep(summary, Table(heading, table, keys))
     return [f"## {heading}", "", explanation, "", markdown_table(table), ""]
 
 
-def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
-                     ) -> list[str]:
+def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]],
+                     summary: Summary | None = None) -> list[str]:
     """Per stage of each pipelined run: measured against predicted time per micro-batch,
     and the bubble; only when some run pipelined its model."""
     from analysis.pipeline import pipeline_summary, pipeline_table
@@ -309,10 +377,11 @@ def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataF
         "measured / predicted - 1), and the bubble fraction: the share of the schedule's "
         "span the stage spent waiting for activations or gradients, or sending them "
         "(mean over waves; ideal_bubble: GPipe's (S - 1) / (Nm + S - 1) for equal "
-        "stages); each the mean over repeats, layers the split chosen most often.")
+        "stages); each the mean over repeats, layers the split chosen most often.", summary)
 
 
-def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                      summary: Summary | None = None) -> list[str]:
     """Bytes on the wire per step under each layer placement on the parameter servers;
     only when some run placed layers."""
     from analysis.traffic import traffic_summary, traffic_table
@@ -326,10 +395,11 @@ def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> li
         "data-parallel: tensors dealt round-robin over the servers; sharded: contiguous "
         "shards balanced by bytes; fc-on-server: the fully connected layers computed on "
         "the last server, their activations and gradients on the wire instead of their "
-        "weights.")
+        "weights.", summary)
 
 
-def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
+def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+                    summary: Summary | None = None) -> list[str]:
     """Each worker's exchange bandwidth against the slowest link it crosses; only when some
     run spans hosts (its manifest's `nodes`)."""
     from analysis.network import bandwidth_summary, bandwidth_table
@@ -346,17 +416,17 @@ def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list
         "servers on other hosts), the median exchange time (push + pull, or the "
         "communication after the last arrival: the wait for the straggler left out), "
         "the bandwidth that achieved and its share of that rate; means over repeats "
-        "(analysis/network.py).")
+        "(analysis/network.py).", summary)
 
 
 def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
           figures: Sequence[str] = (), target_loss: float = 0.5,
           evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = (),
           micro: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]] = ()
-          ) -> tuple[str, str]:
-    """(report.md text, terminal text) for the runs, given as (manifest, steps), with their
-    held-out evaluations as (manifest, evals) and micro-batch records as (manifest, steps,
-    micro-batches)."""
+          ) -> tuple[str, Summary]:
+    """(report.md text, the summary for the terminal and scripts) for the runs, given as
+    (manifest, steps), with their held-out evaluations as (manifest, evals) and micro-batch
+    records as (manifest, steps, micro-batches)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
     overview = table[["run_id", "status", "partial", "oversubscribed", "heterogeneity",
@@ -364,28 +434,19 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                       "idle_fraction", "efficiency", "oracle_efficiency", "compute_cv_max",
                       "cost_of_variability", "cost_of_imbalance"]]
     groups = group_table(table, by=["run"])
-    order = list(dict.fromkeys(groups["run"]))
-    wide = groups.pivot(index="run", columns="metric", values="mean").reindex(order)
-    ci = (groups.assign(ci=groups["ci_high"] - groups["mean"])
-          .pivot(index="run", columns="metric", values="ci").reindex(order))
-    n = groups.groupby("run", sort=False)["n"].max()
-    shown = ["samples_per_s", "compute_share", "comm_share", "idle_fraction", "efficiency",
-             "oracle_efficiency", "compute_cv_max", "residual_cv_max", "compute_p99_p50_max",
-             "cost_of_variability"]
-    group_view = pd.DataFrame({"run": wide.index, "repeats": n.reindex(wide.index).to_numpy()})
-    for metric in shown:
-        if metric in wide:
-            group_view[metric] = wide[metric].to_numpy()
-            group_view[f"{metric} ±95%"] = ci[metric].to_numpy() if metric in ci else math.nan
-    headline = _headline(groups)
+    group_view = _group_view(groups, GROUP_METRICS)
+    summary = Summary(headline=overall_headline(table, groups))
+    for title, metrics in TERMINAL_TOPICS:
+        _keep(summary, Table(title, _group_view(groups, metrics)))
     md = ["# hetbench report", "",
           f"{len(table)} run(s); heterogeneity: {', '.join(kinds)}. Partial runs (fewer "
           "steps than planned: failed or interrupted) are reported for the steps they have.",
-          "", "## What variability costs", "", *headline, "",
+          "", "## What variability costs", "", *summary.headline, "", *_headline(groups), "",
           "## Runs", "", markdown_table(overview), "",
           "## Across repeats (mean and 95% t interval over repeats)", "",
           markdown_table(group_view), "", "Definitions (analysis/registry.py):", "",
-          *registry.definitions(list(dict.fromkeys([*overview.columns, *shown]))), ""]
+          *registry.definitions(list(dict.fromkeys([*overview.columns, *GROUP_METRICS]))),
+          ""]
     setup_keys = ["framework", "aggregator", "workload", "policy", "devices"]
     by_setup = group_table(table, by=setup_keys)
     by_setup = by_setup[by_setup["metric"].isin(["compute_cv_max", "compute_p99_p50_max",
@@ -394,48 +455,92 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "Does the same variability occur across setups? Mean over runs and repeats "
            "[95% t interval], one column per setup.", "",
            markdown_table(side_by_side(by_setup, setup_keys)), ""]
-    md += aggregator_section(table)
-    schemes = schemes_section(runs, evals)
-    md += schemes
-    convergence = convergence_section(evals)
-    md += convergence
-    repartition = repartition_section(runs, target_loss)
-    md += repartition
-    pipelines = pipeline_section(micro)
-    md += pipelines
-    placements = placement_section(runs)
-    md += placements
-    network = network_section(runs)
-    md += network
+    md += aggregator_section(table, summary)
+    md += schemes_section(runs, evals, summary)
+    md += convergence_section(evals, summary)
+    md += repartition_section(runs, target_loss, summary)
+    md += pipeline_section(micro, summary)
+    md += placement_section(runs, summary)
+    md += network_section(runs, summary)
+    md += failslow_section(runs, summary)
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
+    detected: list[dict[str, Any]] = []
     for manifest, steps in runs:
-        md += run_section(manifest, steps)
-    def text(frame: pd.DataFrame) -> str:
-        return frame.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+        md += run_section(manifest, steps, detected)
+    _keep(summary, Table("Fail-slow: workers that became slower and stayed so "
+                      "(analysis/failslow.py)", pd.DataFrame(detected), ("run_id",)))
+    return "\n".join(md), summary
 
-    terminal = [*headline, "", "Runs:", text(overview), "", "Across repeats:", text(group_view)]
-    if schemes:
-        terminal += ["", schemes[0].lstrip("# "), schemes[4]]
-    if convergence:
-        terminal += ["", convergence[0].lstrip("# "), convergence[-2]]
-    if repartition:
-        terminal += ["", *(line for line in repartition if not line.startswith("Per "))]
-    if placements:
-        from analysis.traffic import traffic_summary, traffic_table
 
-        terminal += ["", placements[0].lstrip("# "), text(traffic_summary(traffic_table(runs)))]
-    if network:
-        from analysis.network import bandwidth_summary, bandwidth_table
+GROUP_METRICS = ["samples_per_s", "compute_share", "comm_share", "idle_fraction", "efficiency",
+                 "oracle_efficiency", "compute_cv_max", "residual_cv_max",
+                 "compute_p99_p50_max", "cost_of_variability"]
+# The terminal's per-run tables, by topic, each narrow enough for 100 columns
+TERMINAL_TOPICS = [
+    ("Throughput (mean ± 95% t interval over repeats)",
+     ["samples_per_s", "idle_fraction", "efficiency", "oracle_efficiency"]),
+    ("Where the time goes and what variability costs",
+     ["compute_share", "comm_share", "cost_of_variability", "cost_of_imbalance"]),
+    ("Variability of compute time (the most variable worker)",
+     ["compute_cv_max", "residual_cv_max", "compute_p99_p50_max"]),
+]
 
-        terminal += ["", network[0].lstrip("# "), text(bandwidth_summary(bandwidth_table(runs)))]
-    if pipelines:
-        from analysis.pipeline import pipeline_summary, pipeline_table
 
-        terminal += ["", pipelines[0].lstrip("# "),
-                     text(pipeline_summary(pipeline_table(micro)))]
-    return "\n".join(md), "\n".join(terminal)
+def _group_view(groups: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """One row per run name: repeats, and each metric's mean and 95% half-interval."""
+    order = list(dict.fromkeys(groups["run"]))
+    wide = groups.pivot(index="run", columns="metric", values="mean").reindex(order)
+    ci = (groups.assign(ci=groups["ci_high"] - groups["mean"])
+          .pivot(index="run", columns="metric", values="ci").reindex(order))
+    n = groups.groupby("run", sort=False)["n"].max()
+    view = pd.DataFrame({"run": wide.index, "repeats": n.reindex(wide.index).to_numpy()})
+    for metric in metrics:
+        if metric in wide:
+            view[metric] = wide[metric].to_numpy()
+            view[f"{metric} ±95%"] = ci[metric].to_numpy() if metric in ci else math.nan
+    return view
+
+
+def overall_headline(table: pd.DataFrame, groups: pd.DataFrame) -> list[str]:
+    """What the suite found, in a few sentences: how many runs, what variability and the
+    imbalance cost at the least and most, the fastest and slowest configuration, and the
+    runs whose numbers need care (not completed, oversubscribed)."""
+    if table.empty:
+        return ["No runs."]
+    repeats = groups.groupby("run")["n"].max() if len(groups) else pd.Series(dtype=int)
+    low, high = (int(repeats.min()), int(repeats.max())) if len(repeats) else (1, 1)
+    lines = [f"{len(table)} run(s): {table['run'].nunique()} configuration(s) x "
+             + (f"{low}" if low == high else f"{low}-{high}") + " repeat(s)"
+             + (" (one repeat: no intervals)." if high == 1 else ".")]
+    means = groups.pivot(index="run", columns="metric", values="mean") if len(groups) else \
+        pd.DataFrame()
+    if "cost_of_variability" in means and means["cost_of_variability"].notna().any():
+        v, i = means["cost_of_variability"].dropna(), means["cost_of_imbalance"].dropna()
+        lines.append(f"Variability costs {_span(v)} beyond the mean imbalance; the "
+                     f"imbalance costs {_span(i)} over a balanced partition.")
+    if "samples_per_s" in means and means["samples_per_s"].notna().any():
+        rate = means["samples_per_s"].dropna()
+        lines.append(f"Fastest: {rate.idxmax()}, {rate.max():.3g} samples/s; slowest: "
+                     f"{rate.idxmin()}, {rate.min():.3g} samples/s.")
+    unfinished = table[table["status"] != "completed"]
+    if len(unfinished):
+        lines.append(f"Not completed ({len(unfinished)}): " + ", ".join(
+            f"{r.run_id} {r.status}" for r in unfinished.itertuples()) + ".")
+    crowded = table[table["oversubscribed"].fillna(False).astype(bool)]
+    if len(crowded):
+        lines.append(f"Oversubscribed ({len(crowded)} of {len(table)}): more worker threads "
+                     "than cores, so their timings include waiting for a core.")
+    return lines
+
+
+def _span(values: pd.Series) -> str:
+    """'1.5% (natural.x) to 6.7% (drift.y)', or one value."""
+    if len(values) == 1:
+        return f"{values.iloc[0]:.1%}"
+    return (f"{values.min():.1%} ({values.idxmin()}) to {values.max():.1%} "
+            f"({values.idxmax()})")
 
 
 def _headline(groups: pd.DataFrame) -> list[str]:

@@ -97,6 +97,7 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
                 manifest: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """Every per-run table the report shows: metrics, variability, idle, stragglers and
     their causes, persistence and what-if (what the 1M-record benchmark times)."""
+    from analysis.failslow import detect
     from analysis.metrics import (
         after_warmup,
         complete_steps,
@@ -124,5 +125,6 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
         "causes": cause_shares(attribution),
         "autocorrelation": autocorrelation(d),
         "change_points": change_points(d),
+        "failslow": detect(d),
         "what_if": what_if(d, 0, manifest),
     }

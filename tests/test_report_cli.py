@@ -34,9 +34,14 @@ def suite_folder(tmp_path: Path) -> Path:
 def test_report_writes_markdown_and_figures(suite_folder: Path, capsys) -> None:
     assert main(["report", str(suite_folder)]) == 0
     out = capsys.readouterr().out
-    assert "pair: variability costs" in out and "3 repeats" in out
+    # The headline first, then tables that fit 100 columns
+    assert out.startswith("4 run(s): 2 configuration(s) x 1-3 repeat(s).\n")
+    assert "Not completed (1): broken-r0 failed." in out
+    summary = out.split("\nreport: ")[0]  # then the files' paths, as long as they are
+    assert max(len(line) for line in summary.splitlines()) <= 100
     report_dir = suite_folder / "report"
     text = (report_dir / "report.md").read_text()
+    assert "- pair: variability costs" in text and "over 3 repeats" in text
     assert "| step | worker 0 | worker 1 |" in text
     assert "| broken-r0 | failed | True |" in text  # partial runs are reported, and marked
     assert "Straggler excess" in text and "What-if" in text

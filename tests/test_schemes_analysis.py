@@ -23,6 +23,7 @@ from analysis.schemes import (
     staleness_counts,
     staleness_summary,
 )
+from analysis.terminal import render
 from harness.records import collector
 from harness.records.collector import RECORD_DTYPE
 from harness.spec.errors import UsageError
@@ -157,13 +158,13 @@ def test_scheme_table_puts_hardware_beside_statistical_efficiency() -> None:
 
 def test_report_and_figures_compare_the_schemes(tmp_path: Path) -> None:
     runs, run_evals = scheme_runs()
-    markdown, terminal = report.build(runs, evals=run_evals)
+    markdown, summary = report.build(runs, evals=run_evals)
     section = markdown.split("## Synchronisation schemes")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows[2].startswith("| bsp | torch | 0 | 2/2 |")  # in the runs' order
     assert rows[3].startswith("| async | ps-async | inf | 2/2 |")
     assert "### Staleness of the updates" in section
-    assert "Synchronisation schemes" in terminal
+    assert "Synchronisation schemes" in render(summary)
     names = {p.name for p in write_all(runs, tmp_path, run_evals)}
     assert {"tradeoff.png", "tradeoff.pdf", "staleness.png"} <= names
     # all-reduce runs alone get no schemes section

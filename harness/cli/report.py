@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also report.html: one self-contained page (figures embedded, "
                              "configuration, environment, regression history of the "
                              "committed baselines)")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="the summary printed: text that fits 100 columns (default), "
+                             "or JSON with the same headline and tables for scripts")
     parser.add_argument("--target-loss", type=float, default=0.5,
                         help="loss for the time-to-target column of repartitioning runs "
                              "(default 0.5)")
@@ -37,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or (first.parent if (first / "manifest.json").is_file() else first) / "report"
     writable_folder(out, "--out")
     write_missing_traces([r for runs in suites.values() for r in runs])
+    printed = {}
     for name, runs in suites.items():
-        if len(suites) > 1:
+        if len(suites) > 1 and args.format == "text":
             print(f"\n== suite {name} ==\n")
-        report_suite(runs, out if len(suites) == 1 else writable_folder(out / name, "--out"),
-                     args)
+        printed[name] = report_suite(
+            runs, out if len(suites) == 1 else writable_folder(out / name, "--out"), args)
+    if args.format == "json":
+        print(json.dumps(printed, indent=1))
     return 0
 
 
@@ -60,9 +67,10 @@ def write_missing_traces(runs: list[Any]) -> None:
                  f"({exc.strerror or exc})")
 
 
-def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None:
-    """report.md (and the figures) of one suite's runs in `out`, the summary printed."""
-    from analysis import report
+def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """report.md (and the figures) of one suite's runs in `out`; the summary printed as
+    text, or returned for JSON."""
+    from analysis import report, terminal
 
     runs = [(r.manifest, r.steps) for r in loaded]
     evals = [(r.manifest, r.evals) for r in loaded]
@@ -72,13 +80,19 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> None
         from analysis.figures import write_all
 
         figures = [p.name for p in write_all(runs, out, evals, micro) if p.suffix == ".png"]
-    markdown, terminal = report.build(runs, figures, args.target_loss, evals, micro)
+    markdown, summary = report.build(runs, figures, args.target_loss, evals, micro)
     (out / "report.md").write_text(markdown)
-    print(terminal)
-    print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))
+    files = {"report": str(out / "report.md"), "figures": [str(out / f) for f in figures]}
     if args.html:
         write_html(runs, markdown, out)
-        print(f"html: {out / 'report.html'}")
+        files["html"] = str(out / "report.html")
+    if args.format == "json":
+        return {**terminal.as_data(summary), **files}
+    print(terminal.render(summary))
+    print(f"\nreport: {out / 'report.md'}" + (f" ({len(figures)} figures)" if figures else ""))
+    if args.html:
+        print(f"html: {files['html']}")
+    return files
 
 
 def write_html(runs: list[Any], markdown: str, out: Path) -> None:
