@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("harness.cli.ci", "regression gate: a suite for --base REF and this tree, compared"),
     "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),
     "figures": ("harness.cli.figures", "write the paper figures (PNG and PDF) for runs"),
+    "export": ("harness.cli.export", "runs as TensorBoard scalars or MLPerf-style logs"),
     "paper": ("harness.cli.paper", "every figure and the study's table (Markdown, LaTeX) "
               "of recorded runs, in one command"),
     "simulate": ("harness.cli.simulate", "fit recorded runs, simulate 8 to 4,096 workers "

@@ -1,0 +1,66 @@
+"""`hetbench export RESULTS... --to FORMAT DIR`: recorded runs where researchers already
+look: TensorBoard scalars (tensorboard), MLPerf-style `:::MLLOG` logs (mlperf)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from harness.cli import launches
+from harness.spec.errors import UsageError
+
+# format -> the package it writes with (the `export` extra: pip install 'hetbench[export]')
+FORMATS = {"tensorboard": "tensorboard", "mlperf": "mlperf_logging"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    launches.add_arguments(parser)
+    parser.add_argument("paths", nargs="+", type=Path,
+                        help="run directories, or suite/results folders holding them")
+    parser.add_argument("--to", nargs=2, metavar=("FORMAT", "DIR"), required=True,
+                        help="tensorboard: per-step scalars of each worker (phases, idle, "
+                             "slice, staleness) and the held-out evaluations, one event folder "
+                             "per worker under DIR/RUN_ID/ (tensorboard --logdir DIR); mlperf: "
+                             "DIR/RUN_ID.log of each run with evaluations, in :::MLLOG lines, "
+                             "checked with MLPerf's compliance checker")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.records.results import finished_runs_by_suite, note, writable_folder
+
+    kind, folder = args.to
+    if kind not in FORMATS:
+        raise UsageError("--to", f"{kind!r}: the format is one of {', '.join(FORMATS)}, "
+                                 "then a folder")
+    if not folder.strip():
+        raise UsageError("--to", "empty folder: name one ('.' for the current one)")
+    if importlib.util.find_spec(FORMATS[kind]) is None:
+        raise UsageError("--to", f"{kind} needs the {FORMATS[kind].replace('_', '-')} package: "
+                                 "pip install 'hetbench[export]'")
+    out = writable_folder(Path(folder), "--to")
+    suites = finished_runs_by_suite(args.paths, f"exported together into {out}",
+                                    launches.choice(args))
+    runs = [r for loaded in suites.values() for r in loaded]
+    failed = 0
+    if kind == "tensorboard":
+        from analysis.to_tensorboard import export as to_tensorboard
+
+        for r in runs:
+            for written in to_tensorboard(r.manifest, r.steps, r.evals, out):
+                print(written)
+        print(f"\nread them with: tensorboard --logdir {out}")
+        return 0
+    from analysis.to_mlperf import RULESET, check
+    from analysis.to_mlperf import export as to_mlperf
+
+    for r in runs:
+        path = out / f"{r.manifest.get('run_id', r.run_dir.name)}.log"
+        if not to_mlperf(r.manifest, r.evals, path):
+            note(f"{r.run_dir}: no held-out evaluations (eval_every), so no MLPerf log")
+            continue
+        problems = check(path)
+        verdict = "passed" if not problems else f"FAILED: {problems[0].splitlines()[0]}"
+        print(f"{path}: MLPerf compliance checker, training {RULESET} common rules: {verdict}")
+        failed += bool(problems)
+    return 1 if failed else 0
