@@ -3,7 +3,7 @@ worker's phases as spans on one time axis (idle before the all-reduce visible), 
 table (each worker's compute time per batch for consecutive batches, the straggler of each
 batch marked).
 
-The spans tile a step exactly as the trace's do (harness.records.collector.trace_slices): one
+The spans tile a step exactly as the trace's do (harness.records.trace.slice_table): one
 definition of where idle ends and communication begins."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.metrics import after_warmup, complete_steps, instrumented
-from harness.records.collector import trace_slices
+from harness.records.trace import slice_table
 
 STEPS_SHOWN = 6  # consecutive steps in a timeline or a table
 
@@ -39,11 +39,12 @@ def step_spans(steps: pd.DataFrame, warmup_steps: int, count: int = STEPS_SHOWN
     arrival = rows.groupby("step")["ready_ns"].transform("max")
     # the trace's "allreduce" slice is the communication after the last arrival: "comm",
     # as the analysis names it
-    spans = [(e["pid"] - 1, e["args"]["step"], "comm" if e["name"] == "allreduce" else e["name"],
-              e["ts"] / 1e3, e["dur"] / 1e3)
-             for e in trace_slices(rows, arrival, origin)
-             if e["cat"] == "phase" and e["dur"] > 0]
-    return pd.DataFrame(spans, columns=columns)
+    t = pd.DataFrame(slice_table(rows, arrival.to_numpy(), origin))
+    t = t[(t["cat"] == "phase") & (t["dur_ns"] > 0)]
+    return pd.DataFrame({"rank": t["pid"] - 1, "step": t["step"],
+                         "phase": t["name"].replace({"allreduce": "comm"}),
+                         "start_ms": t["ts_ns"] / 1e6, "duration_ms": t["dur_ns"] / 1e6},
+                        columns=columns).reset_index(drop=True)
 
 
 def batch_times(steps: pd.DataFrame, warmup_steps: int, count: int = STEPS_SHOWN

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.records import collector, manifest
+from harness.records import collector, manifest, trace
 from harness.records.collector import RECORD_DTYPE
 
 MS = 1_000_000
@@ -67,5 +67,5 @@ def write_run(folder: Path, steps: pd.DataFrame, name: str = "r", repeat: int = 
     meta.update(status=status, standalone=standalone or [])
     manifest.write(run_dir, meta)
     collector.write_steps(run_dir, steps)
-    collector.write_trace(run_dir, steps, [f"worker {r}" for r in range(len(slowdown))])
+    trace.write_trace(run_dir, steps, [f"worker {r}" for r in range(len(slowdown))])
     return run_dir

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.metrics import run_summary, with_derived, worker_summary
 from harness.records import collector
+from harness.records import trace as trace_writer
 from harness.records.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
 from tests.trace_check import check_trace
 
@@ -39,7 +41,7 @@ def finalize(run_dir: Path, arrays: list[np.ndarray], labels: list[str],
              last_steps: int | None = None) -> int:
     """What closing a run writes of its records: steps.parquet, then the trace."""
     frame = collector.write_records(run_dir, arrays)
-    collector.write_trace(run_dir, frame, labels, last_steps)
+    trace_writer.write_trace(run_dir, frame, labels, last_steps)
     return len(frame)
 
 
@@ -81,7 +83,7 @@ def test_finalize_writes_parquet_and_a_chrome_trace(tmp_path: Path) -> None:
 
 def test_the_trace_is_written_in_chunks_and_splits_an_asynchronous_exchange(
         tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(collector, "TRACE_CHUNK_ROWS", 2)  # 5 rows: three chunks
+    monkeypatch.setattr(trace_writer, "CHUNK_ROWS", 2)  # 5 rows: three chunks
     rows = [record(0, s, 1000 * s, 1000 * s + 300, 1000 * s + 900) for s in range(5)]
     array = np.array(rows, dtype=RECORD_DTYPE)
     array["asynchronous"], array["push_ns"], array["wait_ns"] = True, 100, 250
@@ -139,3 +141,50 @@ def test_the_trace_holds_the_last_trace_steps_steps_or_none(tmp_path: Path) -> N
     (tmp_path / "trace.json").unlink()
     finalize(tmp_path, arrays, ["a", "b"], last_steps=0)
     assert not (tmp_path / "trace.json").exists()
+
+
+def test_a_trace_window_holds_its_steps_and_at_most_max_rows(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """`trace_steps = "2-4"` holds steps 2 to 4; any window keeps the last whole steps
+    that fit in MAX_ROWS rows (a trace Perfetto's UI can load)."""
+    arrays = [np.array([record(r, s, 1000 * s, 1000 * s + 300, 1000 * s + 900)
+                        for s in range(10)], dtype=RECORD_DTYPE) for r in range(2)]
+
+    def traced_steps(window: Any) -> list[int]:
+        finalize(tmp_path, arrays, ["a", "b"], last_steps=window)
+        events = check_trace(tmp_path / "trace.json")
+        return sorted({e["args"]["step"] for e in events["X"]})
+
+    assert traced_steps((2, 4)) == [2, 3, 4]
+    monkeypatch.setattr(trace_writer, "MAX_ROWS", 5)  # two rows a step: the last 2 steps
+    assert traced_steps(None) == [8, 9]
+    assert traced_steps((2, 6)) == [5, 6]
+
+
+def test_counters_flows_and_idle_are_where_the_records_put_them(tmp_path: Path) -> None:
+    """The trace's counters, flows and idle, read back, against values known by
+    construction (tests/trace_check.py checks the format): a lockstep pair whose slices
+    and memory change once, its second worker late at odd steps."""
+    rows = [record(r, s, 1000 * s, 1000 * s + 300 + 50 * r * (s % 2), 1000 * s + 900)
+            for s in range(6) for r in range(2)]
+    array = np.array(rows, dtype=RECORD_DTYPE)
+    array["batch_size"] = [8 if s < 3 else 12 for s in range(6) for _ in range(2)]
+    array["rss_bytes"] = [(100 + (s > 2)) << 20 for s in range(6) for _ in range(2)]
+    finalize(tmp_path, [array[array["rank"] == r] for r in range(2)], ["a", "b"])
+    events = check_trace(tmp_path / "trace.json",
+                         pd.read_parquet(tmp_path / "steps.parquet"))
+    counters = [(c["pid"], c["name"], c["args"]["value"], c["ts"]) for c in events["C"]]
+    assert counters == [
+        (1, "slice (samples)", 8.0, 0.0), (1, "rss (MiB)", 100.0, 0.0),
+        (2, "slice (samples)", 8.0, 0.0), (2, "rss (MiB)", 100.0, 0.0),
+        (1, "slice (samples)", 12.0, 3.0), (1, "rss (MiB)", 101.0, 3.0),
+        (2, "slice (samples)", 12.0, 3.0), (2, "rss (MiB)", 101.0, 3.0)]
+    # worker 1 is ready 50 ns later at odd steps: worker 0 waits for it there; at even
+    # steps both are ready at once and the first (worker 0) counts as the last
+    flows = [(s["id"], s["pid"], f["pid"], s["ts"]) for s, f in zip(events["s"], events["f"],
+                                                                      strict=True)]
+    assert flows == [("0-1", 1, 2, 0.3), ("1-0", 2, 1, 1.35), ("2-1", 1, 2, 2.3),
+                     ("3-0", 2, 1, 3.35), ("4-1", 1, 2, 4.3), ("5-0", 2, 1, 5.35)]
+    idle = {e["args"]["step"]: e["dur"] for e in events["X"]
+            if e["name"] == "idle" and e["pid"] == 1}
+    assert idle == {0: 0.0, 1: 0.05, 2: 0.0, 3: 0.05, 4: 0.0, 5: 0.05}

@@ -538,19 +538,19 @@ def test_a_run_is_closed_before_its_trace_and_report_writes_a_missing_trace(
         run_dir: Path, hetbench, monkeypatch: pytest.MonkeyPatch) -> None:
     """A signal's run is closed (steps.parquet, manifest) before the trace, which a long
     run took minutes to write; a trace cut short is written by the next report."""
-    from harness.records import rundir
+    from harness.records import rundir, trace
 
     to_parts(run_dir)
     running(run_dir, None)
     run = whole_run_spec(run_dir)
     status_when_traced: list[str] = []
-    write_trace = collector.write_trace
+    write_trace = trace.write_trace
 
     def watching(*args: Any, **kwargs: Any) -> None:
         status_when_traced.append(json.loads((run_dir / "manifest.json").read_text())["status"])
         write_trace(*args, **kwargs)
 
-    monkeypatch.setattr(collector, "write_trace", watching)
+    monkeypatch.setattr(trace, "write_trace", watching)
     rundir.close_run(run_dir, run, "interrupted", "interrupted by SIGTERM")
     assert status_when_traced == ["interrupted"]
     steps = pd.read_parquet(run_dir / collector.STEPS_FILE)

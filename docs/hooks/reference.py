@@ -168,7 +168,9 @@ DESCRIPTIONS: dict[str, str] = {
                          "(heterogeneous efficiency)",
     "RunSpec.calibrate_steps": "steps timed per worker when `calibrate` is true",
     "RunSpec.trace_steps": "trace.json holds the run's last this many steps (all of a "
-                           "shorter run); 0: no trace",
+                           "shorter run), or the steps of a window \"A-B\" (A to B); 0: no "
+                           "trace; at most 100,000 worker-steps either way, the last that "
+                           "fit (about 130 MB: what Perfetto's UI loads)",
     "RunSpec.aggregator": "how gradients meet: a name or a table ([aggregator](#aggregator))",
     "RunSpec.size": "model size",
     "RunSpec.optimizer": "a name or a table ([optimizer](#optimizer))",

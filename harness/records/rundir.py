@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector, jsonfile, manifest
+from harness.records import collector, jsonfile, manifest, trace
 from harness.spec.errors import NotClosed, UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.system import environment, procfs, services
@@ -124,7 +124,7 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
             raise NotClosed(run_dir, exc) from exc
     if frame is not None:  # closed: the trace is derived, and bounded (run.trace_steps)
         try:
-            collector.write_trace(run_dir, frame, labels(infos), run.trace_steps)
+            trace.write_trace(run_dir, frame, labels(infos), run.trace_steps)
         except OSError:  # a full disk: `hetbench report` writes a missing trace later
             pass
     collector.remove_temporary(run_dir)
@@ -139,13 +139,14 @@ def labels(infos: list[dict[str, Any]]) -> list[str]:
 def write_missing_trace(run_dir: Path, meta: dict[str, Any], steps: Any) -> bool:
     """A closed run's trace, where its closing stopped before the trace (a SIGKILL during
     it, a full disk): written from its steps; True when written."""
-    trace_steps = int(meta.get("run", {}).get("trace_steps", RunSpec.trace_steps))
+    trace_steps = trace.recorded_window(meta.get("run", {}).get("trace_steps",
+                                                                RunSpec.trace_steps))
     if (meta.get("status") == "running" or trace_steps == 0 or steps.empty
             or (run_dir / collector.TRACE_FILE).exists()):
         return False
     infos = meta.get("workers") or []
     columns = [c for c in collector.RECORD_FIELDS if c in steps.columns]
-    collector.write_trace(run_dir, steps[columns], labels(infos), trace_steps)
+    trace.write_trace(run_dir, steps[columns], labels(infos), trace_steps)
     return True
 
 
@@ -166,8 +167,8 @@ def complete(run_dir: Path, arrays: list[Any], infos: list[dict[str, Any]],
                            rows=len(frame), clock={"same_clock": same_clock,
                                                    "applied": not same_clock, **clock},
                            backend=backend, **closing)
-    collector.write_trace(run_dir, frame, labels(infos),
-                          int(meta["run"].get("trace_steps", RunSpec.trace_steps)))
+    trace.write_trace(run_dir, frame, labels(infos), trace.recorded_window(
+        meta["run"].get("trace_steps", RunSpec.trace_steps)))
 
 
 def recover(run_dir: Path) -> RunResult:

@@ -116,9 +116,10 @@ class RunSpec:
     pipeline: PipelineSpec | None = None
     # where a parameter-server aggregator puts the layers (PLACEMENTS); None: "sharded"
     placement: str | None = None
-    # the trace (trace.json) holds the last this many steps; 0: no trace. A long run's
-    # trace of every step would take minutes to write and more memory than Perfetto has.
-    trace_steps: int = 5000
+    # the trace (trace.json) holds the last this many steps, or the window (first, last) of
+    # steps ("A-B" in a suite); 0: no trace. A long run's trace of every step would be more
+    # than Perfetto's UI can hold (harness.records.trace.MAX_ROWS bounds it too).
+    trace_steps: int | tuple[int, int] = 5000
 
     @property
     def world_size(self) -> int:
@@ -357,6 +358,16 @@ def _suite_name(suite: dict[str, Any], source: str) -> str:
                          "sets no name") from None
 
 
+def trace_window(value: Any, where: str) -> int | tuple[int, int]:
+    """`trace_steps`: a count of steps (the last ones; 0: no trace) or a window "A-B"."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+        if not match or int(match[1]) > int(match[2]):
+            raise UsageError(where, f"{value[:40]!r}: a window is 'A-B', steps A to B with "
+                                    "A <= B; or a count of the last steps (0: no trace)")
+        return int(match[1]), int(match[2])
+    return integer(value, where, minimum=0, maximum=MAX_STEPS)
+
 def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None
               ) -> RunSpec:
     """One [[runs]] table over the suite's [defaults]; errors name the table a value came
@@ -446,8 +457,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
                                 maximum=MAX_STEPS),
-        trace_steps=integer(values["trace_steps"], at("trace_steps"), minimum=0,
-                            maximum=MAX_STEPS),
+        trace_steps=trace_window(values["trace_steps"], at("trace_steps")),
         aggregator=aggregator,
         size=size,
         optimizer=optimizer,
@@ -499,6 +509,8 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "target": TargetSpec(**target) if target else None,
         "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,
         "pipeline": pipeline_from_dict(data.get("pipeline")),
+        "trace_steps": tuple(data["trace_steps"]) if isinstance(data.get("trace_steps"), list)
+        else data.get("trace_steps", RunSpec.trace_steps),
     })
 
 
