@@ -49,13 +49,20 @@ def synthetic_parts(run_dir: Path, records: int, collector: object) -> None:
         path.write_bytes(rows.tobytes())
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+def records_and_checkout(description: str) -> argparse.Namespace:
+    """--records N and --repo DIR (the checkout whose harness is imported: put first on
+    the path), as the benchmarks of closing and of the trace take them."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     args = parser.parse_args()
     sys.path.insert(0, str(args.repo.resolve()))
+    return args
+
+
+def main() -> int:
+    args = records_and_checkout(__doc__ or "")
     from harness.records import collector, rundir
     from harness.spec.suite import load_suite
 

@@ -12,7 +12,6 @@ before the vectorised writer (harness.records.collector.write_trace) is timed th
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -22,16 +21,12 @@ from typing import Any
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
-    args = parser.parse_args()
-    sys.path.insert(0, str(args.repo.resolve()))
-    sys.path.insert(1, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from close_time import records_and_checkout, synthetic_parts
+
+    args = records_and_checkout(__doc__ or "")
     import numpy as np
     import pandas as pd
-    from close_time import synthetic_parts
 
     from harness.records import collector
     from harness.spec.suite import RunSpec
