@@ -165,7 +165,8 @@ def failslow_lines(found: pd.DataFrame) -> list[str]:
 def failslow_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                      summary: Summary | None = None) -> list[str]:
     """The fail-slow detector against the emulated schedules, when some run has one."""
-    from analysis.failslow import MIN_FACTOR, PERSIST, scheduled, suite_check
+    from analysis.failslow import MIN_FACTOR, PERSIST
+    from analysis.failslow_check import scheduled, suite_check
 
     if not any(scheduled(m) for m, _ in runs):
         return []

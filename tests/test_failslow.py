@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.failslow import PERSIST, check, describe, detect, suite_check
+from analysis.failslow import PERSIST, describe, detect
+from analysis.failslow_check import check, suite_check
 from harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 
