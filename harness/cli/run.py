@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -121,16 +122,13 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
         figures = []
         print(f"hetbench: could not write the figures ({exc.filename or args.out}: "
               f"{exc.strerror or exc}); `hetbench figures` draws them later", file=sys.stderr)
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-          + f"; results in {args.out / suite.name}")
+    outcomes, failed = outcome_counts(results)
+    print(f"\n{outcomes}; results in {args.out / suite.name}")
     if figures:
         print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
     print(SUMMARY_DEFINITIONS)
     print(f"full analysis: hetbench report {args.out / suite.name}")
-    return 1 if counts.get("failed") else 0
+    return 1 if failed else 0
 
 
 def print_share(result: Any) -> None:
@@ -140,12 +138,16 @@ def print_share(result: Any) -> None:
 
 
 def _share_summary(results: list[Any], suite_dir: Path) -> int:
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-          + f"; node 0 holds the runs, this host its parts of them in {suite_dir}")
-    return 1 if counts.get("failed") else 0
+    outcomes, failed = outcome_counts(results)
+    print(f"\n{outcomes}; node 0 holds the runs, this host its parts of them in {suite_dir}")
+    return 1 if failed else 0
+
+
+def outcome_counts(results: list[Any]) -> tuple[str, bool]:
+    """'2 completed, 1 failed' of the suite's runs, and whether any failed."""
+    counts = Counter(result.status for result in results)
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())), \
+        bool(counts.get("failed"))
 
 
 def refuse_interfaces(suite: Any) -> None:
