@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,42 @@ def test_torn_last_row_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
     rows = collector.read_part(path)
     assert rows["step"].tolist() == [0, 1, 2, 3, 4]
     assert collector.steps_done(tmp_path, 1) == 5
+
+
+class Stopped(Exception):
+    pass
+
+
+def test_a_stop_signal_during_a_flush_writes_no_row_twice(tmp_path: Path, monkeypatch) -> None:
+    """The workers' SIGINT handler raises wherever it lands; the writer's close() then flushes
+    whatever is still pending. A signal arriving just as the rows reach the file must not leave
+    them pending (seen once: a ctrl-c'd run with one step twice in steps.parquet)."""
+    def raise_stopped(signum: int, frame: Any) -> None:
+        raise Stopped
+
+    real_write = os.write
+
+    def write_then_signal(fd: int, data: bytes) -> int:
+        written = real_write(fd, data)
+        os.kill(os.getpid(), signal.SIGINT)  # delivered the moment Python may run a handler
+        return written
+
+    previous = signal.signal(signal.SIGINT, raise_stopped)
+    path = collector.part_path(tmp_path, 0)
+    writer = RecordWriter(path, flush_every=2)
+    try:
+        monkeypatch.setattr(collector.os, "write", write_then_signal)
+        try:
+            for step in range(4):
+                writer.append(record(0, step, 1000 * step, 1000 * step + 500, 1000 * step + 900))
+        except Stopped:
+            pass
+        monkeypatch.setattr(collector.os, "write", real_write)
+    finally:
+        writer.close()
+        signal.signal(signal.SIGINT, previous)
+    assert collector.read_part(path)["step"].tolist() == [0, 1]
+    assert writer.records()["step"].tolist() == [0, 1]
 
 
 def finalize(run_dir: Path, arrays: list[np.ndarray], labels: list[str],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -143,6 +144,9 @@ def micro_part_path(run_dir: Path, rank: int) -> Path:
     return run_dir / PARTS_DIR / f"micro-rank{rank}.bin"
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 class RecordWriter:
     """Buffers record tuples and appends them to the rank's part file every few steps."""
 
@@ -166,9 +170,16 @@ class RecordWriter:
     def flush(self) -> None:
         if self._pending:
             rows = np.array(self._pending, dtype=self._dtype)
-            os.write(self._fd, rows.tobytes())
-            self._written.append(rows)
-            self._pending = []
+            # Workers turn SIGINT and SIGTERM into an exception that may land on any line:
+            # landing between the write and the clear, it would make close() write these
+            # rows a second time. Held back here, it lands once both are done.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                os.write(self._fd, rows.tobytes())
+                self._written.append(rows)
+                self._pending = []
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self._last_flush = time.perf_counter_ns()
 
     def records(self) -> np.ndarray:
