@@ -56,6 +56,10 @@ def lockstep(steps: pd.DataFrame) -> bool:
 
 
 def after_warmup(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
+    """The steps summaries count: past warm-up, and none the profiler touched (column
+    `profiled`, harness.records.collector.with_profiled)."""
+    if "profiled" in steps and steps["profiled"].any():
+        steps = steps[~steps["profiled"].astype(bool)]
     if warmup_steps <= 0:
         return steps
     return steps[steps["step"] >= warmup_steps]
@@ -90,7 +94,7 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
                 "idle_fraction": np.nan, "compute_share": np.nan, "comm_share": np.nan}
     per_step = steps.groupby("step").agg(begin=("begin_ns", "min"), end=("end_ns", "max"))
     per_step["samples"] = counted_samples(steps).groupby(steps["step"]).sum()
-    wall_s = (per_step["end"].max() - per_step["begin"].min()) / 1e9
+    wall_s = spanned_ns(per_step["begin"], per_step["end"]) / 1e9
     summary = {
         "steps": int(len(per_step)),
         "samples_per_s": float(per_step["samples"].sum() / wall_s) if wall_s > 0 else np.nan,
@@ -102,6 +106,30 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     if instrumented(steps):
         summary.update(busy_shares(steps))
     return summary
+
+
+def spanned_ns(begin: pd.Series, end: pd.Series, step: pd.Series | None = None) -> float:
+    """The wall time the steps span: first begin to last end of each run of consecutive
+    step numbers (pauses between its steps included), runs that overlap in time merged. A
+    gap in the numbering, the profiler's window left out, leaves its time out too. `step`:
+    each row's step (default: the index)."""
+    if not len(begin):
+        return 0.0
+    numbers = pd.Series(begin.index if step is None else step.to_numpy(), index=begin.index)
+    order = np.unique(numbers.to_numpy())
+    run_of = pd.Series(np.cumsum(np.diff(order, prepend=order[0] - 1) != 1), index=order)
+    runs = pd.DataFrame({"begin": begin, "end": end, "run": numbers.map(run_of)})
+    spans = runs.groupby("run").agg(begin=("begin", "min"), end=("end", "max"))
+    spans = spans.sort_values("begin")
+    total, reach = 0, None
+    for b, e in zip(spans["begin"], spans["end"], strict=True):
+        if reach is None or b > reach:
+            total += e - b
+            reach = e
+        elif e > reach:
+            total += e - reach
+            reach = e
+    return float(total)
 
 
 def busy_shares(steps: pd.DataFrame) -> dict[str, float]:
@@ -117,7 +145,7 @@ def busy_shares(steps: pd.DataFrame) -> dict[str, float]:
 def _asynchronous_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
     counted = counted_samples(steps)
     used = counted[~steps["dropped"].to_numpy(dtype=bool)]
-    wall_s = (steps["end_ns"].max() - steps["begin_ns"].min()) / 1e9 if len(steps) else 0.0
+    wall_s = spanned_ns(steps["begin_ns"], steps["end_ns"], steps["step"]) / 1e9
     samples = float(used.sum())
     global_batch = float(counted.groupby(steps["rank"]).median().sum()) if len(steps) \
         else np.nan

@@ -207,7 +207,8 @@ METRICS: tuple[Metric, ...] = (
            lambda v: v.summary["mean_step_ms"]),
     Metric("samples_per_s", RUN, HIGHER, "samples/s",
            "samples that went into an update over the wall time from the first step's begin "
-           "to the last step's end", lambda v: v.summary["samples_per_s"], fmt=".0f"),
+           "to the last step's end (a profiled window's time left out)",
+           lambda v: v.summary["samples_per_s"], fmt=".0f"),
     Metric("idle_fraction", RUN, LOWER, "idle fraction",
            "the workers' idle time before the exchange (waiting for the last arrival, or "
            "the measured wait) over their busy time (begin to end)", _idle_fraction,

@@ -39,6 +39,7 @@ from harness.spec import builtin, partitions, pipelines  # noqa: E402
 from harness.spec import loaders as loader  # noqa: E402
 from harness.spec import nodes as spec_nodes  # noqa: E402
 from harness.spec import optimizers as optim  # noqa: E402
+from harness.spec import profiling  # noqa: E402
 from harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec, RunSpec, RUN_KEYS, ...)
 from harness.spec import workers as spec_workers  # noqa: E402
 from harness.system import sampler  # noqa: E402
@@ -185,6 +186,9 @@ DESCRIPTIONS: dict[str, str] = {
     "RunSpec.pipeline": "a table: pipeline the model over virtual workers "
                         "([pipeline](#pipeline)); needs `virtual_workers`",
     "RunSpec.placement": "where a parameter-server aggregator puts the layers",
+    "RunSpec.profile": "a table: torch.profiler traces of a window of steps, PyTorch runs "
+                       "only ([profile](#profile); [Profiler traces in HTA]"
+                       "(../howto/profiler.md))",
     "RunSpec.strategy": "the older key for the frameworks' own aggregators: an aggregator "
                         "name",
     "RunSpec.virtual_workers": "ranks of each virtual worker in stage order, e.g. "
@@ -259,6 +263,14 @@ DESCRIPTIONS: dict[str, str] = {
     "PipelineSpec.profile_steps": "timed passes per layer when the split is profiled",
     "PipelineSpec.allocation": "set by `virtual_workers = { allocation = ... }`: how devices "
                                "were grouped (`given`: listed by hand)",
+    # profile
+    "ProfileSpec.steps": "the window \"A-B\", steps A to B (at most 100): marked `profiled` "
+                         "with the step after it, and left out of every summary; at least "
+                         "one step after warm-up must stay out of it",
+    "ProfileSpec.first": "the window's first step (from `steps`)",
+    "ProfileSpec.last": "the window's last step (from `steps`)",
+    "ProfileSpec.ranks": "`\"all\"` or a list of ranks: the workers whose traces are "
+                         "recorded (the others wait for them in the window's exchanges)",
     # target
     "TargetSpec.metric": "the workload's held-out metric, or `loss`",
     "TargetSpec.value": "reached at or above (accuracies) or at or below (loss)",
@@ -343,6 +355,8 @@ def suite_key_sections() -> list[Section]:
                 "a run's `loader = { ... }`"),
         Section("pipeline", pipelines.PipelineSpec, pipelines.PIPELINE_KEYS,
                 "a run's `pipeline = { ... }` (with the run key `virtual_workers`)"),
+        Section("profile", profiling.ProfileSpec, profiling.PROFILE_KEYS,
+                "a run's `profile = { steps = \"A-B\", ranks = ... }`"),
         Section("target", spec_suite.TargetSpec, spec_suite.TARGET_KEYS,
                 "a run's `target = { ... }`"),
         Section("nodes", spec_nodes.NodeSpec, spec_nodes.NODE_KEYS,
@@ -357,6 +371,7 @@ PARSER_DEFAULTS: dict[str, str] = {
     "SuiteSpec.repeats": "`1`",
     "RunSpec.partition": "`{ policy = \"equal\" }`",
     "TargetSpec.metric": "the workload's",
+    "ProfileSpec.ranks": "`\"all\"`",
 }
 
 

@@ -243,12 +243,28 @@ def print_result(result: Any) -> None:
           f" of worker time; partition {history[0].get('sizes')}")
     if (held_out := _held_out_line(data)) is not None:
         print(held_out)
+    if (profiled := _profile_line(data)) is not None:
+        print(profiled)
     workers = worker_summary(data.steps, data.warmup_steps)
     if len(workers):
         print("   worker  slice  compute mean ms  compute CV  idle mean ms")
         for row in workers.itertuples(index=False):
             print(f"   {row.rank:>6}  {row.batch_size:>5.0f}  {row.compute_mean_ms:>15.2f}  "
                   f"{row.compute_cv:>10.3f}  {row.idle_mean_ms:>12.2f}")
+
+
+def _profile_line(data: Any) -> str | None:
+    """Where the profiler's traces are, and which steps the summary leaves out for them."""
+    from harness.loop.profiling import PROFILE_DIR
+
+    window = data.manifest["run"].get("profile")
+    if not window:
+        return None
+    traces = sorted((data.run_dir / PROFILE_DIR).glob("rank*"))
+    ranks = "every rank" if window.get("ranks") is None else f"ranks {window['ranks']}"
+    return (f"   profiled steps {window['first']}-{window['last']} on {ranks}: {len(traces)} "
+            f"trace(s) in {PROFILE_DIR}/ (steps {window['first']}-{window['last'] + 1} left "
+            "out of the summary)")
 
 
 def _held_out_line(data: Any) -> str | None:

@@ -7,6 +7,7 @@ schedule, the coordinator collects a step TensorFlow ran on a remote worker. Wha
 around the step is the same and lives here, once:
 
 - the emulated slowdown of the step is set before it (harness.spec.emulation);
+- a profiled step runs inside the profiler's step annotation (harness/loop/profiling.py);
 - the step's records are written, in the order taken;
 - the held-out evaluation runs when the global steps done reach its next multiple, outside
   any step's timing;
@@ -63,6 +64,14 @@ class Evaluation(Protocol):
     def __call__(self, steps_done: int, /) -> object: ...
 
 
+class Profiler(Protocol):
+    """What records a window of steps (harness.loop.profiling.StepProfiler)."""
+
+    def begin(self, step: int, /) -> None: ...
+
+    def end(self, step: int, /) -> None: ...
+
+
 def slowdown_schedule(worker: WorkerSpec, stretch: Stretcher, seed: int, rank: int
                       ) -> Callable[[int], None] | None:
     """What sets the stretch to step k's emulated slowdown (a schedule or jitter), or None
@@ -78,7 +87,8 @@ def slowdown_schedule(worker: WorkerSpec, stretch: Stretcher, seed: int, rank: i
 
 def run_steps(steps: Steps, write: Callable[[Record], object],
               evaluation: Evaluation | None = None,
-              slowdown: Callable[[int], None] | None = None, first: int = 0) -> int:
+              slowdown: Callable[[int], None] | None = None, first: int = 0,
+              profiler: Profiler | None = None) -> int:
     """Take steps from `first` until the trainer names no next one; returns the turns taken."""
     following: int | None = first
     turns = 0
@@ -86,7 +96,12 @@ def run_steps(steps: Steps, write: Callable[[Record], object],
         step = following
         if slowdown is not None:
             slowdown(step)
-        turn = steps.take(step)
+        if profiler is None:
+            turn = steps.take(step)
+        else:
+            profiler.begin(step)
+            turn = steps.take(step)
+            profiler.end(step)
         turns += 1
         for record in turn.records:
             write(record)

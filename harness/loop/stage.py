@@ -34,6 +34,7 @@ from adapters.base import TorchLayersAdapter
 from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
 from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
+from harness.loop.profiling import step_profiler
 from harness.partition.policies import slice_bounds
 from harness.partition.stages import Links, Profile, split_layers, stage_times
 from harness.partition.virtual import bounds_of, kind_of
@@ -468,6 +469,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         evaluation = StageEvaluation(run, evaluator, adapter, (p_lo, p_hi), vw, comm_device)
     if evaluation is not None:
         evaluation(0)
+    profiler = step_profiler(run.profile, rank, worker.is_cuda)
     if evaluator is not None:
         evaluator.start_clock()
     comm.barrier()  # every stage starts training together
@@ -483,7 +485,10 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         most=run.steps * (len(pipe.virtual_workers) if serving else 1))
     try:
         engine.run_steps(steps, writer.append, evaluation,
-                         engine.slowdown_schedule(worker, stretch, run.seed, rank))
+                         engine.slowdown_schedule(worker, stretch, run.seed, rank),
+                         profiler=profiler)
+        if profiler is not None:  # after the last wave: writing the trace delays none
+            profiler.write(run_dir, rank)
         parameters = None
         if serving and rank == 0:  # the servers hold the latest of every layer
             adapter.flat_params.copy_(served_parameters(run))

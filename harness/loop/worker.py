@@ -32,6 +32,7 @@ from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
 from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
+from harness.loop.profiling import step_profiler
 from harness.loop.timer import CudaEventTimer, PhaseTimer, StepTimer
 from harness.partition.policies import (
     Damping,
@@ -417,6 +418,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     evaluator = make_evaluator(run, rank, adapter, run_dir, device)
     if evaluator:
         evaluator(0)
+    profiler = step_profiler(run.profile, rank, device.type == "cuda")
     comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
     step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
@@ -427,9 +429,12 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         if evaluator:
             evaluator.start_clock()
         engine.run_steps(steps, writer.append, steps.evaluation(adapter),
-                         engine.slowdown_schedule(worker, trainer.stretch, run.seed, rank))
+                         engine.slowdown_schedule(worker, trainer.stretch, run.seed, rank),
+                         profiler=profiler)
     finally:
         writer.close()
+    if profiler is not None:  # after the last step: writing the trace delays none
+        profiler.write(run_dir, rank)
     if membership is not None and membership.computing:
         membership.announce_end(run.steps - 1, adapter)  # rank 0 writes the members' model
     if run.on_worker_failure == "continue":

@@ -328,7 +328,7 @@ def _naming(path: Path) -> Iterator[None]:
 # Which run a row belongs to, as columns of steps.parquet, so that rows of many runs can be
 # concatenated and still told apart (harness.records.results.load_steps adds them to runs recorded
 # before, or read from parts): run id, launch, repeat, and whether the step is warm-up.
-IDENTITY_COLUMNS = ("run_id", "launch", "repeat", "warmup")
+IDENTITY_COLUMNS = ("run_id", "launch", "repeat", "warmup", "profiled")
 
 
 def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
@@ -338,6 +338,17 @@ def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
     frame["launch"] = str(meta.get("launch") or "unrecorded")
     frame["repeat"] = int(meta.get("repeat", 0))
     frame["warmup"] = frame["step"] < warmup if "step" in frame else False
+    return with_profiled(frame, meta)
+
+
+def with_profiled(frame: Any, meta: dict[str, Any]) -> Any:
+    """Column `profiled`: the steps the run's profiler touched (harness/spec/profiling.py),
+    which summaries leave out as they leave out warm-up (in place, and returned)."""
+    window = (meta.get("run") or {}).get("profile")
+    if window and "step" in frame:
+        frame["profiled"] = frame["step"].between(window["first"], window["last"] + 1)
+    else:
+        frame["profiled"] = False
     return frame
 
 

@@ -71,6 +71,8 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
     for column, default in collector.EXCHANGE_DEFAULTS.items():
         if column not in steps.columns:  # recorded before aggregators: all-reduce steps
             steps[column] = default
+    if "profiled" not in steps.columns:  # read from parts, or recorded before profiling
+        collector.with_profiled(steps, meta)
     workers = meta["run"].get("workers")
     problem = step_problem(steps, instrumented=meta["run"].get("instrument", True),
                            world_size=len(workers) if isinstance(workers, list) else None)

@@ -63,6 +63,7 @@ from harness.spec.nodes import NodeSpec, parse_nodes
 from harness.spec.optimizers import OptimizerSpec, parse_optimizer
 from harness.spec.partitions import PartitionSpec, parse_partition
 from harness.spec.pipelines import PipelineSpec, pipeline_from_dict
+from harness.spec.profiling import ProfileSpec, parse_profile, profile_from_dict, step_window
 from harness.spec.workers import WorkerSpec, parse_workers
 from harness.system.testbed import Link
 from workloads import DATASETS, WORKLOADS, get_workload
@@ -120,6 +121,8 @@ class RunSpec:
     # steps ("A-B" in a suite); 0: no trace. A long run's trace of every step would be more
     # than Perfetto's UI can hold (harness.records.trace.MAX_ROWS bounds it too).
     trace_steps: int | tuple[int, int] = 5000
+    # steps recorded by torch.profiler on some ranks (harness/spec/profiling.py); None: none
+    profile: ProfileSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -360,13 +363,11 @@ def _suite_name(suite: dict[str, Any], source: str) -> str:
 
 def trace_window(value: Any, where: str) -> int | tuple[int, int]:
     """`trace_steps`: a count of steps (the last ones; 0: no trace) or a window "A-B"."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
-        if not match or int(match[1]) > int(match[2]):
-            raise UsageError(where, f"{value[:40]!r}: a window is 'A-B', steps A to B with "
-                                    "A <= B; or a count of the last steps (0: no trace)")
-        return int(match[1]), int(match[2])
+    window = step_window(value, where, "or a count of the last steps (0: no trace)")
+    if window is not None:
+        return window
     return integer(value, where, minimum=0, maximum=MAX_STEPS)
+
 
 def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None
               ) -> RunSpec:
@@ -469,6 +470,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
                                                                        at("interface")),
         pipeline=pipeline,
         placement=placement,
+        profile=parse_profile(values["profile"], framework, steps, warmup, len(workers),
+                              at("profile")),
     )
 
 
@@ -509,6 +512,7 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "target": TargetSpec(**target) if target else None,
         "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,
         "pipeline": pipeline_from_dict(data.get("pipeline")),
+        "profile": profile_from_dict(data.get("profile")),
         "trace_steps": tuple(data["trace_steps"]) if isinstance(data.get("trace_steps"), list)
         else data.get("trace_steps", RunSpec.trace_steps),
     })
