@@ -4,7 +4,12 @@ overlap, hetbench, ...) so machine drift hits all; prints the ratios of median s
 and the parameter differences.
 
     python benchmarks/ddp_compare.py [--workload resnet --size small] [--steps 300]
-                                     [--repeats 3]
+                                     [--repeats 3] [--variants hetbench,ddp,ddp-overlap]
+
+Variants: `hetbench` (`hetbench run`: its launcher starts, samples and watches the
+workers), `hetbench-bare` (the same with instrument = false: begin and end only),
+`hetbench-torchrun` (hetbench's workers started by torchrun, as DDP's are: no launcher),
+`ddp`, `ddp-overlap`.
 
 DDP without overlap: one bucket larger than the model, so its all-reduce starts after the
 whole backward, as hetbench's phase-separated step does (the target: hetbench at most 1.05x
@@ -17,6 +22,7 @@ workers, per step.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,20 +38,55 @@ from harness.spec.suite import parse_suite
 REPO = Path(__file__).resolve().parent.parent
 
 
-def hetbench_step_times(out: Path, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
-    steps, warmup = args.steps, args.warmup
-    run = {"name": "hetbench", "steps": steps, "warmup_steps": warmup, "lr": args.lr,
-           "workload": args.workload, "size": args.size,
-           "workers": [{"device": "cpu"}, {"device": "cpu"}]}
+def hetbench_run(args: argparse.Namespace, instrument: bool = True) -> dict:
+    run = {"name": "hetbench", "steps": args.steps, "warmup_steps": args.warmup,
+           "lr": args.lr, "workload": args.workload, "size": args.size,
+           "instrument": instrument, "workers": [{"device": "cpu"}, {"device": "cpu"}]}
     if args.dataset:
         run["dataset"] = args.dataset
-    suite = parse_suite({"suite": {"name": "ddp-compare"}, "runs": [run]})
-    (result,) = run_suite(suite, out)
-    run = load_run(result.run_dir)
+    return {"suite": {"name": "ddp-compare"}, "runs": [run]}
+
+
+def step_times_of(run_dir: Path, warmup: int) -> tuple[np.ndarray, dict]:
+    run = load_run(run_dir)
     per_step = run.steps[run.steps["step"] >= warmup].groupby("step").agg(
         begin=("begin_ns", "min"), end=("end_ns", "max"))
     return (per_step["end"] - per_step["begin"]).to_numpy(), dict(
-        np.load(result.run_dir / "params.npz"))
+        np.load(run_dir / "params.npz"))
+
+
+def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = True
+                        ) -> tuple[np.ndarray, dict]:
+    """`hetbench run`: the launcher starts the workers, samples the host and watches them."""
+    (result,) = run_suite(parse_suite(hetbench_run(args, instrument)), out)
+    return step_times_of(result.run_dir, args.warmup)
+
+
+def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace
+                                 ) -> tuple[np.ndarray, dict]:
+    """hetbench's workers started by torchrun, as DDP's are: no launcher, no sampler."""
+    out.mkdir(parents=True, exist_ok=True)
+    toml = out / "suite.toml"
+    toml.write_text(_toml(hetbench_run(args)))
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(toml),
+                    "--run-name", "hetbench", "--out", str(out / "results")],
+                   check=True, cwd=REPO, env=env, capture_output=True, timeout=1800)
+    (run_dir,) = [p for p in (out / "results" / "ddp-compare").iterdir() if p.is_dir()]
+    return step_times_of(run_dir, args.warmup)
+
+
+def _toml(suite: dict) -> str:
+    """The little suite above as TOML (torchrun mode reads a suite file)."""
+    run = suite["runs"][0]
+    lines = ['[suite]', 'name = "ddp-compare"', '[[runs]]']
+    for key, value in run.items():
+        if key == "workers":
+            lines.append('workers = [ { device = "cpu" }, { device = "cpu" } ]')
+        else:
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
 
 
 def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float
@@ -73,8 +114,12 @@ def model_mb(args: argparse.Namespace) -> float:
     return spec.num_elements * 4 / 2**20
 
 
+VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "ddp", "ddp-overlap")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
@@ -82,31 +127,62 @@ def main() -> None:
     parser.add_argument("--size", default="small")
     parser.add_argument("--dataset", default=None)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--variants", default="hetbench,ddp,ddp-overlap",
+                        help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = parser.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        parser.error(f"--variants: unknown {unknown[0]!r} (allowed: {', '.join(VARIANTS)})")
     size_mb = model_mb(args)
-    buckets = {"no overlap": 4 * size_mb + 1, "overlap": max(size_mb / 8, 0.01)}
-    ours: list[float] = []
-    theirs: dict[str, list[float]] = {k: [] for k in buckets}
+    buckets = {"ddp": 4 * size_mb + 1, "ddp-overlap": max(size_mb / 8, 0.01)}
+    take = {
+        "hetbench": lambda out: hetbench_step_times(out, args),
+        "hetbench-bare": lambda out: hetbench_step_times(out, args, instrument=False),
+        "hetbench-torchrun": lambda out: hetbench_torchrun_step_times(out, args),
+        "ddp": lambda out: ddp_step_times(out, args, buckets["ddp"]),
+        "ddp-overlap": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"]),
+    }
+    medians: dict[str, list[float]] = {v: [] for v in variants}
+    spreads: dict[str, list[float]] = {v: [] for v in variants}
     print(f"{args.workload} {args.size}: {size_mb:.2f} MB of gradients; DDP buckets "
-          + ", ".join(f"{k} {v:.3g} MB" for k, v in buckets.items()))
+          f"{buckets['ddp']:.3g} MB (ddp: no overlap), {buckets['ddp-overlap']:.3g} MB "
+          "(ddp-overlap)")
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.repeats):
-            h, h_params = hetbench_step_times(Path(tmp) / f"h{k}", args)
-            ours.append(float(np.median(h)))
-            line = f"repeat {k}: hetbench {ours[-1] / 1e6:.2f} ms"
-            for name, bucket in buckets.items():
-                d, d_params = ddp_step_times(Path(tmp) / f"d{k}-{len(line)}", args, bucket)
-                theirs[name].append(float(np.median(d)))
-                diff = max(float(np.abs(h_params[n] - d_params[n]).max()) for n in d_params)
-                line += (f", DDP {name} {theirs[name][-1] / 1e6:.2f} ms (ratio "
-                         f"{ours[-1] / theirs[name][-1]:.3f}, max |param diff| {diff:.1e})")
-            print(line, flush=True)
-    for name in buckets:
-        per_repeat = [o / t for o, t in zip(ours, theirs[name], strict=True)]
-        print(f"hetbench / DDP {name}: median step {np.median(ours) / 1e6:.2f} / "
-              f"{np.median(theirs[name]) / 1e6:.2f} ms, ratio {np.median(per_repeat):.3f} "
-              f"(per repeat {', '.join(f'{r:.3f}' for r in per_repeat)})"
-              + (" target <= 1.05" if name == "no overlap" else ""))
+            order = variants[k % len(variants):] + variants[:k % len(variants)]
+            params: dict[str, dict] = {}
+            for variant in order:  # each repeat starts one variant later: no fixed order
+                times, params[variant] = take[variant](Path(tmp) / f"{variant}-{k}")
+                medians[variant].append(float(np.median(times)))
+                q1, q3 = np.percentile(times, [25, 75])
+                spreads[variant].append(float((q3 - q1) / np.median(times)))
+            reference = params[variants[0]]
+            diff = max(float(np.abs(reference[n] - p[n]).max())
+                       for p in params.values() for n in p)
+            print(f"repeat {k}: " + ", ".join(f"{v} {medians[v][-1] / 1e6:.2f} ms"
+                                               for v in variants)
+                  + f"; max |param diff| {diff:.1e}", flush=True)
+    print(f"\nmedian step (ms) and step-to-step spread (IQR / median) over {args.repeats} "
+          "repeats:")
+    for v in variants:
+        print(f"  {v:<18} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
+              f"{np.median(spreads[v]):.3f}")
+    for ours in (v for v in variants if v.startswith("hetbench")):
+        for theirs in (v for v in variants if v.startswith("ddp")):
+            ratios = [o / t for o, t in zip(medians[ours], medians[theirs], strict=True)]
+            low, high = median_interval(np.array(ratios))
+            print(f"{ours} / {theirs}: ratio {np.median(ratios):.3f}, 95% interval "
+                  f"{low:.3f}-{high:.3f} (per repeat {', '.join(f'{r:.3f}' for r in ratios)})")
+
+
+def median_interval(values: np.ndarray, n_boot: int = 4000) -> tuple[float, float]:
+    """Percentile bootstrap 95% interval of the median of paired per-repeat ratios."""
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(0)
+    draws = np.median(values[rng.integers(0, len(values), (n_boot, len(values)))], axis=1)
+    low, high = np.quantile(draws, [0.025, 0.975])
+    return float(low), float(high)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ def burn(seconds: float) -> None:
 @pytest.mark.parametrize("refresh", [True, False])
 def test_a_thread_born_inside_the_window_counts_from_its_birth(refresh: bool) -> None:
     # refresh=False: the window's first sample reads the threads listed before (the
-    # worker's first sample of a step), so the new thread is not in it
+    # worker's first sample of a step), so the new thread is not in it. The clock looks for
+    # new threads at every one of its first REFRESH_EVERY refreshing samples (then every
+    # REFRESH_EVERY: the next test).
     clock = ThreadsCpuClock()
     clock.sample()
     done, leave = threading.Event(), threading.Event()
@@ -49,6 +51,21 @@ def test_a_thread_born_inside_the_window_counts_from_its_birth(refresh: bool) ->
     # signalled, which is its own clock's reading
     assert clock.elapsed(begin, end) >= spent[0]
     assert spent[0] >= 30_000_000
+
+
+def test_a_new_thread_is_noticed_within_refresh_every_samples() -> None:
+    clock = ThreadsCpuClock()
+    for _ in range(clock.REFRESH_EVERY):  # the first looks: every sample (warm-up)
+        clock.sample()
+    leave = threading.Event()
+    thread = threading.Thread(target=leave.wait, args=(10,))
+    thread.start()
+    try:
+        seen = [thread.native_id in clock.sample() for _ in range(clock.REFRESH_EVERY)]
+    finally:
+        leave.set()
+        thread.join(10)
+    assert seen[-1] and not seen[0]  # listed again at the 16th look, not at every one
 
 
 def test_all_threads_cover_the_main_thread_read_inside_them() -> None:

@@ -7,10 +7,12 @@ up to a tick each, and one step's difference can come out *smaller* than the mai
 own CPU time (seen in CI on two cores). A thread's own CPU clock, read from another thread,
 makes the kernel bring that thread's runtime up to date first, so summing the per-thread
 clocks is exact. Reading them costs a few microseconds a step (eight threads: ~4 us a
-sample, plus ~2.5 us at the window's end to notice whether threads came or went).
+sample alone, more inside a step), and noticing whether threads came or went is done every
+REFRESH_EVERY steps.
 
 Threads that exit during a step take their CPU time with them (nothing can read it any
-more); a thread born during a step counts from its birth. Off Linux, the process clock.
+more); a thread born during a step counts from its birth once the threads are listed
+again (every REFRESH_EVERY refreshing samples). Off Linux, the process clock.
 """
 
 from __future__ import annotations
@@ -32,11 +34,20 @@ class ThreadsCpuClock:
     """``sample()`` now, ``sample()`` later, ``elapsed(a, b)``: the CPU time all threads
     spent in between. Made in the process it measures (``/proc/self`` is read lazily)."""
 
+    # Noticing threads that came or went costs a stat of /proc/self/task, ~2.5 us alone but
+    # ~10 us inside a step (benchmarks/overhead.py): done at each of the first REFRESH_EVERY
+    # refreshing samples (the intra-op pool starts at the first step's first parallel op),
+    # then every REFRESH_EVERY. A thread born later counts from the next look; one that
+    # exited is noticed as soon as its clock cannot be read.
+    REFRESH_EVERY = 16
+
     def __init__(self) -> None:
         self._exact = os.path.isdir(TASKS)
         self._pid = -1
         self._links = -1
         self._clocks: dict[int, int] = {}
+        self._until_refresh = 0
+        self._refreshes = 0
 
     def _refresh(self) -> None:
         """Re-list the threads when their number changed (a task directory's link count is
@@ -49,17 +60,24 @@ class ThreadsCpuClock:
     def sample(self, refresh: bool = True) -> dict[int, int]:
         """Each living thread's CPU time in ns (key -1: the process clock, off Linux).
         `refresh=False` reads the threads listed last time, without checking for new ones
-        (a window's first sample: a thread born after it counts from its birth anyway)."""
+        (a window's first sample: a thread born after it counts from its birth anyway).
+        A refreshing sample lists the threads again every REFRESH_EVERY calls."""
         if not self._exact:
             return {-1: time.process_time_ns()}
-        if refresh or self._pid != os.getpid():
+        if refresh:
+            self._until_refresh -= 1
+        if (refresh and self._until_refresh <= 0) or self._pid != os.getpid():
             self._refresh()
+            self._refreshes += 1
+            self._until_refresh = 1 if self._refreshes < self.REFRESH_EVERY \
+                else self.REFRESH_EVERY
         read, times = time.clock_gettime_ns, {}
         for tid, clock in self._clocks.items():
             try:
                 times[tid] = read(clock)
             except OSError:       # exited since the listing; the next sample re-lists
                 self._links = -1
+                self._until_refresh = 0
         return times
 
     @staticmethod
