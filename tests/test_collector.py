@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +48,22 @@ class Stopped(Exception):
 def test_a_stop_signal_during_a_flush_writes_no_row_twice(tmp_path: Path, monkeypatch) -> None:
     """The workers' SIGINT handler raises wherever it lands; the writer's close() then flushes
     whatever is still pending. A signal arriving just as the rows reach the file must not leave
-    them pending (seen once: a ctrl-c'd run with one step twice in steps.parquet)."""
+    them pending (seen once: a ctrl-c'd run with one step twice in steps.parquet). The signal
+    goes to another thread, as the kernel may pick any of a worker's threads (gloo's, the
+    loader's); Python runs the handler in the main thread all the same."""
     def raise_stopped(signum: int, frame: Any) -> None:
         raise Stopped
 
     real_write = os.write
+    leave = threading.Event()
+    bystander = threading.Thread(target=leave.wait, args=(10,))
+    bystander.start()
 
     def write_then_signal(fd: int, data: bytes) -> int:
         written = real_write(fd, data)
-        os.kill(os.getpid(), signal.SIGINT)  # delivered the moment Python may run a handler
+        assert bystander.ident is not None
+        signal.pthread_kill(bystander.ident, signal.SIGINT)
+        time.sleep(0.05)  # the bystander takes it; the main thread's next line runs the handler
         return written
 
     previous = signal.signal(signal.SIGINT, raise_stopped)
@@ -71,6 +80,8 @@ def test_a_stop_signal_during_a_flush_writes_no_row_twice(tmp_path: Path, monkey
     finally:
         writer.close()
         signal.signal(signal.SIGINT, previous)
+        leave.set()
+        bystander.join(10)
     assert collector.read_part(path)["step"].tolist() == [0, 1]
     assert writer.records()["step"].tolist() == [0, 1]
 

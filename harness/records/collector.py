@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.system import clocks
+from harness.system import clocks, signals
 
 
 class Phase(StrEnum):
@@ -144,9 +144,6 @@ def micro_part_path(run_dir: Path, rank: int) -> Path:
     return run_dir / PARTS_DIR / f"micro-rank{rank}.bin"
 
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
 class RecordWriter:
     """Buffers record tuples and appends them to the rank's part file every few steps."""
 
@@ -172,14 +169,14 @@ class RecordWriter:
             rows = np.array(self._pending, dtype=self._dtype)
             # Workers turn SIGINT and SIGTERM into an exception that may land on any line:
             # landing between the write and the clear, it would make close() write these
-            # rows a second time. Held back here, it lands once both are done.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-            try:
+            # rows a second time. Held back here (any thread may receive it; the handler
+            # runs in this one), it is raised again once both are done.
+            with signals.held() as received:
                 os.write(self._fd, rows.tobytes())
                 self._written.append(rows)
                 self._pending = []
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            for number in received[:1]:
+                signal.raise_signal(number)
         self._last_flush = time.perf_counter_ns()
 
     def records(self) -> np.ndarray:
