@@ -87,6 +87,18 @@ def membership_lines(manifest: dict[str, Any]) -> list[str]:
     return [f"**Membership**: {'; '.join(events)}.", ""] if events else []
 
 
+def profile_lines(run: dict[str, Any]) -> list[str]:
+    """Where a run with a `profile` window left its torch.profiler traces, and which steps
+    its numbers leave out for them (harness/spec/profiling.py)."""
+    window = run.get("profile")
+    if not window:
+        return []
+    ranks = "every rank" if window.get("ranks") is None else f"ranks {window['ranks']}"
+    return [f"**Profiled**: steps {window['first']}-{window['last']} on {ranks}, torch.profiler "
+            "traces in the run's `profile/` (Holistic Trace Analysis reads the folder); steps "
+            f"{window['first']}-{window['last'] + 1} are left out of every number below.", ""]
+
+
 def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
                 failslow: list[dict[str, Any]] | None = None) -> list[str]:
     """The run's part of report.md; its fail-slow detections appended to `failslow`."""
@@ -106,7 +118,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
         lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads on "
                   f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
                   "start): every timing includes waiting for a core.", ""]
-    lines += clock_lines(manifest, steps) + membership_lines(manifest)
+    lines += clock_lines(manifest, steps) + membership_lines(manifest) + profile_lines(run)
     table = first_steps_table(steps, warmup)
     if table.empty:
         return [*lines, "No instrumented steps to analyse.", ""]

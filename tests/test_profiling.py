@@ -154,3 +154,41 @@ def test_samples_per_s_leaves_the_profiled_window_s_time_out() -> None:
     steps["profiled"] = False
     assert run_summary(steps, 0)["samples_per_s"] == pytest.approx(samples * 10 / 8 / (
         1.0 + 0.109))
+
+
+def test_the_report_says_which_steps_were_profiled_and_where_the_traces_are(runs) -> None:
+    from analysis.report import run_section
+
+    data = load_run(runs["pair"])
+    text = "\n".join(run_section(data.manifest, data.steps))
+    assert (f"**Profiled**: steps {FIRST}-{LAST} on every rank" in text
+            and f"steps {FIRST}-{LAST + 1} are left out" in text)
+    pipeline = load_run(runs["pipeline"])
+    assert "on ranks [1]" in "\n".join(run_section(pipeline.manifest, pipeline.steps))
+
+
+GPU_SUITE = f"""
+[[runs]]
+name = "gpu"
+framework = "pytorch"
+workload = "cnn"
+dataset = "digits"
+steps = {STEPS}
+warmup_steps = {WARMUP}
+global_batch = 64
+profile = {{ steps = "{FIRST}-{LAST}", ranks = [0] }}
+workers = [ {{ device = "cuda:0" }}, {{ device = "cpu", threads = 1 }} ]
+"""
+
+
+@pytest.mark.gpu  # CUDA kernels in the trace need a GPU (skipped without one: conftest.py)
+def test_on_a_gpu_hta_reads_the_kernels_of_the_profiled_worker(tmp_path: Path) -> None:
+    """A cuda:0 worker beside a CPU one, the GPU worker profiled: HTA's GPU analyses, which
+    have nothing to read on a CPU trace, find its kernels (benchmarks/gpu_check.sh)."""
+    run_dir = completed_runs(tmp_path, GPU_SUITE)["gpu"]
+    analysis = hta(run_dir)
+    assert sorted(analysis.t.traces) == [0]
+    kernel_types, _ = analysis.get_gpu_kernel_breakdown(visualize=False)
+    assert not kernel_types.empty
+    temporal = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+    assert temporal.loc[0, "kernel_time(us)"] > 0
