@@ -256,13 +256,13 @@ def print_result(result: Any) -> None:
 def _profile_line(data: Any) -> str | None:
     """Where the profiler's traces are, and which steps the summary leaves out for them."""
     from harness.loop.profiling import PROFILE_DIR
-    from harness.spec import profiling
 
     window = data.manifest["run"].get("profile")
     if not window:
         return None
     traces = sorted((data.run_dir / PROFILE_DIR).glob("rank*"))
-    return (f"   profiled {profiling.describe(window)}: {len(traces)} "
+    ranks = "every rank" if window.get("ranks") is None else f"ranks {window['ranks']}"
+    return (f"   profiled steps {window['first']}-{window['last']} on {ranks}: {len(traces)} "
             f"trace(s) in {PROFILE_DIR}/ (steps {window['first']}-{window['last'] + 1} left "
             "out of the summary)")
 
