@@ -16,6 +16,7 @@ from analysis.runs import analyse_run, group_table, runs_table, slowdowns
 from analysis.terminal import Summary, Table
 from analysis.whatif import costs
 from harness.partition.policies import ADAPTIVE
+from harness.spec import profiling
 
 FIRST_STEPS = 10
 
@@ -93,8 +94,7 @@ def profile_lines(run: dict[str, Any]) -> list[str]:
     window = run.get("profile")
     if not window:
         return []
-    ranks = "every rank" if window.get("ranks") is None else f"ranks {window['ranks']}"
-    return [f"**Profiled**: steps {window['first']}-{window['last']} on {ranks}, torch.profiler "
+    return [f"**Profiled**: {profiling.describe(window)}, torch.profiler "
             "traces in the run's `profile/` (Holistic Trace Analysis reads the folder); steps "
             f"{window['first']}-{window['last'] + 1} are left out of every number below.", ""]
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.cli import arguments, hosts
 from harness.records import manifest
+from harness.spec import profiling
 from harness.spec.builtin import builtin_suites
 from harness.spec.errors import UsageError
 
@@ -261,8 +262,7 @@ def _profile_line(data: Any) -> str | None:
     if not window:
         return None
     traces = sorted((data.run_dir / PROFILE_DIR).glob("rank*"))
-    ranks = "every rank" if window.get("ranks") is None else f"ranks {window['ranks']}"
-    return (f"   profiled steps {window['first']}-{window['last']} on {ranks}: {len(traces)} "
+    return (f"   profiled {profiling.describe(window)}: {len(traces)} "
             f"trace(s) in {PROFILE_DIR}/ (steps {window['first']}-{window['last'] + 1} left "
             "out of the summary)")
 

@@ -38,6 +38,12 @@ class ProfileSpec:
         return self.first, self.last + 1
 
 
+def describe(window: dict[str, Any]) -> str:
+    """'steps 60-69 on every rank' (or 'on ranks [0, 2]'), from a manifest's `run.profile`."""
+    ranks = "every rank" if window.get("ranks") is None else f"ranks {list(window['ranks'])}"
+    return f"steps {window['first']}-{window['last']} on {ranks}"
+
+
 def step_window(value: Any, where: str, allowed: str) -> tuple[int, int] | None:
     """'A-B', steps A to B with A <= B, as a pair; None when `value` is not a string."""
     if not isinstance(value, str):
