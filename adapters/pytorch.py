@@ -68,6 +68,9 @@ class TorchAdapter:
         self.device = torch.device(device)
         workload = builder(spec.workload, "pytorch")
         self.model = workload.build(spec).to(self.device)
+        # what the training forward runs: the model, or a wrapper of it that hooks its
+        # backward (DDP: harness/exchange/ddp.py); evaluation always runs the model
+        self.forward_module: torch.nn.Module = self.model
         torch_names = getattr(workload, "PARAMETER_NAMES", {})
         n = spec.num_elements
         self.flat_params = torch.zeros(n, device=self.device)
@@ -141,7 +144,7 @@ class TorchAdapter:
         if self._tail is not None:
             assert self._head is not None
             return Loss(RemoteTail.apply(self._head(x), y, self._tail))
-        return Loss(loss_sum(self.spec, self.model(x), y))
+        return Loss(loss_sum(self.spec, self.forward_module(x), y))
 
     def place_tail(self, first_layer: int, compute: TailCompute) -> None:
         """Layers from `first_layer` on (workloads' `layers`) are computed elsewhere: the

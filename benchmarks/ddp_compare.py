@@ -9,7 +9,9 @@ and the parameter differences.
 Variants: `hetbench` (`hetbench run`: its launcher starts, samples and watches the
 workers), `hetbench-bare` (the same with instrument = false: begin and end only),
 `hetbench-torchrun` (hetbench's workers started by torchrun, as DDP's are: no launcher),
-`ddp`, `ddp-overlap`.
+`hetbench-ddp` and `hetbench-ddp-overlap` (`hetbench run` with the `ddp` aggregator: DDP
+and a comm hook inside hetbench's loop, with DDP's buckets of the two below), `ddp`,
+`ddp-overlap`.
 
 DDP without overlap: one bucket larger than the model, so its all-reduce starts after the
 whole backward, as hetbench's phase-separated step does (the target: hetbench at most 1.05x
@@ -38,10 +40,14 @@ from harness.spec.suite import parse_suite
 REPO = Path(__file__).resolve().parent.parent
 
 
-def hetbench_run(args: argparse.Namespace, instrument: bool = True) -> dict:
+def hetbench_run(args: argparse.Namespace, instrument: bool = True,
+                 bucket_mb: float | None = None) -> dict:
+    """The one-run suite; with `bucket_mb`, its exchange is hetbench's `ddp` aggregator."""
     run = {"name": "hetbench", "steps": args.steps, "warmup_steps": args.warmup,
            "lr": args.lr, "workload": args.workload, "size": args.size,
            "instrument": instrument, "workers": [{"device": "cpu"}, {"device": "cpu"}]}
+    if bucket_mb is not None:
+        run["aggregator"] = {"name": "ddp", "bucket_mb": bucket_mb}
     if args.dataset:
         run["dataset"] = args.dataset
     return {"suite": {"name": "ddp-compare"}, "runs": [run]}
@@ -55,10 +61,10 @@ def step_times_of(run_dir: Path, warmup: int) -> tuple[np.ndarray, dict]:
         np.load(run_dir / "params.npz"))
 
 
-def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = True
-                        ) -> tuple[np.ndarray, dict]:
+def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = True,
+                        bucket_mb: float | None = None) -> tuple[np.ndarray, dict]:
     """`hetbench run`: the launcher starts the workers, samples the host and watches them."""
-    (result,) = run_suite(parse_suite(hetbench_run(args, instrument)), out)
+    (result,) = run_suite(parse_suite(hetbench_run(args, instrument, bucket_mb)), out)
     return step_times_of(result.run_dir, args.warmup)
 
 
@@ -114,7 +120,8 @@ def model_mb(args: argparse.Namespace) -> float:
     return spec.num_elements * 4 / 2**20
 
 
-VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "ddp", "ddp-overlap")
+VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "hetbench-ddp",
+            "hetbench-ddp-overlap", "ddp", "ddp-overlap")
 
 
 def main() -> None:
@@ -129,7 +136,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--variants", default="hetbench,ddp,ddp-overlap",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--fail-above", type=float, default=None, metavar="R",
+                        help="exit 1 when, for a hetbench variant against a DDP one, even "
+                        "the low end of the ratio's 95%% interval is above R (CI: .ci/run)")
     args = parser.parse_args()
+    if args.fail_above is not None and args.repeats < 2:
+        parser.error("--fail-above needs --repeats of at least 2 (an interval)")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := [v for v in variants if v not in VARIANTS]:
         parser.error(f"--variants: unknown {unknown[0]!r} (allowed: {', '.join(VARIANTS)})")
@@ -139,6 +151,9 @@ def main() -> None:
         "hetbench": lambda out: hetbench_step_times(out, args),
         "hetbench-bare": lambda out: hetbench_step_times(out, args, instrument=False),
         "hetbench-torchrun": lambda out: hetbench_torchrun_step_times(out, args),
+        "hetbench-ddp": lambda out: hetbench_step_times(out, args, bucket_mb=buckets["ddp"]),
+        "hetbench-ddp-overlap": lambda out: hetbench_step_times(
+            out, args, bucket_mb=buckets["ddp-overlap"]),
         "ddp": lambda out: ddp_step_times(out, args, buckets["ddp"]),
         "ddp-overlap": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"]),
     }
@@ -167,12 +182,29 @@ def main() -> None:
     for v in variants:
         print(f"  {v:<18} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
               f"{np.median(spreads[v]):.3f}")
-    for ours in (v for v in variants if v.startswith("hetbench")):
-        for theirs in (v for v in variants if v.startswith("ddp")):
+    lines, slower = ratio_lines(medians, args.fail_above)
+    print("\n".join(lines))
+    if slower:
+        print(f"FAIL: slower than DDP beyond {args.fail_above}: {'; '.join(slower)}")
+        sys.exit(1)
+
+
+def ratio_lines(medians: dict[str, list[float]], fail_above: float | None
+                ) -> tuple[list[str], list[str]]:
+    """Per pair (a hetbench variant over a DDP one): the ratio of the repeats' median step
+    times, its interval and each repeat's; and the pairs whose interval lies wholly above
+    `fail_above` (none when it is None)."""
+    lines, slower = [], []
+    for ours in (v for v in medians if v.startswith("hetbench")):
+        for theirs in (v for v in medians if v.startswith("ddp")):
             ratios = [o / t for o, t in zip(medians[ours], medians[theirs], strict=True)]
             low, high = median_interval(np.array(ratios))
-            print(f"{ours} / {theirs}: ratio {np.median(ratios):.3f}, 95% interval "
-                  f"{low:.3f}-{high:.3f} (per repeat {', '.join(f'{r:.3f}' for r in ratios)})")
+            lines.append(f"{ours} / {theirs}: ratio {np.median(ratios):.3f}, 95% interval "
+                         f"{low:.3f}-{high:.3f} (per repeat "
+                         f"{', '.join(f'{r:.3f}' for r in ratios)})")
+            if fail_above is not None and low > fail_above:
+                slower.append(f"{ours} / {theirs} (interval from {low:.3f})")
+    return lines, slower
 
 
 def median_interval(values: np.ndarray, n_boot: int = 4000) -> tuple[float, float]:

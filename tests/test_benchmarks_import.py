@@ -30,3 +30,25 @@ def test_pytest_collects_every_benchmark_module(spawn: Spawn) -> None:
                      cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " tests collected" in done.stdout or "tests collected" in done.stdout
+
+
+def test_the_ci_check_against_ddp_fails_only_a_pair_slower_in_every_repeat(monkeypatch
+                                                                           ) -> None:
+    """`ddp_compare.py --fail-above R` (run by .ci/run): a hetbench variant whose step is
+    1.3x DDP's in every repeat fails at R = 1.2; one that is as fast as DDP, give or take
+    the machine's noise, does not; and neither does a pair of DDP variants."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("benchmark_ddp_compare",
+                                                  REPO / "benchmarks" / "ddp_compare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ddp = [70.0, 72.0, 69.0, 75.0]
+    medians = {"hetbench": [v * 1.3 for v in ddp],
+               "hetbench-ddp-overlap": [v * f for v, f in zip(ddp, (0.95, 1.08, 1.01, 0.97),
+                                                              strict=True)],
+               "ddp": ddp, "ddp-overlap": [v * 1.05 for v in ddp]}
+    lines, slower = module.ratio_lines(medians, 1.2)
+    assert len(lines) == 4 and lines[0].startswith("hetbench / ddp: ratio 1.300")
+    assert [s.split(" (")[0] for s in slower] == ["hetbench / ddp", "hetbench / ddp-overlap"]
+    assert module.ratio_lines(medians, None)[1] == []

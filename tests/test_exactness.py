@@ -210,3 +210,83 @@ def test_adamw_schedule_and_heldout_evaluation_match_plain_torch(tmp_path: Path,
         assert evals["loss"].iloc[0] > last["loss"]  # it learned
         # the clocks: training time excludes evaluations, both grow with the steps
         assert (np.diff(evals["train_s"]) > 0).all() and (evals["train_s"] <= evals["wall_s"]).all()
+
+
+DDP_SUITE = f"""
+[suite]
+name = "exactness-ddp"
+
+[defaults]
+workload = "mlp"
+dataset = "digits"
+steps = {STEPS}
+global_batch = 128
+lr = 0.1
+seed = 3
+aggregator = {{ name = "ddp", bucket_mb = 0.1 }}
+
+[[runs]]
+name = "one"
+workers = [ {{ device = "cpu" }} ]
+
+[[runs]]
+name = "two-unequal"
+partition = {{ policy = "sizes", sizes = [40, 88] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
+
+[[runs]]
+name = "three-unequal"
+calibrate = true
+partition = {{ policy = "sizes", sizes = [10, 50, 68] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 3.0 }}, {{ device = "cpu" }} ]
+
+[[runs]]
+name = "two-untimed"
+instrument = false
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
+"""
+
+
+def test_ddp_overlapped_exchange_is_exact_and_records_its_buckets(tmp_path: Path,
+                                                                  write_suite) -> None:
+    """The `ddp` aggregator (DistributedDataParallel with a hook that sums each bucket of
+    gradient sums): 1 worker, 2 unequal and 3 unequal workers (one slowed 3x, calibrated
+    alone first) and 2 untimed workers end with the textbook loop's parameters; every
+    bucket each worker handed over is recorded, and a step's ready is its last bucket's."""
+    from harness.records.results import load_run
+
+    results = run_suite(load_suite(str(write_suite(DDP_SUITE))), tmp_path / "results")
+    assert [r.status for r in results] == ["completed"] * 4, [r.reason for r in results]
+    reference = plain_torch_sgd(seed=3, steps=STEPS, lr=0.1, batch=128)
+    for result in results:
+        params = dict(np.load(result.run_dir / "params.npz"))
+        for name, expected in reference.items():
+            np.testing.assert_allclose(params[name], expected, rtol=0, atol=ATOL,
+                                       err_msg=f"{result.run.name}: {name}")
+
+    run = load_run(results[2].run_dir)
+    steps, buckets = run.steps, run.buckets
+    assert run.manifest["aggregator"]["bucket_mb"] == 0.1
+    # every worker handed over every gradient in every step, in more than one bucket
+    model_bytes = 4 * sum(v.size for v in reference.values())
+    per_step = buckets.groupby(["rank", "step"])
+    assert len(per_step) == 3 * STEPS
+    assert (per_step["bytes"].sum() == model_bytes).all()
+    assert per_step.size().max() >= 2  # one first (DDP rebuilds its buckets after step 0)
+    assert (buckets["reduced_ns"] > buckets["ready_ns"]).all()
+    # the step's ready is its last bucket's hand-over; the backward ends there
+    last = per_step["ready_ns"].max()
+    ready = steps.set_index(["rank", "step"])["ready_ns"]
+    assert (ready.loc[last.index] == last).all()
+    assert (steps["pack_ns"] == 0).all()
+    # a bucket's all-reduce cannot end before the last worker handed that bucket over
+    arrival = buckets.groupby(["step", "bucket"])["ready_ns"].transform("max")
+    assert (buckets["reduced_ns"] >= arrival).all()
+    # the slowed worker's backward was stretched bucket by bucket, so it was ready last
+    assert (steps[steps["rank"] == 1]["stretch_ns"] > 0).all()
+    straggler = steps.loc[steps.groupby("step")["ready_ns"].idxmax(), "rank"]
+    assert (straggler == 1).mean() > 0.8
+    # the loss summed beside the buckets is the global batch's, the same on every worker
+    losses = steps.groupby("step")["loss"].agg(["min", "max"])
+    np.testing.assert_allclose(losses["min"], losses["max"], rtol=1e-6)
+    assert not np.allclose(steps["local_loss"], steps["loss"])

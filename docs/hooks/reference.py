@@ -235,6 +235,9 @@ DESCRIPTIONS: dict[str, str] = {
                                    "`[0, 1]`, one per server (MXNet's one server: `[1]`); "
                                    "default all on node 0",
     "AggregatorSpec.staleness_lr": "`dynsgd`: an update is scaled by 1 / (1 + its staleness)",
+    "AggregatorSpec.bucket_mb": "`ddp`: the size of a gradient bucket in MB (DDP's "
+                                "`bucket_cap_mb`); its all-reduce starts as soon as the "
+                                "backward has filled it",
     # optimizer
     "OptimizerSpec.name": "the update rule, run once in torch on the reduced buffer",
     "OptimizerSpec.momentum": "momentum factor",
@@ -306,6 +309,7 @@ ALLOWED: dict[tuple[str, str], Callable[[], str]] = {
                                                      if k.leaves_out),
     ("AggregatorSpec", "name"): lambda: _choices(exchange.AGGREGATORS),
     ("AggregatorSpec", "staleness_lr"): lambda: _choices(exchange.STALENESS_LR),
+    ("AggregatorSpec", "bucket_mb"): lambda: f"above 0, at most {exchange.MAX_BUCKET_MB:g}",
     ("OptimizerSpec", "name"): lambda: _choices(optim.OPTIMIZERS),
     ("OptimizerSpec", "decay"): lambda: _choices(optim.DECAYS),
     ("LoaderSpec", "kind"): lambda: _choices(loader.KINDS),
@@ -506,6 +510,10 @@ MICRO_DESCRIPTIONS = {"wave": "the wave (the step)", "micro_batch": "the micro-b
                       "backward": "false: forward, true: backward",
                       "begin_ns": "begins", "end_ns": "ends",
                       "stretch_ns": "emulated slowdown inside it", "rank": "the stage's worker"}
+BUCKET_DESCRIPTIONS = {"rank": "the worker", "step": "the step", "bucket": "DDP's bucket index",
+                       "bytes": "the bucket's gradients, in bytes",
+                       "ready_ns": "the backward handed it to its all-reduce",
+                       "reduced_ns": "its all-reduce was done"}
 # constant -> what the file holds; the constant's module is where its name comes from
 FILE_CONSTANTS: list[tuple[Any, str, str]] = [
     (manifest, "MANIFEST_FILE", "the run's metadata (fields below)"),
@@ -514,6 +522,7 @@ FILE_CONSTANTS: list[tuple[Any, str, str]] = [
     (collector, "TRACE_FILE", "Chrome trace events"),
     (collector, "EVAL_FILE", "held-out evaluations (`eval_every`)"),
     (collector, "MICRO_FILE", "pipelined runs: every micro-batch's forward and backward"),
+    (collector, "BUCKETS_FILE", "`ddp` runs: every gradient bucket's hand-over and all-reduce"),
     (sampler, "SYSTEM_FILE", "the launcher's samples of the host's CPU (local runs)"),
     (collector, "PARTS_DIR", "records as flushed while running, kept"),
     (collector, "CLOCK_PART", "in parts/: clock offsets to rank 0"),
@@ -530,6 +539,12 @@ def _dtype(kind: Any) -> str:
         "" if kind.kind == "b" else str(kind.itemsize * 8))
 
 
+def side_table(dtype: Any, descriptions: dict[str, str]) -> str:
+    """The columns of a side table's records (collector.SIDE_TABLES)."""
+    return _table(["column", "dtype", "what"],
+                  [[_code(n), _dtype(dtype[n]), descriptions.get(n, "")] for n in dtype.names])
+
+
 def record_fields() -> list[tuple[str, str]]:
     """(name, dtype) of every field of a step record, in order."""
     dtype = collector.RECORD_DTYPE
@@ -540,10 +555,7 @@ def results_markdown() -> str:
     record = _table(["column", "dtype", "what"],
                     [[_code(n), t, RECORD_DESCRIPTIONS.get(n, "")] for n, t in record_fields()])
     identity = ", ".join(_code(c) for c in collector.IDENTITY_COLUMNS)
-    micro = collector.MICRO_DTYPE
-    micro_table = _table(["column", "dtype", "what"],
-                         [[_code(n), _dtype(micro[n]), MICRO_DESCRIPTIONS.get(n, "")]
-                          for n in micro.names])
+    micro_table = side_table(collector.MICRO_DTYPE, MICRO_DESCRIPTIONS)
     files = _table(["file", "constant", "what"],
                    [[_code(getattr(module, name)), _code(f"{module.__name__}.{name}"), what]
                     for module, name, what in FILE_CONSTANTS])
@@ -563,6 +575,8 @@ def results_markdown() -> str:
         "`virtual_worker`, `stage` for pipelined runs.", "", record, "",
         f"### microbatches.parquet columns (`{collector.__name__}.MICRO_DTYPE`)", "",
         micro_table, "",
+        f"### buckets.parquet columns (`{collector.__name__}.BUCKET_DTYPE`)", "",
+        side_table(collector.BUCKET_DTYPE, BUCKET_DESCRIPTIONS), "",
         f"### manifest.json fields read strictly (`{manifest.__name__}.FIELDS`)", "",
         f"`schema_version` must be {harness.SCHEMA_VERSION} (`harness.SCHEMA_VERSION`); "
         f"`status` one of {_choices(manifest.STATUSES)}. A missing required field or a "

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from adapters.base import Adapter
+from adapters.base import Adapter, Loss
 from harness.spec.aggregators import kind
+from harness.spec.emulation import Stretcher
 from harness.spec.suite import RunSpec
 from harness.system.services import Services
 from harness.training.optim import Optimizer
@@ -108,6 +110,30 @@ class LeavesOut(Aggregator, Protocol):
         ...
 
 
+@runtime_checkable
+class Overlaps(Aggregator, Protocol):
+    """An aggregator that all-reduces the gradients in buckets while the backward pass still
+    computes them (`Kind.overlaps`: DDP). The loop asks it when the backward handed over the
+    last bucket (`backward_ended`): that is the step's `ready`, and what is left of the
+    exchange after it is the exposed communication (DESIGN.md, "Idle under overlap")."""
+
+    def backward_begins(self, loss: Loss, instant: int | None) -> None:
+        """The backward of `loss` (the slice's loss sum) starts at `instant` (host clock;
+        None: the step is not timed): the first bucket's computation is timed from here
+        (the emulated slowdown stretches each bucket's); the loss is summed with the
+        buckets."""
+        ...
+
+    def backward_ended(self) -> int | None:
+        """The backward has returned: when it handed the last bucket to the all-reduce;
+        None when it handed none (computing alone)."""
+        ...
+
+    def alone(self) -> AbstractContextManager[None]:
+        """Compute without exchanging (a worker timed alone while the others wait)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Context:
     """What an aggregator is built from, in one worker process."""
@@ -119,6 +145,7 @@ class Context:
     optimizer: Optimizer  # the worker's
     initial: torch.Tensor  # the initial parameters, flat float32 in spec order
     run_dir: Path
+    stretch: Stretcher | None = None  # the worker's emulated slowdown (Overlaps stretch it)
 
 
 def _load(target: str) -> Any:

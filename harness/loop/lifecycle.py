@@ -43,11 +43,13 @@ def start(run_dir: Path, info: dict[str, Any], device: Any) -> dict[str, Any]:
 
 def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
            clock_start: dict[str, Any], records: Any, parameters: dict[str, Any] | None,
-           backend: str, closing: dict[str, Any], micro: Any = None) -> None:
+           backend: str, closing: dict[str, Any],
+           side: dict[collector.SideTable, Any] | None = None) -> None:
     """After training, every rank: what each worker was and recorded goes to rank 0 (JSON
     and the records' fixed dtype), which writes steps.parquet, the trace, params.npz (its
     `parameters`, the whole model's) and the completed manifest with `closing` in it.
-    `micro`: a pipeline stage's micro-batch records, gathered the same way."""
+    `side`: the trainer's side-table records (a pipeline stage's micro-batches, a DDP
+    worker's buckets), gathered the same way; every rank names the same tables."""
     import numpy as np
 
     from harness.exchange import comm
@@ -55,14 +57,14 @@ def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
     clock_end = clocks.measure().to_dict()
     gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)
     gathered_records = comm.gather_bytes(records.tobytes(), device)
-    gathered_micro = (None if micro is None
-                      else comm.gather_bytes(micro.tobytes(), device))
+    gathered_side = {table: comm.gather_bytes(rows.tobytes(), device)
+                     for table, rows in (side or {}).items()}
     if gathered_infos is None or gathered_records is None:
         return
     infos = [json.loads(g) for g in gathered_infos]
     arrays = [np.frombuffer(g, dtype=collector.RECORD_DTYPE) for g in gathered_records]
-    micro_arrays = (None if gathered_micro is None else
-                    [np.frombuffer(g, dtype=collector.MICRO_DTYPE) for g in gathered_micro])
+    side_arrays = {table.file: [np.frombuffer(g, dtype=table.dtype) for g in gathered or ()]
+                   for table, gathered in gathered_side.items()}
     rundir.complete(run_dir, arrays, infos, parameters,
-                    {"start": clock_start, "end": clock_end}, backend, closing, micro_arrays)
+                    {"start": clock_start, "end": clock_end}, backend, closing, side_arrays)
     collector.remove_temporary(run_dir)  # the reserve (torchrun mode has no launcher)

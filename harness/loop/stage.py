@@ -474,7 +474,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         evaluator.start_clock()
     comm.barrier()  # every stage starts training together
     writer = collector.RecordWriter(collector.part_path(run_dir, rank))
-    micro_writer = collector.RecordWriter(collector.micro_part_path(run_dir, rank),
+    micro_writer = collector.RecordWriter(collector.MICRO.part_path(run_dir, rank),
                                           dtype=collector.MICRO_DTYPE)
     steps = WaveSteps(
         rank=rank, order=order, inputs=data.inputs, targets=data.targets, bounds=(lo, hi),
@@ -521,4 +521,4 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     if isinstance(waves, ServerWaves) and waves.clock.applied:
         info["server_clocks"] = [waves.clock.to_dict()]  # its server is on another host
     lifecycle.finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,
-                     backend, closing, micro=micro_writer.records())
+                     backend, closing, {collector.MICRO: micro_writer.records()})

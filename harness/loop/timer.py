@@ -60,6 +60,8 @@ class PhaseTimer(Protocol):
 
     def end(self, phase: Phase) -> None: ...
 
+    def end_at(self, phase: Phase, instant: int) -> None: ...
+
     def durations(self) -> list[int]: ...
 
 
@@ -88,6 +90,16 @@ class StepTimer:
         now = time.perf_counter_ns()
         marks.append(self.stretch(marks[-1], now) if rule.stretched else now)
 
+    def end_at(self, phase: Phase, instant: int) -> None:
+        """The end of `phase` at an `instant` (host clock, no earlier than the last mark)
+        measured by whoever knew it, stretched there if at all: an overlapped backward
+        ends when its last gradient bucket was handed over (harness/exchange/ddp.py)."""
+        marks = self.marks
+        expected = _ORDERED[len(marks) - 1][0]
+        if phase is not expected:
+            raise RuntimeError(f"phase {phase.value} ended where {expected.value} was due")
+        marks.append(max(instant, marks[-1]))
+
     def durations(self) -> list[int]:
         """Each phase's duration, in PHASES order (after the last phase has ended)."""
         marks = self.marks
@@ -109,6 +121,10 @@ class CudaEventTimer(StepTimer):
         # begin event runs as soon as it is queued: its instant is the host's
         self.marks = [time.perf_counter_ns()]
         self.events[0].record()
+
+    def end_at(self, phase: Phase, instant: int) -> None:
+        raise RuntimeError("CUDA-event timing marks its own phases (an overlapped exchange "
+                           "is timed by StepTimer: harness.loop.worker.phase_timer)")
 
     def end(self, phase: Phase) -> None:
         index = len(self.marks)

@@ -12,6 +12,7 @@ before any framework is imported, so every framework thread inherits them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,7 +30,7 @@ import numpy as np
 
 from adapters.base import Adapter, DeviceEvents, Loss
 from harness import exchange as aggregators
-from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Unattached
+from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, Unattached
 from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
 from harness.loop.profiling import step_profiler
@@ -94,6 +95,8 @@ class Trainer:
     initial: torch.Tensor  # the initial parameters, flat float32 in spec order
     # how this worker's gradients meet the others' (attached once built from the trainer)
     aggregator: Aggregator = field(default_factory=lambda: Unattached())
+    # the aggregator again where it exchanges during the backward (DDP), else None
+    overlap: Overlaps | None = None
     # the workload's per-batch transform (BERT's masking), or None
     prepare: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
     num_classes: int = 0
@@ -145,6 +148,20 @@ class Trainer:
         timer.end(Phase.TO_DEVICE)
         loss = adapter.forward(batch)
         timer.end(Phase.FORWARD)
+        overlap = self.overlap
+        if overlap is not None:
+            overlap.backward_begins(loss, timer.marks[-1])
+            adapter.backward(loss)  # the buckets' all-reduces are done when it returns
+            adapter.pack(loss)
+            if (handed := overlap.backward_ended()) is not None:
+                # ready: the last bucket handed over; the wait for the all-reduces after
+                # it is the exchange's (exposed communication)
+                timer.end_at(Phase.BACKWARD, handed)
+                timer.end_at(Phase.PACK, handed)
+                return loss
+            timer.end(Phase.BACKWARD)  # computed alone: no bucket was handed over
+            timer.end(Phase.PACK)
+            return loss
         adapter.backward(loss)
         timer.end(Phase.BACKWARD)
         adapter.pack(loss)
@@ -196,6 +213,8 @@ class Trainer:
         that instrumentation overhead is measured against (instrument = false)."""
         adapter = self.adapter
         loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
+        if self.overlap is not None:
+            self.overlap.backward_begins(loss, None)
         adapter.backward(loss)
         adapter.pack(loss)
         exchange = self.aggregator.exchange(step, hi - lo)
@@ -228,11 +247,13 @@ class Trainer:
         if size == 0:  # left out: nothing to time
             return 0.0
         durations = []
-        for s in range(steps + 1):  # the first step warms caches and allocators
-            self.timer.begin()
-            self.compute(s, 0, size)
-            self.adapter.zero_grad()
-            durations.append(self.timer.marks[-1] - self.timer.marks[0])
+        alone = self.overlap.alone() if self.overlap is not None else contextlib.nullcontext()
+        with alone:  # the others wait in a barrier: nothing to exchange with
+            for s in range(steps + 1):  # the first step warms caches and allocators
+                self.timer.begin()
+                self.compute(s, 0, size)
+                self.adapter.zero_grad()
+                durations.append(self.timer.marks[-1] - self.timer.marks[0])
         return size / (statistics.median(durations[1:]) / 1e9)
 
 
@@ -310,11 +331,12 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Adapter, run_dir: Path, dev
                      lambda values: comm.all_gather_vectors(values, device), run_dir)
 
 
-def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instrument: bool
-                ) -> PhaseTimer:
-    """CUDA events for a PyTorch CUDA worker that no slowdown stretches; else the host
+def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instrument: bool,
+                overlaps: bool = False) -> PhaseTimer:
+    """CUDA events for a PyTorch CUDA worker that no slowdown stretches and whose exchange
+    does not overlap its backward (that one ends where the exchange says); else the host
     clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine)."""
-    if worker.is_cuda and instrument and not worker.emulated \
+    if worker.is_cuda and instrument and not worker.emulated and not overlaps \
             and isinstance(adapter, DeviceEvents):
         return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
     waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
@@ -346,7 +368,9 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapt
                           flat, buffer.device)
     trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
                       BatchOrder(len(data), run.global_batch, run.seed), stretch,
-                      phase_timer(worker, adapter, stretch, run.instrument), buffer, optimizer,
+                      phase_timer(worker, adapter, stretch, run.instrument,
+                                  aggregators.kind(run.aggregator.name).overlaps),
+                      buffer, optimizer,
                       flat, prepare=get_workload(run.workload).prepare,
                       num_classes=data.num_classes)
     trainer.fetch = trainer.batch
@@ -377,7 +401,10 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
         trainer.fetch = prefetcher.get
     trainer.aggregator = aggregators.create(aggregators.Context(
         run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
-        run_dir))
+        run_dir, trainer.stretch))
+    if aggregators.kind(run.aggregator.name).overlaps:
+        assert isinstance(trainer.aggregator, Overlaps)
+        trainer.overlap = trainer.aggregator
     failed = True
     try:
         _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
@@ -449,10 +476,12 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     if (server_clocks := getattr(trainer.aggregator, "server_clocks", None)) is not None \
             and (applied := server_clocks()):
         info["server_clocks"] = applied  # the offsets applied to other hosts' servers' stamps
+    side = ({} if (records := getattr(trainer.aggregator, "bucket_records", None)) is None
+            else {collector.BUCKETS: records()})
     lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,
-                      "aggregator": trainer.aggregator.describe()})
+                      "aggregator": trainer.aggregator.describe()}, side)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -545,7 +574,8 @@ def _torchrun_problem(run: RunSpec) -> str | None:
     aggregator's processes or to finish a run that went on without a dead worker."""
     if aggregators.kind(run.aggregator.name).services is not None:
         return (f"aggregator {run.aggregator.name!r} needs processes `hetbench run` starts "
-                "(servers); under torchrun use 'torch', 'allreduce-host' or 'local-sgd'")
+                "(servers); under torchrun use 'torch', 'allreduce-host', 'local-sgd' or "
+                "'ddp'")
     if run.on_worker_failure == "continue":
         return ("on_worker_failure = 'continue' needs `hetbench run` to finish the run "
                 "directory; under torchrun use 'fail'")

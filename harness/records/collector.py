@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,12 @@ RECORD_DTYPE = np.dtype(
 MICRO_DTYPE = np.dtype(
     [("rank", "<i4"), ("wave", "<i8"), ("micro_batch", "<i4"), ("backward", "?"),
      ("begin_ns", "<i8"), ("end_ns", "<i8"), ("stretch_ns", "<i8")]
+)
+# A DDP run's gradient buckets (harness/exchange/ddp.py), per worker and step: when the
+# backward handed each bucket to its all-reduce, and when that all-reduce was done.
+BUCKET_DTYPE = np.dtype(
+    [("rank", "<i4"), ("step", "<i8"), ("bucket", "<i4"), ("bytes", "<i8"),
+     ("ready_ns", "<i8"), ("reduced_ns", "<i8")]
 )
 EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous", "dropped")
 # What rows written before aggregators existed hold in these fields: all-reduce steps.
@@ -119,6 +126,7 @@ STEPS_FILE = "steps.parquet"
 TRACE_FILE = "trace.json"
 EVAL_FILE = "eval.parquet"
 MICRO_FILE = "microbatches.parquet"
+BUCKETS_FILE = "buckets.parquet"
 PARTS_DIR = "parts"
 CLOCK_PART = "clock.json"
 PARTITION_LOG = "partition.json"  # rank 0's partition history and standalone rates so far
@@ -138,10 +146,6 @@ def read_error(run_dir: Path, rank: int) -> str:
 
 def part_path(run_dir: Path, rank: int) -> Path:
     return run_dir / PARTS_DIR / f"rank{rank}.bin"
-
-
-def micro_part_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / PARTS_DIR / f"micro-rank{rank}.bin"
 
 
 class RecordWriter:
@@ -197,29 +201,47 @@ def read_part(path: Path, dtype: np.dtype = RECORD_DTYPE) -> np.ndarray:
     return np.frombuffer(data[:usable], dtype=dtype).copy()
 
 
-def read_micro_parts(run_dir: Path) -> list[np.ndarray]:
-    folder = run_dir / PARTS_DIR
-    paths = sorted(folder.glob("micro-rank*.bin")) if folder.is_dir() else []
-    return [read_part(p, MICRO_DTYPE) for p in paths]
+@dataclass(frozen=True)
+class SideTable:
+    """Records a trainer keeps beside its step records (a pipeline stage's micro-batches, a
+    DDP run's gradient buckets): flushed to parts/<prefix>-rank<R>.bin while running, one
+    parquet file (`file`, rows sorted by `order`) once the run is closed."""
+
+    file: str
+    prefix: str
+    dtype: np.dtype
+    order: tuple[str, ...]
+
+    def part_path(self, run_dir: Path, rank: int) -> Path:
+        return run_dir / PARTS_DIR / f"{self.prefix}-rank{rank}.bin"
+
+    def read_parts(self, run_dir: Path) -> list[np.ndarray]:
+        folder = run_dir / PARTS_DIR
+        paths = sorted(folder.glob(f"{self.prefix}-rank*.bin")) if folder.is_dir() else []
+        return [read_part(p, self.dtype) for p in paths]
+
+    def write(self, run_dir: Path, arrays: Sequence[np.ndarray],
+              clock: dict[str, Any] | None = None) -> None:
+        """The table's file from every rank's rows, on rank 0's clock when `clock` says
+        the ranks' clocks differ; nothing when no rank kept a row."""
+        import pandas as pd
+
+        arrays = [a for a in arrays if len(a)]
+        if not arrays:
+            return
+        frame = pd.DataFrame(np.concatenate(arrays))
+        if clock:
+            clocks.align(frame, clock["start"], clock.get("end"))
+        frame = frame.sort_values(list(self.order), kind="stable")
+        tmp = run_dir / f".{self.file}.tmp"
+        with _naming(run_dir / self.file):
+            frame.reset_index(drop=True).to_parquet(tmp, index=False)
+        tmp.replace(run_dir / self.file)
 
 
-def write_microbatches(run_dir: Path, arrays: list[np.ndarray],
-                       clock: dict[str, Any] | None = None) -> None:
-    """microbatches.parquet: one row per stage, wave, micro-batch and direction, when the
-    run pipelined its model (nothing otherwise)."""
-    import pandas as pd
-
-    arrays = [a for a in arrays if len(a)]
-    if not arrays:
-        return
-    frame = pd.DataFrame(np.concatenate(arrays))
-    if clock:
-        clocks.align(frame, clock["start"], clock.get("end"))
-    frame = frame.sort_values(["wave", "rank", "begin_ns"], kind="stable")
-    tmp = run_dir / f".{MICRO_FILE}.tmp"
-    with _naming(run_dir / MICRO_FILE):
-        frame.reset_index(drop=True).to_parquet(tmp, index=False)
-    tmp.replace(run_dir / MICRO_FILE)
+MICRO = SideTable(MICRO_FILE, "micro", MICRO_DTYPE, ("wave", "rank", "begin_ns"))
+BUCKETS = SideTable(BUCKETS_FILE, "buckets", BUCKET_DTYPE, ("step", "rank", "bucket"))
+SIDE_TABLES = (MICRO, BUCKETS)
 
 
 def part_files(run_dir: Path) -> list[Path]:
@@ -379,13 +401,16 @@ def write_steps(run_dir: Path, frame: Any) -> None:
 
 def write_records(run_dir: Path, arrays: list[np.ndarray],
                   clock: dict[str, Any] | None = None,
-                  micro: list[np.ndarray] | None = None) -> Any:
-    """Write steps.parquet from the records, microbatches.parquet from `micro` (None: the
-    micro-batch parts on disk, if any) and eval.parquet; returns the steps' frame (for the
-    trace, which comes after the manifest)."""
+                  side: dict[str, list[np.ndarray]] | None = None) -> Any:
+    """Write steps.parquet from the records, each side table from `side` (by file name;
+    a table not named there: from its parts on disk, if any) and eval.parquet; returns
+    the steps' frame (for the trace, which comes after the manifest)."""
     frame = records_frame(arrays, clock)
     write_steps(run_dir, frame)
-    write_microbatches(run_dir, read_micro_parts(run_dir) if micro is None else micro, clock)
+    side = side or {}
+    for table in SIDE_TABLES:
+        rows = side.get(table.file)
+        table.write(run_dir, table.read_parts(run_dir) if rows is None else rows, clock)
     write_eval(run_dir)
     return frame
 

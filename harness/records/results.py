@@ -31,6 +31,8 @@ class RunData:
     evals: pd.DataFrame  # held-out evaluations (eval.parquet); empty without eval_every
     # a pipelined run's micro-batches (microbatches.parquet); empty for other runs
     micro: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
+    # a DDP run's gradient buckets (buckets.parquet); empty for other runs
+    buckets: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
 
     @property
     def status(self) -> str:
@@ -61,7 +63,8 @@ def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
     steps = checked_steps(run_dir, meta)
     if (samples := read_system(run_dir)) is not None:
         steps = system.join_to_steps(steps, samples)
-    return RunData(run_dir, meta, steps, read_evals(run_dir), read_micro(run_dir))
+    return RunData(run_dir, meta, steps, read_evals(run_dir),
+                   read_side(run_dir, collector.MICRO), read_side(run_dir, collector.BUCKETS))
 
 
 def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
@@ -118,14 +121,15 @@ def read_system(run_dir: Path) -> pd.DataFrame | None:
     return samples
 
 
-def read_micro(run_dir: Path) -> pd.DataFrame:
-    """A pipelined run's micro-batch records: microbatches.parquet, or the flushed parts
-    of a run that never finalised; empty for a run that pipelined nothing."""
-    path = run_dir / collector.MICRO_FILE
+def read_side(run_dir: Path, table: collector.SideTable) -> pd.DataFrame:
+    """A side table's records (a pipelined run's micro-batches, a DDP run's buckets): its
+    parquet file, or the flushed parts of a run that never finalised; empty for a run
+    that kept none."""
+    path = run_dir / table.file
     try:
         if path.is_file():
             return pd.read_parquet(path)
-        parts = [p for p in collector.read_micro_parts(run_dir) if len(p)]
+        parts = [p for p in table.read_parts(run_dir) if len(p)]
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
         raise UsageError(str(path), f"unreadable: {_one_line(exc)}") from None
     return pd.DataFrame(np.concatenate(parts)) if parts else pd.DataFrame()

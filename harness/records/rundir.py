@@ -152,15 +152,16 @@ def write_missing_trace(run_dir: Path, meta: dict[str, Any], steps: Any) -> bool
 
 def complete(run_dir: Path, arrays: list[Any], infos: list[dict[str, Any]],
              parameters: dict[str, Any] | None, clock: dict[str, Any], backend: str,
-             closing: dict[str, Any], micro: list[Any] | None = None) -> None:
+             closing: dict[str, Any], side: dict[str, list[Any]] | None = None) -> None:
     """A run that ended well, from every worker's records (RECORD_DTYPE arrays) and what
-    each was (`infos`): steps.parquet and the trace, params.npz (`parameters`, the whole
+    each was (`infos`): steps.parquet and the trace, the side tables (`side`: rows by the
+    table's file name, collector.SIDE_TABLES), params.npz (`parameters`, the whole
     model's), the manifest completed with `closing` in it. `clock`: start and end offsets;
     applied to the records when the workers do not share one clock domain."""
     import numpy as np
 
     same_clock = len({i.get("clock_domain") for i in infos}) <= 1
-    frame = collector.write_records(run_dir, arrays, None if same_clock else clock, micro)
+    frame = collector.write_records(run_dir, arrays, None if same_clock else clock, side)
     if parameters is not None:
         np.savez(run_dir / "params.npz", **parameters)
     meta = manifest.update(run_dir, status="completed", end=manifest.now_iso(), workers=infos,

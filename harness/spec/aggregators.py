@@ -21,6 +21,7 @@ from harness.spec.fields import (
     check_keys,
     choice,
     integer,
+    number,
     table,
 )
 from harness.spec.frameworks import with_torch_layers
@@ -42,6 +43,7 @@ class AggregatorSpec:
     staleness_lr: str = "none"  # "dynsgd": an update is scaled by 1 / (1 + staleness)
     # the node (host) each parameter server runs on, in a run across hosts; () all on node 0
     server_nodes: tuple[int, ...] = ()
+    bucket_mb: float = 25.0  # ddp: the size of a gradient bucket (DDP's bucket_cap_mb)
 
     def server_node(self, index: int) -> int:
         """The node that runs server `index`."""
@@ -66,6 +68,9 @@ class Kind:
     # waits for no other worker, so the others may go on without one that failed
     survives_worker_failure: bool = False
     pipeline_only: bool = False  # what pipelined virtual workers run; never asked for by name
+    # all-reduces the gradients in buckets while the backward still runs (DDP): a step's
+    # `ready` is when the worker handed over its last bucket (harness/exchange/ddp.py)
+    overlaps: bool = False
     # how stale an update may be: "none" (synchronous), "unbounded", or the AggregatorSpec
     # key that bounds it ("staleness": s; "local_steps": H - 1 local steps)
     staleness_bound: str = "none"
@@ -121,6 +126,10 @@ AGGREGATORS: dict[str, Kind] = {
     "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", leaves_out=True, baseline=True,
                            summary="Choi's strategy 1: "
                            "gradients to the host, summed there over gloo"),
+    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch", keys=("bucket_mb",),
+                device_buffer=True, overlaps=True,
+                summary="PyTorch DistributedDataParallel: gradient sums all-reduced in "
+                "buckets of bucket_mb while the backward runs (a comm hook)"),
     "allreduce-device": Kind(f"{_DEVICE}:DeviceAllreduce", needs_gpu=True,
                              summary="Choi's strategy 2: CPU workers' gradients to a GPU, "
                              "NCCL among the GPUs, the sums back to the CPUs"),
@@ -181,7 +190,9 @@ AGGREGATORS: dict[str, Kind] = {
 PLACEMENTS = ("data-parallel", "sharded", "fc-on-server")
 
 
-SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr", "server_nodes")
+SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr", "server_nodes",
+             "bucket_mb")
+MAX_BUCKET_MB = 1024.0
 
 
 STALENESS_LR = ("none", "dynsgd")
@@ -314,6 +325,8 @@ def parse_aggregator(values: dict[str, Any], workers: Sequence[WorkerSpec], at: 
                         maximum=MAX_SERVERS),
         staleness_lr=choice(raw.get("staleness_lr", default.staleness_lr), STALENESS_LR,
                             f"{where}.staleness_lr"),
+        bucket_mb=number(raw.get("bucket_mb", default.bucket_mb), f"{where}.bucket_mb",
+                         minimum=0.0, maximum=MAX_BUCKET_MB, strict=True),
     )
     if "server_nodes" in raw:
         spec = dataclasses.replace(spec, server_nodes=_server_nodes(

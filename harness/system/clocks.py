@@ -115,10 +115,11 @@ def align(frame: Any, start: dict[str, Any], end: dict[str, Any] | None = None) 
         offsets = first.astype(np.float64)
     else:
         last = np.asarray(end["offset_ns"], dtype=np.int64)[ranks]
-        local = frame["begin_ns"].to_numpy() - first  # ~ rank 0's time of the step
+        # the row's first instant (a bucket's has no begin), ~ rank 0's time of the row
+        local = frame["begin_ns" if "begin_ns" in frame else "ready_ns"].to_numpy() - first
         share = (local - start["at_ns"]) / (end["at_ns"] - start["at_ns"])
         offsets = first + share * (last - first)
     for column in INSTANTS:
-        if column in frame:  # micro-batch records have begin and end only
+        if column in frame:  # micro-batch (begin, end) and bucket (ready, reduced) rows
             frame[column] = frame[column] - np.rint(offsets).astype(np.int64)
     return frame
