@@ -212,7 +212,7 @@ def test_devices_lists_every_framework(tmp_path: Path, hetbench) -> None:
             assert info["version"] and info["devices"] and info["strategies"]
     mixed = [n for n, k in AGGREGATORS.items() if k.framework is None]
     assert "torch" in mixed and "ps-async" in mixed
-    assert infos["pytorch"]["hetbench_aggregators"] == mixed
+    assert infos["pytorch"]["hetbench_aggregators"] == [*mixed, "ddp"]
     assert infos["mxnet"]["hetbench_aggregators"] == [*mixed, "mxnet-kvstore", "mxnet-async"]
     if installed("mxnet"):
         assert "kvstore dist_sync" in infos["mxnet"]["strategies"]

@@ -126,10 +126,6 @@ AGGREGATORS: dict[str, Kind] = {
     "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", leaves_out=True, baseline=True,
                            summary="Choi's strategy 1: "
                            "gradients to the host, summed there over gloo"),
-    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch", keys=("bucket_mb",),
-                device_buffer=True, overlaps=True,
-                summary="PyTorch DistributedDataParallel: gradient sums all-reduced in "
-                "buckets of bucket_mb while the backward runs (a comm hook)"),
     "allreduce-device": Kind(f"{_DEVICE}:DeviceAllreduce", needs_gpu=True,
                              summary="Choi's strategy 2: CPU workers' gradients to a GPU, "
                              "NCCL among the GPUs, the sums back to the CPUs"),
@@ -159,6 +155,10 @@ AGGREGATORS: dict[str, Kind] = {
     "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_TORCH_PS_KEYS, "backup"),
                    lockstep=False, services=_PS_START, services_across_hosts=True,
                    summary="synchronous over the first n - b gradients of each step"),
+    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch", keys=("bucket_mb",),
+                device_buffer=True, overlaps=True,
+                summary="PyTorch DistributedDataParallel: gradient sums all-reduced in "
+                "buckets of bucket_mb while the backward runs (a comm hook)"),
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
                           keys=_MXNET_KEYS, services=f"{_NATIVE}:start_kvstore",
                           services_across_hosts=True,
