@@ -7,11 +7,13 @@ On a CUDA device a third mode times every phase by waiting for the device (the h
 timer) where the worker itself uses CUDA events (harness/loop/timer.py): what the waits cost
 against the events is the GPU part of issue 16.
 
-    python benchmarks/overhead.py [--workload mlp] [--device cuda:0] [--blocks 30]
+    python benchmarks/overhead.py [--workload mlp] [--device cuda:0] [--blocks 30] [--parts]
 
 Prints median per-step times of each mode and each timed mode's overhead over the bare step
 of the same round, relative and in microseconds, with 95% intervals (targets: at most 1% of
-a step of 5 ms or more, at most 30 us).
+a step of 5 ms or more, at most 30 us). `--parts` then times each part of the
+instrumentation alone, right after a bare step (so with the caches a step leaves), as the
+median over the rounds: where the microseconds go.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from adapters.pytorch import TorchAdapter
 from harness import exchange as aggregators
@@ -42,6 +46,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--blocks", type=int, default=30, help="blocks of each mode")
     parser.add_argument("--steps-per-block", type=int, default=50)
+    parser.add_argument("--parts", action="store_true",
+                        help="then time each part of the instrumentation after a bare step")
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                       GLOO_SOCKET_IFNAME="lo")
@@ -80,18 +86,66 @@ def main() -> None:
             trainer.adapter.synchronize()
             if block >= 2 * len(modes):
                 per_step[mode].append((time.perf_counter_ns() - start) / args.steps_per_block)
+        costs = parts(trainer, counters, writer, args, step) if args.parts else {}
         writer.close()
         trainer.aggregator.close(False)
     report(args, per_step)
+    for name, values in costs.items():
+        low, high = interval(np.array(values))
+        print(f"  part {name}: {np.median(values):.1f} us [{low:.1f}, {high:.1f}]")
     comm.shutdown()
+
+
+def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, step: int
+          ) -> dict[str, list[float]]:
+    """Each part of a timed step's instrumentation, timed alone right after a bare step, in
+    microseconds, one value per round (the parts' order rotates)."""
+    from harness.exchange import Exchange, Holds
+    from harness.records import collector
+    from harness.records.collector import PHASES
+
+    timer, clock = trainer.timer, trainer.threads_cpu
+    exchange = Exchange(Holds.SUMS, args.batch, None)
+    record = collector.timed_record(0, 0, args.batch, 0, list(range(len(PHASES) + 1)), 0,
+                                    (0, 0), 0.0, 0.0, counters.take(), exchange)
+
+    def phase_timer() -> None:
+        timer.begin()
+        for phase in PHASES:
+            timer.end(phase)
+
+    def thread_clocks() -> None:
+        clock.elapsed(clock.sample(refresh=False), clock.sample())
+
+    def main_clock() -> None:
+        time.thread_time_ns() - time.thread_time_ns()
+
+    def make_record() -> None:
+        collector.timed_record(0, 0, args.batch, 0, timer.marks, 0, (0, 0), 0.0, 0.0,
+                               counters.take(), exchange)
+
+    named = {"phase timer (begin and 8 marks)": phase_timer,
+             "all threads' CPU clocks (2 samples)": thread_clocks,
+             "main thread's CPU clock (2 reads)": main_clock,
+             "counters (rusage, rss every 8, gc)": counters.take,
+             "record (with its counters)": make_record,
+             "writer append (flush every 16)": lambda: writer.append(record)}
+    costs: dict[str, list[float]] = {name: [] for name in named}
+    names = list(named)
+    for k in range(args.blocks * args.steps_per_block):
+        name = names[k % len(names)]
+        trainer.step_bare(step, 0, args.batch)
+        step += 1
+        start = time.perf_counter_ns()
+        named[name]()
+        costs[name].append((time.perf_counter_ns() - start) / 1e3)
+    return costs
 
 
 def report(args: Any, per_step: dict[str, list[float]]) -> None:
     """Each timed mode against the bare step of the same round (the rounds interleave the
     modes, so a drift of the machine falls on both): the median ratio and extra
     microseconds per step, each with a bootstrap 95% interval over the rounds."""
-    import numpy as np
-
     bare = np.array(per_step["bare"])
     print(f"{args.workload}/{args.dataset} batch {args.batch} on {args.device}, "
           f"{len(bare)} rounds of {args.steps_per_block} steps per mode:")
@@ -110,8 +164,6 @@ def report(args: Any, per_step: dict[str, list[float]]) -> None:
 
 def interval(values: Any, n_boot: int = 4000) -> tuple[float, float]:
     """Percentile bootstrap 95% interval of the median of per-round values."""
-    import numpy as np
-
     rng = np.random.default_rng(0)
     draws = np.median(values[rng.integers(0, len(values), (n_boot, len(values)))], axis=1)
     low, high = np.quantile(draws, [0.025, 0.975])

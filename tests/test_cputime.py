@@ -101,3 +101,39 @@ def test_the_clock_id_is_the_one_the_kernel_gives_for_this_thread() -> None:
     own = time.pthread_getcpuclockid(threading.main_thread().ident)
     assert cputime.thread_clock_id(threading.get_native_id()) == own
 
+
+
+def test_a_thread_idle_at_a_look_is_read_again_at_the_next_and_its_time_counts() -> None:
+    """A thread that did not run between two looks is not read in the samples between
+    looks; what it spends after waking still counts, by the next look at the latest."""
+    clock = ThreadsCpuClock()
+    wake, leave = threading.Event(), threading.Event()
+    spent: list[int] = []
+
+    def sleeper() -> None:
+        wake.wait(10)
+        burn(0.03)
+        spent.append(time.thread_time_ns())
+        leave.wait(10)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    try:
+        for _ in range(3 * clock.REFRESH_EVERY):  # looks while it sleeps: not busy any more
+            clock.sample()
+        begin = clock.sample(refresh=False)
+        wake.set()
+        deadline = time.monotonic() + 10
+        while not spent and time.monotonic() < deadline:
+            time.sleep(0.001)
+        counted = 0
+        for _ in range(clock.REFRESH_EVERY):  # one look among these
+            end = clock.sample()
+            counted += clock.elapsed(begin, end)
+            begin = clock.sample(refresh=False)
+    finally:
+        leave.set()
+        thread.join(10)
+    assert spent and spent[0] >= 30_000_000
+    assert counted >= spent[0]  # its burn, counted once it was looked at
+    assert counted < spent[0] + 20_000_000  # and once: the main thread spent little

@@ -318,8 +318,9 @@ class WaveSteps:
                                                    self.last, self.flat_grads)
         now = time.perf_counter_ns
         self.timer.wave = wave
-        all_begin = self.threads_cpu.sample(refresh=False)
-        cpu_begin = time.thread_time_ns()
+        clock = self.threads_cpu
+        all_begin = clock.sample(refresh=False)
+        cpu_begin = clock.own(all_begin)
         begin = now()
         idx = self.order.indices(wave)[lo:hi]
         x = self.inputs[idx] if self.first else None
@@ -339,8 +340,8 @@ class WaveSteps:
         if sync:
             torch.cuda.synchronize(device)
         ready = now()
-        compute_cpu = (time.thread_time_ns() - cpu_begin,
-                       self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
+        all_end = clock.sample()
+        compute_cpu = (clock.own(all_end) - cpu_begin, clock.elapsed(all_begin, all_end))
         micro_records, forward_ns, backward_ns = self.timer.take()
         local_sum = float(sum(float(v) for v in losses)) if last else math.nan
         if last:

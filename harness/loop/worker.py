@@ -174,14 +174,14 @@ class Trainer:
         local loss, the CPU time during compute of the main thread (wall minus this is time
         the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
         its threads, and what the aggregator's exchange did."""
-        timer = self.timer
-        # the threads' sample outside the main thread's: all threads' time covers the main's
-        all_begin = self.threads_cpu.sample(refresh=False)
-        cpu_begin = time.thread_time_ns()
+        timer, clock = self.timer, self.threads_cpu
+        # the main thread's time is read within the threads' samples
+        all_begin = clock.sample(refresh=False)
+        cpu_begin = clock.own(all_begin)
         timer.begin()
         self.compute(step, lo, hi)
-        compute_cpu = (time.thread_time_ns() - cpu_begin,
-                       self.threads_cpu.elapsed(all_begin, self.threads_cpu.sample()))
+        all_end = clock.sample()
+        compute_cpu = (clock.own(all_end) - cpu_begin, clock.elapsed(all_begin, all_end))
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         timer.end(Phase.ALLREDUCE)

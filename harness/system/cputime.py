@@ -6,9 +6,13 @@ the intra-op pool's threads are still running on other cores the process clock l
 up to a tick each, and one step's difference can come out *smaller* than the main thread's
 own CPU time (seen in CI on two cores). A thread's own CPU clock, read from another thread,
 makes the kernel bring that thread's runtime up to date first, so summing the per-thread
-clocks is exact. Reading them costs a few microseconds a step (eight threads: ~4 us a
-sample alone, more inside a step), and noticing whether threads came or went is done every
-REFRESH_EVERY steps.
+clocks is exact. Each read is a system call (~2 us inside a step), so a sample reads only
+the threads that ran since the look before the last (the busy ones: the main thread, the
+intra-op pool, the gloo threads that exchange every step); the others (idle process
+groups' threads, a pool that never ran) are read at each look, every REFRESH_EVERY steps,
+and keep that reading in between: CPU time such a thread spends between two looks counts
+at the next look, up to REFRESH_EVERY steps late. Noticing whether threads came or went is
+done at the same looks.
 
 Threads that exit during a step take their CPU time with them (nothing can read it any
 more); a thread born during a step counts from its birth once the threads are listed
@@ -18,6 +22,7 @@ again (every REFRESH_EVERY refreshing samples). Off Linux, the process clock.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 TASKS = "/proc/self/task"
@@ -48,6 +53,9 @@ class ThreadsCpuClock:
         self._clocks: dict[int, int] = {}
         self._until_refresh = 0
         self._refreshes = 0
+        self._own = threading.get_native_id()  # the thread that made the clock (`own`)
+        self._looked: dict[int, int] = {}  # every thread's time at the last look
+        self._busy: list[tuple[int, int]] = []  # (tid, clock) of the threads read each sample
 
     def _refresh(self) -> None:
         """Re-list the threads when their number changed (a task directory's link count is
@@ -71,6 +79,20 @@ class ThreadsCpuClock:
             self._refreshes += 1
             self._until_refresh = 1 if self._refreshes < self.REFRESH_EVERY \
                 else self.REFRESH_EVERY
+            return self._look()
+        read, times = time.clock_gettime_ns, dict(self._looked)
+        for tid, clock in self._busy:
+            try:
+                times[tid] = read(clock)
+            except OSError:       # exited since the listing; the next sample re-lists
+                del times[tid]
+                self._links = -1
+                self._until_refresh = 0
+        return times
+
+    def _look(self) -> dict[int, int]:
+        """Every listed thread read; the busy ones are those whose time moved since the
+        last look, new ones and the clock's own thread."""
         read, times = time.clock_gettime_ns, {}
         for tid, clock in self._clocks.items():
             try:
@@ -78,7 +100,16 @@ class ThreadsCpuClock:
             except OSError:       # exited since the listing; the next sample re-lists
                 self._links = -1
                 self._until_refresh = 0
+        looked, self._looked = self._looked, times
+        self._busy = [(tid, self._clocks[tid]) for tid, t in times.items()
+                      if tid == self._own or looked.get(tid) != t]
         return times
+
+    def own(self, sample: dict[int, int]) -> int:
+        """The CPU time of the thread that made the clock, from `sample` where it was read
+        there (one system call fewer), else read now."""
+        mine = sample.get(self._own)
+        return time.thread_time_ns() if mine is None else mine
 
     @staticmethod
     def elapsed(begin: dict[int, int], end: dict[int, int]) -> int:
