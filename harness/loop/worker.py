@@ -151,21 +151,18 @@ class Trainer:
         overlap = self.overlap
         if overlap is not None:
             overlap.backward_begins(loss, timer.marks[-1])
-            adapter.backward(loss)  # the buckets' all-reduces are done when it returns
+        adapter.backward(loss)  # an overlapped exchange's buckets are summed when it returns
+        handed = None if overlap is None else overlap.backward_ended()
+        if handed is None:  # no exchange during the backward (or computed alone)
+            timer.end(Phase.BACKWARD)
             adapter.pack(loss)
-            if (handed := overlap.backward_ended()) is not None:
-                # ready: the last bucket handed over; the wait for the all-reduces after
-                # it is the exchange's (exposed communication)
-                timer.end_at(Phase.BACKWARD, handed)
-                timer.end_at(Phase.PACK, handed)
-                return loss
-            timer.end(Phase.BACKWARD)  # computed alone: no bucket was handed over
             timer.end(Phase.PACK)
             return loss
-        adapter.backward(loss)
-        timer.end(Phase.BACKWARD)
+        # ready: the last bucket handed over; the wait for the all-reduces after it is the
+        # exchange's (exposed communication)
         adapter.pack(loss)
-        timer.end(Phase.PACK)
+        timer.end_at(Phase.BACKWARD, handed)
+        timer.end_at(Phase.PACK, handed)
         return loss
 
     def step(self, step: int, lo: int, hi: int
