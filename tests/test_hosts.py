@@ -190,8 +190,10 @@ workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
 NATIVE = {
     "mxnet": [("kvstore", "mxnet-kvstore", ", server_nodes = [1]"),
               ("kvstore-async", "mxnet-async", ", server_nodes = [1]")],
-    "tensorflow": [("collective", "tensorflow-collective", "")],
+    "tensorflow": [("collective", "tensorflow-collective", ""),
+                   ("ps", "tensorflow-ps", ", servers = 2, server_nodes = [0, 1]")],
 }
+ORDER_DEPENDENT = ("kvstore-async", "ps")  # asynchronous: results follow the push order
 
 
 def native_suite(path: Path, framework: str, across: bool) -> Path:
@@ -212,14 +214,16 @@ def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
     TensorFlow's ring all-reduce: each worker's TF server on a port its own host picked,
     the addresses exchanged over torch.distributed. dist_sync's and the ring's sums equal
     the same suite's on one host; dist_async (order-dependent, so not compared) completes
-    too."""
+    too. TensorFlow's ParameterServerStrategy: a ps task on each host, the coordinator on
+    node 0, every task's address met in the coordinator's store; node 1's clock 5 s ahead,
+    which the coordinator's records (mapped from the workers' wall clocks) do not show."""
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"needs {framework}")
     suite = native_suite(tmp_path / "across.toml", framework, across=True)
-    with Testbed(2) as bed:
+    with Testbed(2, clocks={1: 5.0} if framework == "tensorflow" else {}) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
         ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
-        tag = bed.tag
+        tag, addresses = bed.tag, (bed.host(0).address, bed.host(1).address)
     assert leftovers(tag) == []
     assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
     one = native_suite(tmp_path / "one.toml", framework, across=False)
@@ -227,15 +231,17 @@ def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
     assert result.returncode == 0, result.stdout + result.stderr
     across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
     assert sorted(across) == sorted(name for name, _, _ in NATIVE[framework])
-    for run_dir in across.values():
+    servers = {"mxnet": ["kvstore-server.log"], "ps": ["tf-ps1.log"]}  # no scheduler there
+    for name, run_dir in across.items():
         assert manifest(run_dir)["status"] == "completed"
         logs = tmp_path / "node1" / "hosts" / run_dir.name / "nodes" / "1" / "logs"
-        here = ["kvstore-server.log"] if framework == "mxnet" else []  # no scheduler
-        assert sorted(p.name for p in logs.iterdir()) == [*here, "rank1.log"]
+        here = servers.get(name, servers.get(framework, []))
+        assert sorted(p.name for p in logs.iterdir()) == sorted([*here, "rank1.log"])
     if framework == "tensorflow":
         assert "warning: TensorFlow's servers listen on every interface of each host" \
             in ends[1][0]
-    compared = [name for name in across if name != "kvstore-async"]
+        _tensorflow_ps_across_hosts(across["ps"], *addresses)
+    compared = [name for name in across if name not in ORDER_DEPENDENT]
     for name in compared:
         with np.load(across[name] / "params.npz") as got, \
                 np.load(alone[name] / "params.npz") as want:
@@ -243,6 +249,24 @@ def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
             for key in want.files:
                 np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5,
                                            err_msg=f"{name}: {key}")
+
+
+def _tensorflow_ps_across_hosts(run_dir: Path, node0: str, node1: str) -> None:
+    """Each task at its own host's address; every record in the coordinator's clock (the
+    workers' instants differ by far less than node 1's 5 s); both workers stepped."""
+    meta = manifest(run_dir)
+    cluster = meta["aggregator"]["cluster"]
+    hosts = {job: [a.rsplit(":", 1)[0] for a in addresses] for job, addresses in cluster.items()}
+    assert hosts == {"worker": [node0, node1], "ps": [node0, node1], "chief": [node0]}, cluster
+    assert all(device.startswith("/job:ps/") for device in meta["aggregator"]["placement"].values())
+    workers = meta["workers"]
+    assert workers[0]["clock_domain"] == workers[1]["clock_domain"] \
+        != workers[1]["host_clock_domain"], workers
+    steps = pd.read_parquet(run_dir / "steps.parquet")
+    assert sorted(steps["rank"].unique()) == [0, 1]
+    starts = steps.groupby("rank")["begin_ns"].min()
+    assert abs(starts[1] - starts[0]) < 2e9, starts
+    assert (steps["ready_ns"] > steps["begin_ns"]).all() and (steps["wait_ns"] >= 0).all()
 
 
 def _servers_across_the_link(ps_sync: Path, wsp: Path, tmp_path: Path) -> None:
@@ -379,10 +403,12 @@ def test_a_server_killed_on_node_1_fails_the_run_and_ctrl_c_on_node_1_stops_all(
 
 @pytest.mark.slow
 @needs_root
-def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path,
-                                                            spawn: Spawn) -> None:
+def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path, spawn: Spawn,
+                                                            hetbench) -> None:
     """Node 1's launcher and its workers SIGKILLed: node 0 closes the run `failed`, naming
-    node 1, within timeout_s + 5 s; its flushed records are kept; the suite stops."""
+    node 1, within timeout_s + 5 s; its flushed records are kept; the suite stops. Node 1's
+    share still says `running` (its launcher could not close it): `hetbench recover` on
+    node 1's results closes it `failed`, its flushed records kept in its parts."""
     suite = write(tmp_path, steps=2000)
     with Testbed(2) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
@@ -405,6 +431,48 @@ def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path,
     assert ended - killed < meta["run"]["timeout_s"] + 5, ended - killed
     assert nodes[0].returncode == 1, ends[0][1][-2000:]
     assert "node 1 stopped answering: the suite stops, 1 run(s) not started" in ends[0][1]
+    assert json.loads((share / "node.json").read_text())["status"] == "running"
+    flushed = (share / "parts" / "rank1.bin").read_bytes()
+    recovered = hetbench(tmp_path, "recover", str(tmp_path / "node1"))
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert f"{share}: this node's share, closed as failed (" in recovered.stdout
+    state = json.loads((share / "node.json").read_text())
+    assert state["status"] == "failed" and state["node"] == 1, state
+    assert "closed by hetbench recover" in state["reason"], state
+    assert (share / "parts" / "rank1.bin").read_bytes() == flushed and flushed
+    again = hetbench(tmp_path, "recover", str(tmp_path / "node1"))
+    assert again.returncode == 0 and "nothing to recover" in again.stdout, again.stdout
+
+
+def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, hetbench) -> None:
+    """A share held by a live launcher (this process) is refused, naming it, exit 1; one
+    whose launcher is gone is closed; a folder with neither runs nor shares is an error."""
+    from harness.run.nodes import prepare_share
+    from harness.spec.suite import load_suite
+
+    suite = write(tmp_path)
+    run = load_suite(str(suite)).runs[0]
+    live = prepare_share(tmp_path / "out" / "hosts" / "r0" / "nodes" / "1", "hosts", run, 1)
+    gone = tmp_path / "out" / "hosts" / "r1" / "nodes" / "1"
+    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from harness.run.nodes import prepare_share; "
+                           "from harness.spec.suite import load_suite; "
+                           "prepare_share(Path(sys.argv[1]), 'hosts', "
+                           "load_suite(sys.argv[2]).runs[0], 1)", str(gone),
+                           str(suite)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    result = hetbench(tmp_path, "recover", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"hetbench: {live}: still running: its launcher (pid {os.getpid()}) lives" \
+        in result.stderr
+    assert f"{gone}: this node's share, closed as failed (0 step records kept" in result.stdout
+    assert json.loads((live / "node.json").read_text())["status"] == "running"
+    assert json.loads((gone / "node.json").read_text())["status"] == "failed"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = hetbench(tmp_path, "recover", str(empty))
+    assert result.returncode == 2 and "no run directories below it" in result.stderr
 
 
 @pytest.mark.slow
@@ -563,19 +631,6 @@ def test_bad_nodes_tables_are_one_line_before_anything_runs(
     result = hetbench(tmp_path, "run", str(path), "--out", str(tmp_path / "out"), *flags)
     assert error_line(result) == f"hetbench: error: {expected}"
     assert not (tmp_path / "out").exists()
-
-
-def test_tensorflows_parameter_servers_across_hosts_are_refused_for_now(
-        tmp_path: Path, hetbench) -> None:
-    path = write(tmp_path)
-    path.write_text(path.read_text().replace('"allreduce-host"', '"tensorflow-ps"\n'
-                                             'framework = "tensorflow"'))
-    result = hetbench(tmp_path, "run", str(path), "--nnodes", "2", "--node-rank", "0",
-                      "--master-addr", "127.0.0.1")
-    assert error_line(result).startswith(
-        "hetbench: error: runs[1].aggregator: 'tensorflow-ps' starts its framework's "
-        "servers, which runs across hosts cannot place yet: allowed: torch, allreduce-host, "), \
-        result.stderr
 
 
 @pytest.mark.parametrize(("server_nodes", "flags", "expected"), [

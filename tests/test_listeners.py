@@ -338,11 +338,13 @@ def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, spawn: Spawn, fr
     elif aggregator == "tensorflow-ps":
         # every task of the cluster (worker and ps servers, the coordinator) listens, and
         # every process hetbench started for it lives in the loopback-only namespace
-        cluster = json.loads(envs[workers[0]]["HETBENCH_TF_CLUSTER"])
+        # (the tasks meet in the store the coordinator serves: its port, and theirs)
+        cluster = json.loads((run_dir / "parts" / "tf-coordinator.json").read_text())["cluster"]
         ports = {port_of(a) for addresses in cluster.values() for a in addresses}
+        ports.add(port_of(envs[workers[0]]["HETBENCH_TF_STORE"]))
         assert all(any(q == port for _, _, q in found) for port in ports), \
             f"a TensorFlow task not seen: {ports}, {found}"
-        tasks = {p for p, env in envs.items() if "HETBENCH_TF_CLUSTER" in env}
+        tasks = {p for p, env in envs.items() if "HETBENCH_TF_STORE" in env}
         assert len(tasks) == sum(len(a) for a in cluster.values()), (tasks, cluster)
         assert set(workers) <= tasks <= isolated, "a task outside the private namespace"
         check(found, isolated)

@@ -13,7 +13,6 @@ import socket
 import sys
 from typing import Any
 
-from harness.spec import aggregators
 from harness.spec.errors import UsageError
 from harness.system import interfaces
 
@@ -71,13 +70,6 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
         raise UsageError("--skip-unavailable", "not across hosts: every host runs every run "
                          "of the suite (a run this host cannot run is refused)")
     for i, run in enumerate(suite.runs):
-        kind = aggregators.kind(run.aggregator.name)
-        if kind.services is not None and not kind.services_across_hosts:
-            able = [name for name, k in aggregators.AGGREGATORS.items()
-                    if (k.services is None or k.services_across_hosts) and not k.pipeline_only]
-            raise UsageError(f"runs[{i}].aggregator", f"{run.aggregator.name!r} starts "
-                             "its framework's servers, which runs across hosts cannot place "
-                             f"yet: allowed: {', '.join(able)}")
         if run.interface is not None and (why := interfaces.missing(run.interface)):
             raise UsageError(f"runs[{i}].interface", why)
     return Place(nnodes, node_rank, master, port, args.join_timeout, agent_store)

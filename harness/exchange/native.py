@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -64,11 +63,15 @@ def start_tensorflow_ports(run: RunSpec, free_port: Callable[[], int], logs: Pat
     them (prepare_tensorflow), and TensorFlow's servers listen on every interface of each
     host, which the launcher says."""
     if services.across_hosts:
-        print("   warning: TensorFlow's servers listen on every interface of each host (it "
-              "has no setting for the address they bind)", flush=True)
+        warn_every_interface()
         return
     services.env[TF_WORKERS_ENV] = ",".join(f"127.0.0.1:{free_port()}"
                                             for _ in range(run.world_size))
+
+
+def warn_every_interface() -> None:
+    print("   warning: TensorFlow's servers listen on every interface of each host (it has "
+          "no setting for the address they bind)", flush=True)
 
 
 def start_kvstore(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
@@ -126,10 +129,7 @@ def _exchanged_addresses() -> list[str]:
 
     from harness.exchange import comm
 
-    address = interfaces.ipv4_addresses()[os.environ.get("GLOO_SOCKET_IFNAME", "lo")]
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        port = int(s.getsockname()[1])
+    address, port = interfaces.endpoint(os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     mine = [float(int(ipaddress.IPv4Address(address))), float(port)]
     return [f"{ipaddress.IPv4Address(int(a))}:{int(p)}"
             for a, p in comm.all_gather_vectors(mine, torch.device("cpu"))]

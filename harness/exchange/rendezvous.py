@@ -51,6 +51,22 @@ def tcp_store(host: str, port: int, rank: int, world_size: int, timeout: timedel
                          use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
 
 
+def serve_store(host: str, port: int, timeout: timedelta) -> dist.TCPStore:
+    """A store served by this process on host:port (that address alone, when it is one),
+    waiting for no client: clients come and go as they need it."""
+    listen_fd = _bound_socket(host, port) if is_address(host) else None
+    return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False,
+                         master_listen_fd=listen_fd,
+                         use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+
+
+def store_client(host: str, port: int, timeout: timedelta) -> dist.TCPStore:
+    """A client of the store on host:port; it waits up to `timeout` for the store to
+    listen, and each of its operations waits up to `timeout` too."""
+    return dist.TCPStore(host, port, None, False, timeout,
+                         use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+
+
 def _bound_socket(host: str, port: int) -> int:
     """A TCP socket bound to host:port, not yet listening (the store listens on it and
     owns it from then on): its file descriptor."""

@@ -7,14 +7,21 @@ free executes; the variables and their updates live on the ps servers. hetbench 
 
 - W worker processes (`python -m harness.loop.worker`, as for every run: the worker's cores and
   threads apply), each serving as TensorFlow task `worker:<rank>` (serve_worker);
-- S ps servers and the coordinator, as the run's services (start_services), all on
-  127.0.0.1 ports hetbench hands out, in the workers' private network namespace
-  (TensorFlow's gRPC servers bind every interface: harness/system/netns.py).
+- S ps servers, each by the launcher of the node `server_nodes` names (node 0 by default),
+  and the coordinator, by node 0's: the run's services (start_services).
 
-The coordinator (harness/loop/tensorflow_coordinator.py) writes every worker's
-records; when it has closed the run directory it leaves `parts/served`, and every server
-exits (TensorFlow's servers never exit by themselves). Whatever else happens, the
-launcher stops them: every process hetbench starts, hetbench stops.
+They meet in a store the coordinator serves (a c10d TCPStore, the run's services'
+rendezvous: on 127.0.0.1 inside the run's private network namespace on one host, on the
+master's address across hosts). No launcher knows which ports are free on another host, so
+each task takes a port free on its own host and says `address:port` there (TASK_KEY); every
+task builds the cluster spec from the store before its server starts. A server says in the
+store that it listens (READY_KEY, a worker with its description: INFO_KEY); the coordinator
+waits for all, trains, writes every worker's records, and says SERVED_KEY once it has
+closed the run directory; every server then leaves (LEFT_KEY counts them) and exits
+(TensorFlow's servers never exit by themselves). Whatever else happens, the launchers stop
+them: every process hetbench starts, hetbench stops. TensorFlow's gRPC servers listen on
+every interface: on one host that is the private namespace's loopback; across hosts the
+launchers say so (harness/exchange/native.py).
 
 A worker learns nothing of its own identity from ParameterServerStrategy (the input
 context's pipeline id is 0 on every worker): each worker server runs in a folder of its
@@ -30,52 +37,110 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector
-from harness.spec.suite import RunSpec
+from harness.exchange.native import warn_every_interface
+from harness.records import collector, rundir
+from harness.spec.suite import RunSpec, run_from_dict
+from harness.system import interfaces
 from harness.system.services import Services
 
-CLUSTER_ENV = "HETBENCH_TF_CLUSTER"  # the cluster spec, JSON: {"worker": [...], "ps": [...], ...}
+STORE_ENV = "HETBENCH_TF_STORE"  # host:port of the store the coordinator serves
 RANK_FILE = "hetbench-rank"  # in a worker server's working folder: its rank
-SERVED = "served"  # in parts/: the coordinator closed the run, the servers may go
 POLL_S = 0.1
 COORDINATOR = "tf-coordinator"
+# the store's keys: a task's address (job: worker, ps or chief), that its server listens,
+# a worker's description, the run closed (the servers may go), the servers gone
+TASK_KEY, READY_KEY, INFO_KEY = "task/{job}/{index}", "ready/{job}/{index}", "info/{rank}"
+SERVED_KEY, LEFT_KEY = "served", "left"
+LEAVE_S = 10.0  # how long the coordinator keeps its store for the servers to see SERVED_KEY
 # the instants a step function returns (tf.timestamp on the worker: wall clock seconds)
 TIMES = ("t0", "pulled", "loaded", "forward", "backward", "ready", "pushed")
 
 
-def cluster_spec(run: RunSpec, free_port: Callable[[], int]) -> dict[str, list[str]]:
-    def ports(count: int) -> list[str]:
-        return [f"127.0.0.1:{free_port()}" for _ in range(count)]
-
-    return {"worker": ports(run.world_size), "ps": ports(run.aggregator.servers),
-            "chief": ports(1)}
-
-
 def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_dir: Path,
                    services: Services) -> None:
-    """The ps servers and the coordinator, in the workers' network namespace."""
-    cluster = json.dumps(cluster_spec(run, free_port))
-    services.env[CLUSTER_ENV] = cluster
-    env = {**os.environ, CLUSTER_ENV: cluster, "PYTHONUNBUFFERED": "1",
+    """This host's ps servers, and on node 0 the coordinator, which serves the store every
+    task of the run meets in (`free_port`: across hosts, the port node 0 picked for the
+    run's services on the master's address)."""
+    if services.across_hosts:
+        warn_every_interface()
+    store = f"{services.address}:{free_port()}"
+    services.env[STORE_ENV] = store
+    env = {**os.environ, STORE_ENV: store, **services.binding, "PYTHONUNBUFFERED": "1",
            "HETBENCH_LAUNCHER_PID": str(os.getpid()), "TF_CPP_MIN_LOG_LEVEL": "2"}
     for index in range(run.aggregator.servers):
-        services.start(f"tf-ps{index}", [sys.executable, "-m", __name__, "--run-dir",
-                                          str(run_dir), "--ps", str(index)], env, logs)
-    services.start(COORDINATOR, [sys.executable, "-m",
-                                 "harness.loop.tensorflow_coordinator", "--run-dir",
-                                 str(run_dir)], env, logs)
+        if run.aggregator.server_node(index) == services.node:
+            services.start(f"tf-ps{index}", [sys.executable, "-m", __name__, "--run-dir",
+                                              str(run_dir), "--ps", str(index)], env, logs)
+    if services.node == 0:
+        services.start(COORDINATOR, [sys.executable, "-m",
+                                     "harness.loop.tensorflow_coordinator", "--run-dir",
+                                     str(run_dir)], env, logs)
+
+
+def meet_timeout_s(run: RunSpec) -> float:
+    """How long a task waits for the store and for the other tasks to say where they are:
+    every process of the run starts TensorFlow first (seconds each, on shared cores)."""
+    return 2 * run.timeout_s + 30
+
+
+def meeting(run: RunSpec, serve: bool = False) -> Any:
+    """The run's store: served here (the coordinator) or joined (a server)."""
+    from harness.exchange import rendezvous
+
+    host, port = os.environ[STORE_ENV].rsplit(":", 1)
+    timeout = timedelta(seconds=meet_timeout_s(run))
+    if serve:
+        return rendezvous.serve_store(host, int(port), timeout)
+    return rendezvous.store_client(host, int(port), timeout)
+
+
+def tasks(run: RunSpec) -> dict[str, int]:
+    """The cluster's jobs and how many tasks each has."""
+    return {"worker": run.world_size, "ps": run.aggregator.servers, "chief": 1}
+
+
+def say_where(store: Any, job: str, index: int) -> str:
+    """This task's address in the store: this host's address on the interface the run's
+    libraries bind, and a port free here. Returns it."""
+    address, port = interfaces.endpoint(os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+    store.set(TASK_KEY.format(job=job, index=index), f"{address}:{port}")
+    return f"{address}:{port}"
+
+
+def wait_for(store: Any, keys: list[str], what: str, timeout_s: float) -> None:
+    """Until every key is in the store; past `timeout_s`, a TimeoutError naming what is
+    missing (polled, so that a SIGTERM is handled meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        if time.monotonic() > deadline:
+            missing = [k for k in keys if not store.check([k])]
+            raise TimeoutError(f"{what} not within {timeout_s:.0f} s: no "
+                               f"{', '.join(missing)} in the run's store")
+        time.sleep(POLL_S)
+
+
+def cluster_spec(store: Any, run: RunSpec) -> dict[str, list[str]]:
+    """Every task's address, once each has said it: {"worker": [...], "ps": [...], ...}."""
+    keys = {job: [TASK_KEY.format(job=job, index=i) for i in range(n)]
+            for job, n in tasks(run).items()}
+    wait_for(store, [k for ks in keys.values() for k in ks], "the cluster's addresses",
+             meet_timeout_s(run))
+    return {job: [bytes(v).decode() for v in store.multi_get(ks)] for job, ks in keys.items()}
 
 
 def server_folder(run_dir: Path, job: str, index: int) -> Path:
     return run_dir / collector.PARTS_DIR / f"tf-{job}{index}"
 
 
-def start_server(run_dir: Path, job: str, index: int, threads: int) -> Any:
+def start_server(run: RunSpec, run_dir: Path, job: str, index: int, threads: int
+                 ) -> tuple[Any, Any]:
     """TensorFlow task `job:index` of the run's cluster, serving from its own folder (where
-    RANK_FILE says who it is); the folder's `ready` file says it listens (and its pid)."""
+    RANK_FILE says who it is, and once it listens, `ready` its pid: on its own host, for
+    whoever watches there). Returns the server and the run's store."""
     from adapters.tensorflow import configure_threads, tf
 
     folder = server_folder(run_dir, job, index)
@@ -83,11 +148,13 @@ def start_server(run_dir: Path, job: str, index: int, threads: int) -> Any:
     (folder / RANK_FILE).write_text(str(index))
     os.chdir(folder)
     configure_threads(threads)
-    cluster = tf.train.ClusterSpec(json.loads(os.environ[CLUSTER_ENV]))
+    store = meeting(run)
+    say_where(store, job, index)
+    cluster = tf.train.ClusterSpec(cluster_spec(store, run))
     server = tf.distribute.Server(cluster, job_name=job, task_index=index, protocol="grpc",
                                   start=True)
     (folder / "ready").write_text(json.dumps({"pid": os.getpid(), "target": server.target}))
-    return server
+    return server, store
 
 
 def serve_worker(run: RunSpec, run_dir: Path, rank: int) -> None:
@@ -100,30 +167,36 @@ def serve_worker(run: RunSpec, run_dir: Path, rank: int) -> None:
 
     worker = run.workers[rank]
     run_dir = run_dir.resolve()  # the server works in a folder of its own
-    server = start_server(run_dir, "worker", rank, worker.threads)
+    server, store = start_server(run, run_dir, "worker", rank, worker.threads)
     info = {"rank": rank, "host": socket.gethostname(), "clock_domain": clocks.domain(),
             "pid": os.getpid(), "label": worker.label,
             **run.to_dict()["workers"][rank], "emulated": worker.emulated,
             "affinity": sorted(os.sched_getaffinity(0)),
             "versions": TensorFlowAdapter.versions(), "serves": server.target}
-    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(json.dumps(info))
-    wait_until_served(run_dir)
+    text = json.dumps(info)
+    (run_dir / collector.PARTS_DIR / f"rank{rank}.json").write_text(text)  # for `recover`
+    store.set(INFO_KEY.format(rank=rank), text)
+    store.set(READY_KEY.format(job="worker", index=rank), str(os.getpid()))
+    wait_until_served(store)
 
 
-def wait_until_served(run_dir: Path) -> None:
-    """Until the coordinator says the run is closed. No deadline of its own: a coordinator
-    that fails or hangs is the launcher's to catch (its watch, its stall limit), and it
-    stops this process then; a launcher that dies takes it along (PR_SET_PDEATHSIG)."""
-    marker = run_dir / collector.PARTS_DIR / SERVED
-    while not marker.exists():
+def wait_until_served(store: Any) -> None:
+    """Until the coordinator says the run is closed; then say this server leaves. No
+    deadline of its own: a coordinator that fails or hangs is the launchers' to catch
+    (their watch, their stall limit), and they stop this process then; a launcher that dies
+    takes it along (PR_SET_PDEATHSIG)."""
+    while not store.check([SERVED_KEY]):
         time.sleep(POLL_S)
+    store.add(LEFT_KEY, 1)
 
 
 def serve_ps(run_dir: Path, index: int) -> int:
-    """A ps task (started by the launcher, which it dies with: services.py)."""
+    """A ps task (started by its host's launcher, which it dies with: services.py)."""
     run_dir = run_dir.resolve()  # the server works in a folder of its own
-    start_server(run_dir, "ps", index, threads=1)
-    wait_until_served(run_dir)
+    run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
+    _, store = start_server(run, run_dir, "ps", index, threads=1)
+    store.set(READY_KEY.format(job="ps", index=index), str(os.getpid()))
+    wait_until_served(store)
     return 0
 
 

@@ -1,20 +1,23 @@
 """The coordinator of a tensorflow-ps run: TensorFlow's ParameterServerStrategy training an
 all-TensorFlow job, recorded as hetbench records every worker's steps.
 
-Started by the launcher as a service (harness/exchange/tensorflow_ps.py) once the ps
-servers are starting; it waits until every server listens, connects as the cluster's
-chief, places the model's variables on the ps servers (TensorFlow's own placement:
-round-robin, recorded) and schedules one step function per step on whichever worker is
-free (ClusterCoordinator), until the servers have applied the samples of `steps` global
-batches, as hetbench's ps-async does: a fast worker takes more steps than a slow one.
+Started by node 0's launcher as a service (harness/exchange/tensorflow_ps.py) beside the
+ps servers; it serves the store the run's tasks meet in, waits until every server listens
+(on any host), connects as the cluster's chief, places the model's variables on the ps
+servers (TensorFlow's own placement: round-robin, recorded) and schedules one step
+function per step on whichever worker is free (ClusterCoordinator), until the servers
+have applied the samples of `steps` global batches, as hetbench's ps-async does: a fast
+worker takes more steps than a slow one.
 
 One step on worker r, its k-th: read the version counter and the parameters from the ps
 (the pull), take slice r of global batch k (the data is a tf.data pipeline on the worker,
 the same batches as hetbench's own ps-async), forward, backward, stretch by the worker's
 emulated slowdown, then apply the gradient sum over the global batch to every variable
 on its ps with TensorFlow's own SGD kernel, and add 1 to the version (the push). Each
-instant comes from tf.timestamp on the worker (wall clock), mapped onto the host's
-monotonic clock that every other record uses.
+instant comes from tf.timestamp on the worker (wall clock), mapped onto the coordinator's
+host's monotonic clock, in which all of the run's records are then: across hosts as
+exactly as the hosts' wall clocks agree (NTP's error; the testbed's hosts share one wall
+clock, their time namespaces shift only the monotonic one).
 
 The record of a worker's step k is hetbench's ps-async's: compute from the slice's load to
 the gradients (and the stretch), then the exchange: the push, the wait until the
@@ -48,18 +51,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.exchange import Exchange, Holds
-from harness.exchange.tensorflow_ps import (
-    CLUSTER_ENV,
-    COORDINATOR,
-    SERVED,
-    TIMES,
-    server_folder,
-)
+from harness.exchange import tensorflow_ps as served
+from harness.exchange.tensorflow_ps import COORDINATOR, TIMES
 from harness.loop import engine
 from harness.loop.engine import Record, Turn
 from harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
 from harness.records import collector, rundir
 from harness.spec.suite import RunSpec, run_from_dict
+from harness.system import clocks
 from workloads import build_spec, get_workload
 
 if TYPE_CHECKING:
@@ -83,17 +82,31 @@ def static_sizes(run: RunSpec) -> tuple[int, ...]:
     return equal_sizes(run.global_batch, run.world_size)
 
 
-def wait_for_servers(run_dir: Path, run: RunSpec, timeout_s: float) -> None:
-    """Until every worker and ps server listens (its `ready` file)."""
-    folders = [server_folder(run_dir, "worker", r) for r in range(run.world_size)] + \
-        [server_folder(run_dir, "ps", i) for i in range(run.aggregator.servers)]
-    deadline = time.monotonic() + timeout_s
-    for folder in folders:
-        while not (folder / "ready").exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the TensorFlow server {folder.name} did not start within "
-                                   f"{timeout_s:.0f} s")
-            time.sleep(POLL_S)
+def wait_for_servers(store: Any, run: RunSpec) -> None:
+    """Until every worker and ps server listens (says so in the store), wherever it runs."""
+    ready = [served.READY_KEY.format(job=job, index=i)
+             for job in ("worker", "ps") for i in range(served.tasks(run)[job])]
+    served.wait_for(store, ready, "the TensorFlow servers did not all start",
+                    served.meet_timeout_s(run))
+
+
+def worker_infos(store: Any, run: RunSpec) -> list[dict[str, Any]]:
+    """What each worker server said of itself. Its records are in this process's clock
+    (Recorder maps them here): that is their clock domain; the worker's host's is kept."""
+    infos = [json.loads(bytes(text).decode()) for text in store.multi_get(
+        [served.INFO_KEY.format(rank=r) for r in range(run.world_size)])]
+    return [{**i, "clock_domain": clocks.domain(), "host_clock_domain": i["clock_domain"]}
+            for i in infos]
+
+
+def let_servers_go(store: Any, run: RunSpec) -> None:
+    """Say the run is closed, and keep the store up until every server saw it (at most
+    LEAVE_S: the launchers stop the rest)."""
+    store.set(served.SERVED_KEY, "1")
+    deadline = time.monotonic() + served.LEAVE_S
+    everyone = run.world_size + run.aggregator.servers
+    while store.add(served.LEFT_KEY, 0) < everyone and time.monotonic() < deadline:
+        time.sleep(POLL_S)
 
 
 def wall_to_monotonic_ns() -> int:
@@ -219,7 +232,7 @@ def batch_tables(run: RunSpec, samples: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, factors
 
 
-def train(run: RunSpec, run_dir: Path) -> None:
+def train(run: RunSpec, run_dir: Path, store: Any) -> None:
     """Connect, train, write the run's results (steps, parameters, evaluations, manifest)."""
     from adapters.tensorflow import configure_threads
 
@@ -228,8 +241,12 @@ def train(run: RunSpec, run_dir: Path) -> None:
     from harness.training.evaluation import Evaluator
     from workloads.data import load_dataset
 
-    wait_for_servers(run_dir, run, 2 * run.timeout_s + 30)
-    coordinator = graph.connect(os.environ[CLUSTER_ENV])
+    served.say_where(store, "chief", 0)  # its runtime serves the chief task there
+    cluster = served.cluster_spec(store, run)
+    (run_dir / collector.PARTS_DIR / f"{COORDINATOR}.json").write_text(
+        json.dumps({"pid": os.getpid(), "cluster": cluster}))
+    wait_for_servers(store, run)
+    coordinator = graph.connect(json.dumps(cluster))
     data = load_dataset(run.dataset, run.workload, run.seed)
     spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
     model = graph.Model(coordinator, spec, spec.initial_parameters(run.seed))
@@ -264,20 +281,23 @@ def train(run: RunSpec, run_dir: Path) -> None:
         arrays = [w.records() for w in writers]
         for w in writers:
             w.close()
-    close(run, run_dir, arrays, model.pull().parameters(), sizes, model.placement())
+    close(run, run_dir, arrays, model.pull().parameters(), sizes, model.placement(),
+          worker_infos(store, run), cluster)
 
 
 def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],
           parameters: dict[str, np.ndarray], sizes: tuple[int, ...],
-          placement: dict[str, str]) -> None:
+          placement: dict[str, str], infos: list[dict[str, Any]],
+          cluster: dict[str, list[str]]) -> None:
     """What rank 0 writes at the end of any other run (harness.loop.lifecycle.finish)."""
     rundir.complete(
-        run_dir, arrays, rundir.worker_infos(run_dir, run.world_size), parameters, {},
+        run_dir, arrays, infos, parameters, {},
         "grpc", {"partition_history": [{"step": 0, "sizes": list(sizes),
                                         "reason": f"policy {run.partition.policy}"}],
                  "standalone": [],
                  "aggregator": {"servers": run.aggregator.servers,
-                                "mode": "ParameterServerStrategy", "placement": placement}})
+                                "mode": "ParameterServerStrategy", "placement": placement,
+                                "cluster": cluster}})
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:
@@ -294,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     (run_dir / collector.PARTS_DIR / f"{COORDINATOR}.json").write_text(
         json.dumps({"pid": os.getpid()}))
     try:
-        train(run, run_dir)
+        store = served.meeting(run, serve=True)
+        train(run, run_dir, store)
     except Stopped:
         return 130
     except Exception as exc:  # noqa: BLE001 - its last line is the launcher's reason
@@ -303,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hetbench coordinator: error: {type(exc).__name__}: {first}", file=sys.stderr,
               flush=True)
         return 1
-    (run_dir / collector.PARTS_DIR / SERVED).touch()  # the servers may go
+    try:
+        let_servers_go(store, run)
+    except Stopped:  # the run is closed already; the launcher stops the servers
+        pass
     return 0
 
 

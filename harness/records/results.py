@@ -443,6 +443,19 @@ def launcher_alive(meta: dict[str, Any]) -> bool | None:
     return procfs.alive(int(launcher["pid"]), started)
 
 
+def require_launcher_gone(meta: dict[str, Any], where: str) -> None:
+    """Before closing what a launcher left (`meta` records it): refused (UsageError) while
+    that launcher lives, or where this host cannot tell."""
+    launcher = meta.get("launcher") or {}
+    alive = launcher_alive(meta)
+    if alive is None:
+        raise UsageError(where, "cannot tell whether its launcher lives (it was started on "
+                         f"host {launcher.get('host', 'unknown')!r}, this is "
+                         f"{socket.gethostname()!r}): recover it there")
+    if alive:
+        raise UsageError(where, f"still running: its launcher (pid {launcher['pid']}) lives")
+
+
 # -- paths ----------------------------------------------------------------------------------
 
 

@@ -177,21 +177,14 @@ def recover(run_dir: Path) -> RunResult:
     its records written from the flushed parts, nothing lost. Its workers and services died
     with the launcher (they are told to, at start). Refused, with the reason, while the
     launcher lives or where this host cannot tell (UsageError)."""
-    from harness.records.results import checked_steps, launcher_alive  # pandas: here only
+    from harness.records.results import checked_steps, require_launcher_gone  # pandas
 
     meta = manifest.read(run_dir)
     if meta.get("status") != "running":
         raise UsageError(str(run_dir), f"not running: it is already closed "
                          f"({meta.get('status')})")
     launcher = meta.get("launcher") or {}
-    alive = launcher_alive(meta)
-    if alive is None:
-        raise UsageError(str(run_dir), "cannot tell whether its launcher lives (it was "
-                         f"started on host {launcher.get('host', 'unknown')!r}, this is "
-                         f"{socket.gethostname()!r}): recover it there")
-    if alive:
-        raise UsageError(str(run_dir), f"still running: its launcher (pid {launcher['pid']}) "
-                         "lives")
+    require_launcher_gone(meta, str(run_dir))
     try:  # no record that the readers would refuse is written
         checked_steps(run_dir, meta)
     except UsageError as exc:

@@ -474,7 +474,7 @@ def _launch(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, launch: str,
     else:
         start = nodes.await_key(f"run/{index}/start")
         run_dir = prepare_share(out / suite.name / str(start["dir"]) / "nodes"
-                                / str(place.node_rank), suite.name, run)
+                                / str(place.node_rank), suite.name, run, place.node_rank)
         port, service_port = int(start["port"]), int(start["service_port"])
     seat = Seat(nodes, index, port, service_port, run.interface or nodes.interface,
                 [r for r, w in enumerate(run.workers) if w.node == place.node_rank])

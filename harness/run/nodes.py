@@ -33,11 +33,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector
+from harness.records import collector, jsonfile
 from harness.records.rundir import RUN_FILE, RunResult, close_run
 from harness.spec.errors import NodeLost, UsageError
 from harness.spec.suite import RunSpec, SuiteSpec
-from harness.system import interfaces
+from harness.system import interfaces, procfs
 
 BEAT_S = 0.5
 STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
@@ -436,19 +436,62 @@ def outcome(status: str, reason: str, aborted: str | None, reports: dict[int, di
     return "failed", "; ".join(causes)
 
 
-def prepare_share(share: Path, suite_name: str, run: RunSpec) -> Path:
-    """Another node's share of a run: run.json for its workers, their parts and logs."""
+def prepare_share(share: Path, suite_name: str, run: RunSpec, node: int) -> Path:
+    """Another node's share of a run: run.json for its workers, their parts and logs, and
+    SHARE_FILE saying it runs and which launcher holds it (until that launcher says how it
+    ended; `recover_share` closes it where the launcher could not)."""
     (share / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
     (share / RUN_FILE).write_text(json.dumps({"suite": suite_name, "run": run.to_dict()}))
+    _write_share(share, node, "running", "")
     return share
 
 
-def _write_share(share: Path, node: int, status: str, reason: str) -> None:
+def _write_share(share: Path, node: int, status: str, reason: str,
+                 launcher: dict[str, Any] | None = None) -> None:
+    if launcher is None:  # this process holds the share
+        launcher = {"host": socket.gethostname(), "pid": os.getpid(),
+                    "started": procfs.start_ticks(os.getpid())}
     try:
         (share / SHARE_FILE).write_text(json.dumps({"node": node, "status": status,
-                                                    "reason": reason}))
+                                                    "reason": reason, "launcher": launcher}))
     except OSError:  # the records matter more; node 0 holds how the run ended
         pass
+
+
+def find_shares(path: Path) -> list[Path]:
+    """The shares at `path` or below it (a results folder, a suite's, a run's), in order."""
+    patterns = (SHARE_FILE, f"nodes/*/{SHARE_FILE}", f"*/nodes/*/{SHARE_FILE}",
+                f"*/*/nodes/*/{SHARE_FILE}")
+    return [p.parent for pattern in patterns for p in sorted(path.glob(pattern))]
+
+
+def share_state(share: Path) -> dict[str, Any]:
+    """What a share says: its node, how its part ended ("running" while its launcher holds
+    it), why, and its launcher."""
+    state = jsonfile.read(share / SHARE_FILE, "node's share")
+    if not isinstance(state, dict):
+        raise UsageError(str(share / SHARE_FILE), "unreadable node's share: not a JSON object")
+    return state
+
+
+def recover_share(share: Path) -> int:
+    """Close a share whose launcher died before it could (a SIGKILL): `failed`. Node 0 closed
+    the run itself, with the records of this node that reached it; the rest stay here, in
+    their flushed parts, as they are. Refused while the launcher lives or where this host
+    cannot tell (UsageError). Returns the step records the share holds."""
+    from harness.records.results import require_launcher_gone  # pandas: here only
+
+    state = share_state(share)
+    launcher = state.get("launcher") or {}
+    if state.get("status") != "running":
+        raise UsageError(str(share), f"not running: it is already closed "
+                         f"({state.get('status')})")
+    require_launcher_gone(state, str(share))
+    _write_share(share, int(state.get("node", -1)), "failed",
+                 f"its launcher (pid {launcher.get('pid')}) ended without closing this "
+                 "node's share; closed by hetbench recover (its flushed records stay in "
+                 f"{collector.PARTS_DIR}/)", launcher)
+    return sum(len(part) for part in collector.read_parts(share))
 
 
 def _first_line(exc: BaseException) -> str:

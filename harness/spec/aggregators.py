@@ -76,9 +76,6 @@ class Kind:
     staleness_bound: str = "none"
     baseline: bool = False  # the plain all-reduce of gradient sums other schemes are set against
     services: str | None = None  # "module:function" starting its processes (launcher)
-    # its services can run in a run across hosts (each host starts the servers it is named
-    # for); tensorflow-ps's cannot yet
-    services_across_hosts: bool = False
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     # "module:function" a worker process runs instead of hetbench's training loop: the
     # framework's server, while a coordinator (one of the services) drives the training and
@@ -110,8 +107,9 @@ _TF_PS = "harness.exchange.tensorflow_ps"
 _PS_KEYS = ("servers",)
 
 
-# hetbench's own servers (torch.distributed.rpc) can run on any host of a run across hosts
-_TORCH_PS_KEYS = (*_PS_KEYS, "server_nodes")
+# hetbench's own servers (torch.distributed.rpc), and TensorFlow's ps tasks, can run on any
+# host of a run across hosts
+_PLACED_PS_KEYS = (*_PS_KEYS, "server_nodes")
 # MXNet's one ps-lite server too (its scheduler stays on node 0)
 _MXNET_KEYS = ("server_nodes",)
 
@@ -132,28 +130,27 @@ AGGREGATORS: dict[str, Kind] = {
     "local-sgd": Kind(f"{_ALLREDUCE}:LocalSGD", keys=("local_steps",), device_buffer=True,
                       staleness_bound="local_steps",
                       summary="H local steps, then parameters averaged, weighted by samples"),
-    "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_TORCH_PS_KEYS, services=_PS_START,
-                    services_across_hosts=True,
+    "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_PLACED_PS_KEYS, services=_PS_START,
                     summary="parameter servers, synchronous: one update per step from "
                     "every worker's gradients"),
-    "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_TORCH_PS_KEYS, "staleness_lr"),
-                     lockstep=False, services=_PS_START, services_across_hosts=True,
+    "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "staleness_lr"),
+                     lockstep=False, services=_PS_START,
                      survives_worker_failure=True,
                      staleness_bound="unbounded",
                      summary="parameter servers, asynchronous: every push is applied at once"),
     "ssp": Kind(f"{_PS}:ParameterServerClient",
-                keys=(*_TORCH_PS_KEYS, "staleness", "staleness_lr"),
-                lockstep=False, services=_PS_START, services_across_hosts=True,
+                keys=(*_PLACED_PS_KEYS, "staleness", "staleness_lr"),
+                lockstep=False, services=_PS_START,
                 staleness_bound="staleness",
                 summary="stale-synchronous: asynchronous within a staleness bound"),
     "wsp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness"),
-                lockstep=False, services=_PS_START, services_across_hosts=True, pipeline_only=True,
+                lockstep=False, services=_PS_START, pipeline_only=True,
                 staleness_bound="staleness",
                 summary="wave-synchronous: virtual workers (pipelines) push each wave to "
                 "one server per stage, at most `staleness` waves apart (set by "
                 "pipeline.wave_bound)"),
-    "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_TORCH_PS_KEYS, "backup"),
-                   lockstep=False, services=_PS_START, services_across_hosts=True,
+    "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "backup"),
+                   lockstep=False, services=_PS_START,
                    summary="synchronous over the first n - b gradients of each step"),
     "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch", keys=("bucket_mb",),
                 device_buffer=True, overlaps=True,
@@ -161,21 +158,19 @@ AGGREGATORS: dict[str, Kind] = {
                 "buckets of bucket_mb while the backward runs (a comm hook)"),
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
                           keys=_MXNET_KEYS, services=f"{_NATIVE}:start_kvstore",
-                          services_across_hosts=True,
                           summary="MXNet's ps-lite kvstore, dist_sync"),
     "mxnet-async": Kind(f"{_NATIVE}:KVStoreAsync", framework="mxnet", lockstep=False,
                         staleness_bound="unbounded", keys=_MXNET_KEYS,
-                        services=f"{_NATIVE}:start_kvstore", services_across_hosts=True,
+                        services=f"{_NATIVE}:start_kvstore",
                         plain_sgd=True,
                         summary="MXNet's ps-lite kvstore, dist_async, SGD on its server"),
     "tensorflow-collective": Kind(f"{_NATIVE}:TensorFlowCollective", framework="tensorflow",
                                   services=f"{_NATIVE}:start_tensorflow_ports",
-                                  services_across_hosts=True,
                                   prepare=f"{_NATIVE}:prepare_tensorflow",
                                   summary="TensorFlow's ring all-reduce "
                                   "(MultiWorkerMirroredStrategy)"),
     "tensorflow-ps": Kind("harness.loop.tensorflow_coordinator:train",
-                          framework="tensorflow", keys=_PS_KEYS, lockstep=False,
+                          framework="tensorflow", keys=_PLACED_PS_KEYS, lockstep=False,
                           staleness_bound="unbounded",
                           plain_sgd=True, services=f"{_TF_PS}:start_services",
                           serves=f"{_TF_PS}:serve_worker",

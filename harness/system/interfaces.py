@@ -56,6 +56,17 @@ def ipv4_addresses() -> dict[str, str]:
     return found
 
 
+def endpoint(name: str) -> tuple[str, int]:
+    """This host's IPv4 address on interface `name`, and a TCP port that is free on every
+    interface now: for a server that binds them all (TensorFlow's) and must say where it
+    listens before it starts. (Another process may take the port in between: unlikely, and
+    the server's start then fails loudly.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port = int(s.getsockname()[1])
+    return ipv4_addresses()[name], port
+
+
 def holding(address: str) -> str | None:
     """The interface whose IPv4 address is `address`, or None."""
     wanted = str(ipaddress.ip_address(address))
