@@ -444,7 +444,8 @@ def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path, spa
     assert again.returncode == 0 and "nothing to recover" in again.stdout, again.stdout
 
 
-def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, hetbench) -> None:
+def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, spawn: Spawn,
+                                                           hetbench) -> None:
     """A share held by a live launcher (this process) is refused, naming it, exit 1; one
     whose launcher is gone is closed; a folder with neither runs nor shares is an error."""
     from harness.run.nodes import prepare_share
@@ -454,14 +455,13 @@ def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, hetbe
     run = load_suite(str(suite)).runs[0]
     live = prepare_share(tmp_path / "out" / "hosts" / "r0" / "nodes" / "1", "hosts", run, 1)
     gone = tmp_path / "out" / "hosts" / "r1" / "nodes" / "1"
-    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                           "from harness.run.nodes import prepare_share; "
-                           "from harness.spec.suite import load_suite; "
-                           "prepare_share(Path(sys.argv[1]), 'hosts', "
-                           "load_suite(sys.argv[2]).runs[0], 1)", str(gone),
-                           str(suite)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
+    made = spawn([sys.executable, "-c", "import sys; from pathlib import Path; "
+                  "from harness.run.nodes import prepare_share; "
+                  "from harness.spec.suite import load_suite; "
+                  "prepare_share(Path(sys.argv[1]), 'hosts', "
+                  "load_suite(sys.argv[2]).runs[0], 1)", str(gone), str(suite)],
+                 cwd=REPO, stderr=subprocess.PIPE, text=True)
+    assert made.wait(timeout=120) == 0, made.communicate()[1]
     result = hetbench(tmp_path, "recover", str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"hetbench: {live}: still running: its launcher (pid {os.getpid()}) lives" \
