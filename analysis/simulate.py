@@ -26,13 +26,14 @@ large N the servers, not the workers, set the pace.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from analysis.deviceclass import CommModel, DeviceClass, typical_slowdown
+from analysis.deviceclass import CommModel, DeviceClass, Source, typical_slowdown
 from analysis.simulated import SIMULATED
 from harness.partition.policies import (
     Damping,
@@ -142,7 +143,6 @@ def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
     exchange varies for all workers together (one draw per step, the first worker's) and
     each worker around it by its own recorded deviations."""
     n = len(workers)
-    residual, after, gap, ratio, deviation = (np.empty((steps, n)) for _ in range(5))
     sources = [cls.sources[j] for cls, j in zip(workers, assigned_sources(workers, first),
                                                  strict=True)]
     copies: dict[int, int] = {}  # id(source) -> workers given it so far
@@ -151,19 +151,30 @@ def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
         copy = copies.get(id(source), 0)
         copies[id(source)] = copy + 1
         keys.setdefault((source.run_id, copy), []).append(i)
+    # one gather per series: every distinct source's series a row of a table (padded), and
+    # each worker's (steps) indices into its source's row
+    distinct = list({id(source): source for source in sources}.values())
+    row_of = {id(source): r for r, source in enumerate(distinct)}
+    width = max(len(source.residual) for source in distinct)
+    position = np.empty((n, steps), dtype=np.int64)
     for columns in keys.values():
         length = min(len(sources[i].residual) for i in columns)
         block = min(BLOCK, length)
         starts = rng.integers(0, length, size=-(-steps // block))
-        index = ((starts[:, None] + np.arange(block)) % length).ravel()[:steps]
-        for i in columns:
-            source = sources[i]
-            residual[:, i] = source.residual[index]
-            after[:, i] = source.after_ns[index]
-            gap[:, i] = source.gap_ns[index]
-            ratio[:, i] = source.ratios()[index]
-            deviation[:, i] = source.deviations()[index]
-    return residual, after, gap, ratio[:, :1] * deviation
+        position[columns] = ((starts[:, None] + np.arange(block)) % length).ravel()[:steps]
+    flat = (position + (np.array([row_of[id(s)] for s in sources]) * width)[:, None]).T.copy()
+
+    def gathered(series: Callable[[Source], np.ndarray]) -> np.ndarray:
+        table = np.zeros((len(distinct), width))
+        for r, source in enumerate(distinct):
+            values = series(source)
+            table[r, :len(values)] = values
+        return table.ravel()[flat]
+
+    residual, after, gap = (gathered(operator.attrgetter(name))
+                            for name in ("residual", "after_ns", "gap_ns"))
+    ratio = sources[0].ratios()[position[0]][:, None]  # the exchange's draw: the first's
+    return residual, after, gap, ratio * gathered(Source.deviations)
 
 
 def slowdowns(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
@@ -287,6 +298,57 @@ def serve(arrive: np.ndarray, service: np.ndarray, free: float = -np.inf) -> np.
     return done
 
 
+def serve_pushes(lead: np.ndarray, service: np.ndarray, size: np.ndarray, target: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """When each push (step k of worker i: [k, i]) was served, NaN for those never made,
+    and the pushes in the order served (flat indices k * n + i): one push outstanding per
+    worker, whose next arrives `lead` after its push was served, served first come first
+    served (ties: the lower worker first), until the pushes served carry `target` samples
+    (`size` each) or the rows run out.
+
+    An exact event loop, taken in batches: the pending pushes (one a worker) are served in
+    arrival order at once (serve's recurrence); the longest prefix of them that no push
+    made by an earlier one of them would arrive before is kept, the rest wait for the next
+    batch. Each batch keeps at least one push; with workers of a similar speed, a large
+    share of them."""
+    rows, n = lead.shape
+    served = np.full((rows, n), np.nan)
+    sequence = np.empty(rows * n, dtype=np.int64)
+    made = 0
+    step = np.zeros(n, dtype=np.int64)
+    arrival = lead[0].astype(float)
+    active = np.arange(n)
+    free, samples = -np.inf, 0.0
+    while active.size:
+        order = active[np.lexsort((active, arrival[active]))]
+        a, k = arrival[order], step[order]
+        s = service[k, order]
+        total = np.cumsum(s)
+        done = total + np.maximum.accumulate(np.maximum(a - (total - s), free))
+        after = k + 1
+        more = after < rows
+        upcoming = np.where(more, done + lead[np.minimum(after, rows - 1), order], np.inf)
+        # push q keeps its place unless a push of an earlier one arrives before it
+        overtaken = np.flatnonzero(a[1:] >= np.minimum.accumulate(upcoming)[:-1])
+        count = int(overtaken[0]) + 1 if overtaken.size else order.size
+        carried = samples + np.cumsum(size[k[:count], order[:count]])
+        reached = int(np.searchsorted(carried, target))  # the first push at the target
+        finished = reached < count
+        count = reached + 1 if finished else count
+        kept = order[:count]
+        served[k[:count], kept] = done[:count]
+        sequence[made:made + count] = k[:count] * n + kept
+        made += count
+        if finished:
+            break
+        samples, free = float(carried[count - 1]), float(done[count - 1])
+        arrival[kept], step[kept] = upcoming[:count], after[:count]
+        gone = kept[~more[:count]]
+        if gone.size:
+            active = np.setdiff1d(active, gone, assume_unique=True)
+    return served, sequence[:made]
+
+
 def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarray,
           total: int, damping: Damping, history: list[dict[str, Any]]) -> np.ndarray:
     """bsp-adaptive: window by window, the model policy (harness.partition.policies.Repartitioner)
@@ -301,9 +363,9 @@ def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarra
         window = (a + b * current) * multiplier[start:stop]
         compute[start:stop] = window
         count = stop - start
-        stats = [WindowStats(count, count * current[i], float(window[:, i].sum()),
-                             count * current[i] ** 2, current[i] * float(window[:, i].sum()))
-                 for i in range(n)]
+        spent = window.sum(axis=0).tolist()
+        stats = [WindowStats(count, count * size, t, count * size * size, size * t)
+                 for size, t in zip(current.tolist(), spent, strict=True)]
         change = policy.update(current.tolist(), stats)
         if change is not None:
             current = np.array(change[0])
@@ -430,11 +492,8 @@ def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int
 def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps: int
            ) -> Simulation:
     """Every worker on its own clock, one push outstanding each, the servers serving pushes
-    first come first served: an exact event loop over the pushes (a heap of each worker's
-    next arrival; a few microseconds a push), the rest vectorised. The run ends once the
-    pushes served carry `global_steps` global batches of samples."""
-    import heapq
-
+    first come first served (serve_pushes, exact), the rest vectorised. The run ends once
+    the pushes served carry `global_steps` global batches of samples."""
     compute, after, sizes = common["compute"], common["after"], common["sizes"]
     rows, n = compute.shape
     latency, service = server.latency, server.service
@@ -442,53 +501,49 @@ def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps
     # and apply, the loop's gap, the compute, the way to the server
     lead = compute + latency
     lead[1:] += latency[:-1] + after[:-1] + gap[:-1]
-    # memoryviews: indexing one gives a Python float, far cheaper than a numpy scalar
-    lead_at, service_at, size_at = (np.ascontiguousarray(x, dtype=float).ravel().data
-                                    for x in (lead, service, sizes))
-    served = np.full(rows * n, np.nan)
-    served_at = served.data
-    heap = [(lead_at[i], i) for i in range(n)]
-    heapq.heapify(heap)
-    step = [0] * n
-    free, samples, target = -np.inf, 0.0, float(global_steps * common["global_batch"])
-    while heap:
-        arrival, i = heap[0]
-        k = step[i]
-        cell = k * n + i
-        free = (arrival if arrival > free else free) + service_at[cell]
-        served_at[cell] = free
-        samples += size_at[cell]
-        if samples >= target:
-            break
-        k += 1
-        step[i] = k
-        if k < rows:
-            heapq.heapreplace(heap, (free + lead_at[k * n + i], i))
-        else:
-            heapq.heappop(heap)
-    done = served.reshape(rows, n)
-    kept = ~np.isnan(done)
-    done = np.where(kept, done, np.inf)
-    previous = np.vstack([np.zeros((1, n)), done[:-1]])
-    begin = np.where(np.arange(rows)[:, None] == 0, 0.0,
-                     previous + latency[np.r_[0, :rows - 1]] +
-                     after[np.r_[0, :rows - 1]] + gap[np.r_[0, :rows - 1]])
-    begin = np.where(kept, begin, 0.0)
+    served, sequence = serve_pushes(lead, service, sizes.astype(float),
+                                    float(global_steps * common["global_batch"]))
+    kept = ~np.isnan(served)
+    # the rows drawn beyond the fastest worker's last push (a margin) are not kept
+    rows = int(np.flatnonzero(kept.any(axis=1))[-1]) + 1
+    common = {**common, **{name: common[name][:rows]
+                           for name in ("sizes", "compute", "slowdown", "after")}}
+    compute, after, latency, service, gap = (x[:rows] for x in (common["compute"],
+                                                                 common["after"], latency,
+                                                                 service, gap))
+    kept = kept[:rows]
+    begin = np.zeros((rows, n))  # after the previous push's reply came back
+    begin[1:] = served[:rows - 1] + latency[:-1] + after[:-1] + gap[:-1]
+    begin[~kept] = 0.0
     arrive = begin + compute + latency
-    done = np.where(kept, done, arrive + service)
+    done = np.where(kept, served[:rows], arrive + service)
     reduced = done + latency
     return Simulation(begin=begin, ready=begin + compute, reduced=reduced,
                       end=reduced + after, push=latency, wait=done - service - arrive,
-                      pull=latency + service, staleness=_staleness(done, begin, kept),
+                      pull=latency + service,
+                      staleness=_staleness_in_order(done, begin, sequence),
                       kept=kept, asynchronous=np.ones_like(kept), **common)
 
 
-def _staleness(applied: np.ndarray, begin: np.ndarray, kept: np.ndarray | None = None
-               ) -> np.ndarray:
+def _staleness_in_order(applied: np.ndarray, begin: np.ndarray, sequence: np.ndarray
+                        ) -> np.ndarray:
+    """_staleness of the pushes made (flat indices in the order served, `sequence`; 0 for
+    the others), from that order: applied in it, the pushes' times are sorted already."""
+    pushes = applied.ravel()[sequence]
+    index = np.arange(pushes.size)
+    # the pushes applied before each: the first of those applied at the same instant
+    before = np.maximum.accumulate(np.where(np.r_[True, pushes[1:] != pushes[:-1]], index, 0))
+    at_pull = np.searchsorted(pushes, begin.ravel()[sequence], side="right")
+    out = np.zeros(applied.size)
+    out[sequence] = np.maximum(before - at_pull, 0)
+    return out.reshape(applied.shape)
+
+
+def _staleness(applied: np.ndarray, begin: np.ndarray) -> np.ndarray:
     """Updates applied before this push's minus those applied when its worker took the
     parameters it computed on (about its step's begin): the server's version at apply
     minus the version computed on, as the parameter server records it."""
-    pushes = np.sort(applied[kept] if kept is not None else applied, axis=None)
+    pushes = np.sort(applied, axis=None)
     applied_at_push = np.searchsorted(pushes, applied, side="left")
     applied_at_pull = np.searchsorted(pushes, begin, side="right")
     return np.maximum(applied_at_push - applied_at_pull, 0).astype(float)

@@ -1,10 +1,9 @@
 """How long does the simulator take as workers and steps grow? One core (numpy's threads
 pinned to one), a job of two shipped profiles (half cpu-3x, half cpu-6x of the MLP on
 digits), each scheme at N workers x S steps, simulation and summary only (no records).
-Targets (issue 15): 1,024 workers x 10,000 steps of BSP in 10 s, of SSP and asynchronous
-in 60 s.
+Target (issue 29): 1,024 workers x 10,000 steps of every scheme in 10 s.
 
-    python benchmarks/simulate_scale.py                 # the grid below, ~2 minutes
+    python benchmarks/simulate_scale.py                 # the grid below, ~1 minute
     python benchmarks/simulate_scale.py --workers 1024 --steps 10000 --scheme bsp
 """
 

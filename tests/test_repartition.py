@@ -321,3 +321,20 @@ def test_taking_a_worker_back_needs_twice_the_gain_and_twice_more_each_time() ->
     other = Repartitioner("model", 64, 2, Damping(), leave_out=True)
     other.load_state(r.state())
     assert other.state() == r.state() and other.times_left_out == [0, 2]
+
+
+def test_a_line_measured_beside_other_counts_is_taken_from_the_nearest_larger() -> None:
+    """Worker 2 computed beside 2 and beside 4 workers, never 3: asked for a step of 3 the
+    policy reads its line of 4 (ties: the larger count); the other counts' sets are made
+    only when used."""
+    r = Repartitioner("model", 64, 4, Damping(), leave_out=True)
+    beside_two = WindowStats(10, 160, 1.6e7, 2560, 2.56e8)
+    beside_four = WindowStats(10, 160, 3.2e7, 2560, 5.12e8)
+    r.by_count.at(1)[2] = beside_two
+    r.by_count.at(3)[2] = beside_four
+    assert r._fits(3)[2] == beside_four and r._fits(2)[2] == beside_two
+    assert r._fits(3)[0] == WindowStats()  # never measured: nothing
+    assert sorted(r.by_count.sets) == [1, 3]
+    other = Repartitioner("model", 64, 4, Damping(), leave_out=True)
+    other.load_state(r.state())
+    assert other.state() == r.state() and other._fits(3)[2] == beside_four

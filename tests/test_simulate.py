@@ -275,6 +275,55 @@ def test_the_server_serves_one_push_at_a_time_first_come_first_served() -> None:
     assert simulate.serve(np.zeros(3), np.ones(3), free=5.0).tolist() == [6.0, 7.0, 8.0]
 
 
+def served_one_push_at_a_time(lead: np.ndarray, service: np.ndarray, size: np.ndarray,
+                              target: float) -> np.ndarray:
+    """The reference: a heap of each worker's next arrival, one push served at a time."""
+    import heapq
+
+    rows, n = lead.shape
+    served = np.full((rows, n), np.nan)
+    heap = [(lead[0, i], i, 0) for i in range(n)]
+    heapq.heapify(heap)
+    free, samples = -np.inf, 0.0
+    while heap:
+        arrival, i, k = heapq.heappop(heap)
+        free = max(arrival, free) + service[k, i]
+        served[k, i] = free
+        samples += size[k, i]
+        if samples >= target:
+            break
+        if k + 1 < rows:
+            heapq.heappush(heap, (free + lead[k + 1, i], i, k + 1))
+    return served
+
+
+@pytest.mark.parametrize(("workers", "spread", "busy"), [
+    (1, 1.0, 0.1), (3, 1.5, 0.1), (16, 4.0, 0.1), (16, 1.2, 3.0), (64, 10.0, 0.5)])
+def test_pushes_served_in_batches_are_served_as_one_at_a_time(workers: int, spread: float,
+                                                              busy: float) -> None:
+    """ps-async's event loop in batches equals a heap served one push at a time: workers
+    of unequal speed (`spread`), a server idle or the bottleneck (`busy`), a run ended by
+    its samples (mid-batch) or by its rows, ties in arrival among them."""
+    rng = np.random.default_rng(workers)
+    rows = 40
+    speed = rng.uniform(1.0, spread, workers)
+    lead = speed * rng.uniform(0.8, 1.2, (rows, workers))
+    lead[0, : workers // 2] = lead[0, 0]  # ties at the first arrivals: the lower worker first
+    service = busy / workers * rng.uniform(0.5, 1.5, (rows, workers))
+    size = rng.integers(1, 5, (rows, workers)).astype(float)
+    for target in (size.sum() * 0.6, np.inf):
+        got, order = simulate.serve_pushes(lead, service, size, target)
+        want = served_one_push_at_a_time(lead, service, size, target)
+        assert np.all(np.diff(got.ravel()[order]) >= 0)  # served in that order
+        assert sorted(order) == np.flatnonzero(~np.isnan(got)).tolist()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[~np.isnan(got)], want[~np.isnan(want)], rtol=1e-12)
+        if target == np.inf:
+            assert not np.isnan(got).any()  # every row of every worker
+        else:
+            assert size[~np.isnan(got)].sum() >= target > size[~np.isnan(got)].sum() - size.max()
+
+
 def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     run = steady_pair()
     _, _, comm = classes_of(run)

@@ -151,10 +151,19 @@ class WindowStats:
         return cls(*values)
 
     def __add__(self, other: WindowStats) -> WindowStats:
-        return WindowStats(*(a + b for a, b in zip(self.as_list(), other.as_list(), strict=True)))
+        return WindowStats(self.count + other.count, self.n + other.n, self.t + other.t,
+                           self.nn + other.nn, self.nt + other.nt)
+
+    def aged(self, factor: float, window: WindowStats) -> WindowStats:
+        """These sums weighted by `factor`, plus the window's: self.scaled(factor) + window
+        in one step (the policy does it for every worker at every update)."""
+        return WindowStats(factor * self.count + window.count, factor * self.n + window.n,
+                           factor * self.t + window.t, factor * self.nn + window.nn,
+                           factor * self.nt + window.nt)
 
     def scaled(self, factor: float) -> WindowStats:
-        return WindowStats(*(factor * v for v in self.as_list()))
+        return WindowStats(factor * self.count, factor * self.n, factor * self.t,
+                           factor * self.nn, factor * self.nt)
 
     @property
     def mean_t(self) -> float:
@@ -206,6 +215,64 @@ class Damping:
         return cls(**values)
 
 
+class FitsByCount:
+    """Each worker's decayed sums, one set per number of workers computing together (the
+    set of k + 1 workers: `at(k)`), each set made when first used: a full table for 1,024
+    workers would hold a million entries, almost none ever read. A set made late starts
+    from `base`: what a change of speed wrote into every set (empty until then)."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.base = [WindowStats()] * world
+        self.sets: dict[int, list[WindowStats]] = {}
+
+    def at(self, k: int) -> list[WindowStats]:
+        """The set of k + 1 workers, made now if it was not (the list itself: updated in
+        place)."""
+        if k not in self.sets:
+            self.sets[k] = list(self.base)
+        return self.sets[k]
+
+    def get(self, k: int, i: int) -> WindowStats:
+        found = self.sets.get(k)
+        return (self.base if found is None else found)[i]
+
+    def set_everywhere(self, i: int, stats: WindowStats) -> None:
+        self.base[i] = stats
+        for fits in self.sets.values():
+            fits[i] = stats
+
+    def measured(self, i: int) -> bool:
+        """Worker i computed beside some number of workers."""
+        return self.base[i].count > 0 or any(f[i].count > 0 for f in self.sets.values())
+
+    def nearest(self, i: int, k: int) -> int:
+        """The set nearest k (ties: the larger) in which worker i was measured; k when
+        none. (Sums once measured stay measured: a set's entry that is empty now never
+        had a speed change written into it, so `base`'s is empty too.)"""
+        if self.get(k, i).count > 0:
+            return k
+        measured = [j for j, fits in self.sets.items() if fits[i].count > 0]
+        if self.base[i].count > 0:
+            measured += [j for j in range(self.world) if j not in self.sets]
+        return min(measured, key=lambda j: (abs(j - k), -j), default=k)
+
+    def values(self) -> list[float]:
+        """Every set's sums, k by k, worker by worker (Repartitioner.state)."""
+        return [v for k in range(self.world) for i in range(self.world)
+                for v in self.get(k, i).as_list()]
+
+    def load(self, values: Sequence[float]) -> None:
+        """What `values` wrote, into every set (in place: the lists in use stay the ones
+        used)."""
+        width = len(WindowStats().as_list())
+        for k in range(self.world):
+            at = k * self.world * width
+            self.at(k)[:] = [WindowStats.of(values[at + i * width:at + (i + 1) * width])
+                             for i in range(self.world)]
+        self.base = [WindowStats()] * self.world  # every set is made: none starts from it
+
+
 class Repartitioner:
     """The adaptive policies. Every rank holds one, feeds it the same all-gathered window
     statistics and so computes the same new partition, with no extra coordination.
@@ -227,12 +294,12 @@ class Repartitioner:
         self.leave_out = leave_out
         self.rates: list[float] | None = None  # proportional: samples per ns, smoothed
         # model: decayed sums per worker, one set per number of workers computing
-        # together (fits[k - 1]: while k computed). On a shared host a worker computes
+        # together (by_count.at(k - 1): while k computed). On a shared host a worker computes
         # slower beside others than alone, so a line measured alone does not predict it
         # beside them (measured: a 2x slower partner predicted to save 10% cost 28%).
-        # Without leave_out only fits[world - 1] is ever used.
-        self.by_count = [[WindowStats() for _ in range(world)] for _ in range(world)]
-        self.fits = self.by_count[world - 1]  # those of the current number of members
+        # Without leave_out only the set of `world` is ever used.
+        self.by_count = FitsByCount(world)
+        self.fits = self.by_count.at(world - 1)  # those of the current number of members
         self.prior_a = list(prior_intercepts_ns or [0.0] * world)
         # What a step of two or more workers costs beyond their slowest one's fitted
         # compute: the exchange, and the cost of variability (the latest of several noisy
@@ -260,22 +327,23 @@ class Repartitioner:
             else:
                 changed = [i for i, (f, r) in enumerate(zip(fresh, self.rates, strict=True))
                            if r > 0 and abs(f / r - 1) > reset]
-                self.rates = [f if i in changed else alpha * f + (1 - alpha) * r
+                reset_ones = set(changed)
+                self.rates = [f if i in reset_ones else alpha * f + (1 - alpha) * r
                               for i, (f, r) in enumerate(zip(fresh, self.rates, strict=True))]
         else:
-            self.fits = self.by_count[sum(1 for n in sizes if n > 0) - 1]
+            self.fits = self.by_count.at(sum(1 for n in sizes if n > 0) - 1)
             for i, (history, window) in enumerate(zip(self.fits, windows, strict=True)):
                 predicted = predict(history, self.prior_a[i], window)
                 if window.count and predicted > 0 and abs(window.mean_t / predicted - 1) > reset:
                     changed.append(i)
+            reset_ones = set(changed)
             # a worker that computed nothing this window (left out) keeps its line
             self.fits[:] = [history if window.count <= 0 else
-                            window if i in changed else history.scaled(1 - alpha) + window
+                            window if i in reset_ones else history.aged(1 - alpha, window)
                             for i, (history, window)
                             in enumerate(zip(self.fits, windows, strict=True))]
             for i in changed:  # a new speed is the best guess beside any number of workers
-                for fits in self.by_count:
-                    fits[i] = windows[i]
+                self.by_count.set_everywhere(i, windows[i])
         members = [i for i, size in enumerate(sizes) if size > 0]
         if self.leave_out:
             if len(members) > 1 and synchronized_ns is not None:
@@ -307,16 +375,12 @@ class Repartitioner:
         from then on (policy 'model': the excess, how often each worker was left out, and
         the decayed sums of every context)."""
         return [self.excess_ns, *map(float, self.times_left_out),
-                *(v for fits in self.by_count for f in fits for v in f.as_list())]
+                *self.by_count.values()]
 
     def load_state(self, values: Sequence[float]) -> None:
         self.excess_ns = float(values[0])
         self.times_left_out = [int(v) for v in values[1:1 + self.world]]
-        sums, width = values[1 + self.world:], len(WindowStats().as_list())
-        for k, fits in enumerate(self.by_count):
-            for i in range(self.world):
-                at = (k * self.world + i) * width
-                fits[i] = WindowStats.of(sums[at:at + width])
+        self.by_count.load(values[1 + self.world:])
 
     def _measure_excess(self, sizes: Sequence[int], members: Sequence[int],
                         synchronized_ns: Sequence[float]) -> None:
@@ -341,12 +405,8 @@ class Repartitioner:
     def _fits(self, count: int | None) -> list[WindowStats]:
         if count is None:
             return self.fits
-        out = []
-        for i in range(self.world):
-            measured = [k for k in range(self.world) if self.by_count[k][i].count > 0]
-            nearest = min(measured, key=lambda k: (abs(k - (count - 1)), -k), default=count - 1)
-            out.append(self.by_count[nearest][i])
-        return out
+        table = self.by_count
+        return [table.get(table.nearest(i, count - 1), i) for i in range(self.world)]
 
     def _target(self, members: Sequence[int]) -> list[float] | None:
         """The members' target slice sizes, in member order."""
@@ -388,7 +448,7 @@ class Repartitioner:
             return None  # no step of several workers measured: nothing to weigh one against
         alone = self._lines(1)
         known = [i for i in range(self.world)
-                 if any(fits[i].count > 0 for fits in self.by_count) and alone[i][1] > 0]
+                 if self.by_count.measured(i) and alone[i][1] > 0]
         current = tuple(members)
         best, best_ns = current, self.predicted_step_ns(current)
         start_ns = best_ns
