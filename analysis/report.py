@@ -115,7 +115,8 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
              f"{len(steps['step'].unique()) if len(steps) else 0} steps recorded, "
              f"{warmup} warm-up", ""]
     if (demand := manifest.get("load") or {}).get("oversubscribed"):
-        lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads on "
+        busy = f" computing on {demand['cpu_demand']:g}" if "cpu_demand" in demand else ""
+        lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads{busy} of "
                   f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
                   "start): every timing includes waiting for a core.", ""]
     lines += clock_lines(manifest, steps) + membership_lines(manifest) + profile_lines(run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,7 @@ SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py")
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_a_benchmark_script_imports(path, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # scripts import their neighbours
-    spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # main() is not called
+    script(path.stem, monkeypatch)
 
 
 def test_pytest_collects_every_benchmark_module(spawn: Spawn) -> None:
@@ -32,18 +30,24 @@ def test_pytest_collects_every_benchmark_module(spawn: Spawn) -> None:
     assert " tests collected" in done.stdout or "tests collected" in done.stdout
 
 
+def script(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """benchmarks/<name>.py, imported (its main() not called)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # scripts import their neighbours
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}",
+                                                  REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_ci_check_against_ddp_fails_only_a_pair_slower_in_every_repeat(monkeypatch
                                                                            ) -> None:
     """`ddp_compare.py --fail-above R` (run by .ci/run): a hetbench variant whose step is
     1.3x its DDP counterpart's in every repeat fails at R = 1.2; one that is as fast as its
     counterpart, give or take the machine's noise, does not, even where it is slower than
     the other DDP variant (overlapped or not) beyond R."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("benchmark_ddp_compare",
-                                                  REPO / "benchmarks" / "ddp_compare.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script("ddp_compare", monkeypatch)
     ddp = [70.0, 72.0, 69.0, 75.0]
     overlap = [v * 1.3 for v in ddp]  # overlap paying badly: DDP's own 1.3x slower
     medians = {"hetbench": [v * 1.3 for v in ddp],
@@ -57,3 +61,28 @@ def test_the_ci_check_against_ddp_fails_only_a_pair_slower_in_every_repeat(monke
     assert [s.split(" (")[0] for s in module.ratio_lines(medians, 1.2)[1]] == [
         "hetbench / ddp", "hetbench-ddp-overlap / ddp-overlap"]
     assert module.ratio_lines(medians, None)[1] == []
+
+
+def test_the_simulators_errors_are_the_median_and_p90_of_their_sizes(monkeypatch) -> None:
+    """`simulate_check.py`'s summary of a validation, on a table whose truth is known:
+    replay over the fitted rows, estimation over the others, each error's size (absolute,
+    in % or points), its median and its p90 (linear between the sorted sizes)."""
+    import pandas as pd
+
+    module = script("simulate_check", monkeypatch)
+    table = pd.DataFrame({
+        "run": ["pair", "trio", "quad", "six", "quad-abrupt"],
+        "fitted": [True, False, False, False, False],
+        "step_error": [0.02, -0.10, 0.04, 0.01, -0.02],
+        "idle_error_points": [-0.5, 3.0, -1.0, 2.0, 0.0],
+        "p99_error": [0.0, 0.2, -0.1, 0.0, 0.1],
+        "slowdown": [1.0, 1.0, 1.0, 1.0, 2.5], "predicted_slowdown": [1.0] * 4 + [2.25]})
+    lines = module.error_lines(table)
+    # estimation sizes: step 1, 2, 4, 10 % (median 3.0, p90 10 - 0.3 x 6 = 8.2); idle 0, 1,
+    # 2, 3 points (median 1.5, p90 2.7); p99 0, 10, 10, 20 % (median 10.0, p90 17.0)
+    assert lines == [
+        "replay error over 1 configuration(s): step 2.0% median, 2.0% p90; idle 0.5 points "
+        "median, 0.5 points p90; p99 0.0% median, 0.0% p90",
+        "estimation error over 4 configuration(s): step 3.0% median, 8.2% p90; idle 1.5 "
+        "points median, 2.7 points p90; p99 10.0% median, 17.0% p90",
+        "injected straggler, quad-abrupt: slowdown 2.50 measured, 2.25 simulated"]

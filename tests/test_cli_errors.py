@@ -238,15 +238,38 @@ def test_an_oversubscribed_run_is_warned_recorded_and_flagged(tmp_path: Path,
     out = tmp_path / "out"
     done = hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert f"warning: {cores + 1} worker threads on {cores} cores" in done.stdout
+    assert f"warning: {cores + 1} worker threads computing on {cores + 1:g} of {cores} cores" \
+        in done.stdout
     (run_dir,) = (out / "busy").glob("r-r0-*")
     load = json.loads((run_dir / "manifest.json").read_text())["load"]
     assert load["oversubscribed"] is True and load["cores"] == cores
+    assert load["cpu_demand"] == cores + 1
     assert isinstance(load["load_average_1m"], float)
     report = hetbench(tmp_path, "report", str(out / "busy"), "--no-figures")
     assert report.returncode == 0, report.stderr
     text = (out / "busy" / "report" / "report.md").read_text()
-    assert f"**Oversubscribed**: {cores + 1} worker threads on {cores} cores" in text
+    assert f"**Oversubscribed**: {cores + 1} worker threads computing on {cores + 1:g} of " \
+        f"{cores} cores" in text
+
+
+def test_slowed_cpu_workers_ask_the_cores_for_the_share_they_compute(write_suite) -> None:
+    """A CPU worker slowed s times sleeps all but 1/s of its compute: 3 x cores of them at
+    10x (3 at 4 threads, scheduled 20x then 10x) demand 0.3 x cores plus the rest; a GPU
+    worker, whose host thread waits for it, and an unslowed one, all of their threads."""
+    from harness.records.rundir import core_load
+    from harness.spec.suite import load_suite
+
+    cores = len(os.sched_getaffinity(0))
+    slowed = ", ".join(['{ device = "cpu", slowdown = 10.0 }'] * (3 * cores))
+    suite = write_suite(f'[suite]\nname = "s"\n[[runs]]\nname = "r"\nworkers = [ {slowed}, '
+                        '{ device = "cpu", threads = 4, slowdown_at = [[0, 20.0], [5, 10.0]] } ]\n'
+                        '[[runs]]\nname = "plain"\nworkers = [ { device = "cpu", threads = 2 }, '
+                        '{ device = "cpu", threads = 3 } ]\n')
+    slow, plain = (core_load(run) for run in load_suite(str(suite)).runs)
+    assert slow["worker_threads"] == 3 * cores + 4
+    assert slow["cpu_demand"] == pytest.approx(0.3 * cores + 0.4)
+    assert slow["oversubscribed"] is False
+    assert plain["cpu_demand"] == 5 and plain["oversubscribed"] is (5 > cores)
 
 
 def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, hetbench) -> None:

@@ -104,9 +104,10 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
               f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
               f"{run_spec.aggregator.name}; {workers}", flush=True)
         if (demand := core_load(run_spec))["oversubscribed"]:
-            print(f"   warning: {demand['worker_threads']} worker threads on "
-                  f"{demand['cores']} cores (load average {demand['load_average_1m']}): "
-                  "oversubscribed, every timing includes waiting for a core", flush=True)
+            print(f"   warning: {demand['worker_threads']} worker threads computing on "
+                  f"{demand['cpu_demand']:g} of {demand['cores']} cores (load average "
+                  f"{demand['load_average_1m']}): oversubscribed, every timing includes "
+                  "waiting for a core", flush=True)
 
     holder = place is None or place.coordinator  # of the run directories
     results = run_suite(

@@ -78,12 +78,15 @@ def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
 
 def core_load(run: RunSpec) -> dict[str, Any]:
     """What the run asks of this host's cores, and what else ran on them when it started:
-    worker threads beyond the cores (oversubscribed) wait for a core, and that waiting is
-    in every timing the run records."""
+    compute that needs more cores than there are (oversubscribed) waits for a core, and
+    that waiting is in every timing the run records. The demand counts each worker's
+    threads, a slowed CPU worker's as the share of the time it computes (it sleeps the
+    rest: WorkerSpec.core_share)."""
     cores = len(os.sched_getaffinity(0))
     threads = sum(w.threads for w in run.workers)
-    return {"worker_threads": threads, "cores": cores, "oversubscribed": threads > cores,
-            "load_average_1m": round(os.getloadavg()[0], 2)}
+    demand = sum(w.core_share for w in run.workers)
+    return {"worker_threads": threads, "cpu_demand": round(demand, 3), "cores": cores,
+            "oversubscribed": demand > cores, "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
 def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int = 0,

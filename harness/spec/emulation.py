@@ -50,6 +50,12 @@ def factor_at(worker: Emulated, step: int, seed: int, rank: int) -> float:
     return factor
 
 
+def least(worker: Emulated) -> float:
+    """The least slowdown the worker ever has (jitter only adds to it)."""
+    points = worker.slowdown_at
+    return min(f for _, f in points) if points else worker.slowdown
+
+
 class Stretcher:
     """Emulated slowdown: after a compute phase of d ns, wait (factor - 1) * d more.
     Sleeps for the bulk and spins the last stretch, as sleep overshoots by ~50-100 us."""

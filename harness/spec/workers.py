@@ -64,6 +64,16 @@ class WorkerSpec:
         """The slowdown of this worker's step `step` (harness.spec.emulation)."""
         return emulation.factor_at(self, step, seed, rank)
 
+    @property
+    def core_share(self) -> float:
+        """The cores its compute keeps busy at most: its threads, or on a CPU worker
+        slowed s times (which sleeps all but 1/s of its compute: emulation.Stretcher)
+        threads / s. An estimate of the compute's demand: the loop's own time and the
+        exchange's are not in it."""
+        least = emulation.least(self)
+        return self.threads / least if self.device == "cpu" and least > 1.0 else \
+            float(self.threads)
+
     def slowdown_for(self, step: int) -> float:
         """The schedule's slowdown at `step`, without jitter (harness.spec.emulation)."""
         return emulation.scheduled(self, step)
