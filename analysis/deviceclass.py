@@ -210,10 +210,9 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
             if index == 0:
                 names[f"rank{rank}"] = label
     classes: dict[str, DeviceClass] = {}
+    lines = _hardware_lines(points, workers_of)
     for label, pts in points.items():
-        n = np.concatenate([p[0] for p in pts])
-        t = np.concatenate([p[1] for p in pts])
-        line = costmodel.fit_line(n, t)
+        line = lines[label]
         # residuals against the class's line, so that each recorded worker keeps its level
         sources[label] = [dataclasses.replace(src, residual=base / line.at(slices))
                           for src, (slices, base) in zip(sources[label], pts, strict=True)]
@@ -229,6 +228,28 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
             origin={"from": sorted({s.run_id for s in sources[label]}),
                     "workload": workload_name(runs[0][0])})
     return classes, names
+
+
+def _hardware_lines(points: dict[str, list[tuple[np.ndarray, np.ndarray]]],
+                    workers_of: dict[str, dict[str, Any]]) -> dict[str, Line]:
+    """Each class's line, fitted on every class of the same hardware (framework, device,
+    threads, cores): an emulated slow worker's compute, its slowdown divided out, is the
+    same hardware's on its slice, and an adaptive policy that starves it of samples (a
+    slice of 1 or 2) leaves nothing to tell its intercept from its slope. Each recorded
+    worker's level over the line stays in its residuals."""
+    def hardware(label: str) -> tuple[Any, ...]:
+        w = workers_of[label]
+        cores = w.get("cores")
+        return (w.get("framework"), w.get("device", "cpu"), w.get("threads", 1),
+                tuple(cores) if cores else None)
+
+    pooled: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for label, pts in points.items():
+        pooled.setdefault(hardware(label), []).extend(pts)
+    fitted = {key: costmodel.fit_line(np.concatenate([p[0] for p in pts]),
+                                      np.concatenate([p[1] for p in pts]))
+              for key, pts in pooled.items()}
+    return {label: fitted[hardware(label)] for label in points}
 
 
 def fit_problem(meta: dict[str, Any], steps: pd.DataFrame) -> str:

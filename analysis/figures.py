@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.deviceclass import short_name
@@ -512,7 +513,6 @@ def _tradeoff_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     import math
 
     import matplotlib.pyplot as plt
-    import numpy as np
     from scipy import stats
 
     finite = [b for b in table["bound"] if math.isfinite(b)]
@@ -647,3 +647,33 @@ def history_figure(history: pd.DataFrame, out: Path) -> list[Path]:
     figure.suptitle("Committed baselines (suite ci) over commits", size=10)
     figure.tight_layout()
     return _save(figure, out, "regression_history")
+
+
+def advice_figure(ranked: pd.DataFrame, out: Path, title: str, name: str = "advice"
+                  ) -> list[Path]:
+    """hetbench advise: each remedy's predicted time of the recorded work (the range over
+    simulated repeats), best at the top; a cross where --verify measured it. Remedies that
+    change the gradient are hatched (their time to target is not predicted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ranked.iloc[::-1]
+    y = np.arange(len(rows))
+    figure, ax = plt.subplots(figsize=(7.5, 0.9 + 0.28 * len(rows)), layout="constrained")
+    colours = ["tab:grey" if k == "recorded" else "tab:blue" for k in rows["kind"]]
+    bars = ax.barh(y, rows["seconds"], color=colours, alpha=0.75,
+                   xerr=[rows["seconds"] - rows["seconds_low"],
+                         rows["seconds_high"] - rows["seconds"]], capsize=2)
+    for bar, exact in zip(bars, rows["exact"], strict=True):
+        if not exact:
+            bar.set_hatch("//")
+    if "measured_s" in rows and rows["measured_s"].notna().any():
+        ax.plot(rows["measured_s"], y, "x", color="black", markersize=7, label="measured")
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_yticks(y, rows["label"], size=7)
+    ax.set_xlabel("predicted time of the recorded work (s)")
+    ax.set_xlim(left=0)
+    ax.set_title(title, size=9, loc="left")
+    return _save(figure, out, name)

@@ -57,6 +57,20 @@ def workers(mix: str, runs: list[tuple[dict[str, Any], pd.DataFrame]]) -> list[A
 # -- fitting --------------------------------------------------------------------------------
 
 
+def test_a_starved_slow_worker_shares_its_hardware_line() -> None:
+    """An adaptive policy left the 10x worker one sample a step: its line comes from every
+    worker of the same hardware (real compute 0.5 ms + 0.04 ms per sample), not from the
+    line through the origin and its one point (0.54 ms per sample)."""
+    real = [0.5 + 0.04 * 63, 0.5 + 0.04 * 1]
+    classes, names, _ = classes_of(recorded(
+        steps_frame(40, lambda r, s: real[r] * [1.0, 10.0][r], batch=lambda r: [63, 1][r]),
+        slowdowns=(1.0, 10.0)))
+    slow = classes[names["cpu-10x"]]
+    assert slow.line.a_ns == pytest.approx(0.5e6, rel=0.01)
+    assert slow.line.b_ns == pytest.approx(0.04e6, rel=0.01)
+    assert classes[names["cpu"]].line == slow.line
+
+
 def test_classes_answer_to_rank_label_and_short_name() -> None:
     classes, names, _ = classes_of(recorded(steps_frame(
         16, lambda r, s: [6.0, 2.0][r]), slowdowns=(3.0, 1.0)))

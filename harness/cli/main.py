@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
               "of recorded runs, in one command"),
     "simulate": ("harness.cli.simulate", "fit recorded runs, simulate 8 to 4,096 workers "
                  "under each scheme"),
+    "advise": ("harness.cli.advise", "rank the remedies for a recorded job by simulation; "
+               "write them as a suite, --verify runs it"),
     "recover": ("harness.cli.recover", "close runs left 'running' by a launcher that died"),
     "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),
     "testbed": ("harness.cli.testbed", "hosts emulated as network namespaces (198.18.0.0/15), "

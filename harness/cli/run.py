@@ -64,6 +64,11 @@ class StepProgress:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_and_collect(args, [])
+
+
+def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
+    """`hetbench run`, each run's result (launcher.RunResult) added to `collected`."""
     from harness.records.results import writable_folder
     from harness.run import links
     from harness.spec.suite import Overrides, load_suite
@@ -81,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
         if place is not None:  # this host's link shaped for the launch, where it can be
             link = launch.enter_context(links.shaped(suite, place.node_rank, hosts.address(place)))
             nodes = hosts.join(place, suite, link)
-        return _run_suite(args, suite, place, nodes, gpu_counts)
+        return _run_suite(args, suite, place, nodes, gpu_counts, collected)
 
 
 def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
-               gpu_counts: dict[str, int] | None) -> int:
+               gpu_counts: dict[str, int] | None, collected: list[Any]) -> int:
     from harness.records.rundir import core_load
     from harness.run.launcher import run_suite
 
@@ -116,6 +121,7 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
         progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
         gpu_counts=gpu_counts, nodes=nodes,
     )
+    collected.extend(results)
     if not holder:
         return _share_summary(results, args.out / suite.name)
     try:

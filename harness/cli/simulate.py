@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.results and not mixes:
         raise UsageError("RESULTS", "give recorded runs to fit, or --mix with named "
                          "profiles (--profiles lists them)")
-    runs = _load(args.results, args.runs) if args.results else []
+    runs = [(r.manifest, r.steps) for r in load_runs(args.results, args.runs)] \
+        if args.results else []
     classes, names = deviceclass.fit_classes(runs) if runs else ({}, {})
     comm = deviceclass.fit_comm(runs) if runs else None
     from harness.records.results import writable_folder
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     return _simulate_all(jobs, runs, out, args)
 
 
-def _load(paths: list[Path], pattern: str | None) -> list[tuple[dict[str, Any], Any]]:
+def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
+    """The runs at `paths` (RunData), those whose name matches `pattern` where given."""
     from harness.records.results import find_runs, load_run
     from harness.spec.suite import name_matches
 
@@ -125,7 +127,7 @@ def _load(paths: list[Path], pattern: str | None) -> list[tuple[dict[str, Any], 
         loaded = [r for r in loaded if name_matches(str(r.manifest["run"]["name"]), pattern)]
         if not loaded:
             raise UsageError("-k", f"no run at {' '.join(map(str, paths))} matches {pattern!r}")
-    return [(r.manifest, r.steps) for r in loaded]
+    return loaded
 
 
 def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: list[Any],

@@ -1,0 +1,280 @@
+"""`hetbench advise`: the remedies a recorded job could run, each predicted by the
+simulator from the job's own fitted devices, ranked, and explained.
+
+The remedies, each a real run (the recorded RunSpec changed where the remedy says), kept
+only where the suite loader accepts it (harness.spec.suite.parse_run: the refusal's
+message is the reason given):
+- the partition policies the simulator models: equal, profiled, model (bsp-adaptive);
+- leaving devices out: every proper subset of the workers up to MAX_SUBSET_WORKERS, the
+  global batch shared by those kept (Sailor's question: which of the given devices
+  finish fastest), else each worker alone and the slowest ones in turn;
+- the schemes: ps-async, ssp with bounds SSP_BOUNDS, backup with b up to MAX_BACKUP,
+  local SGD with periods LOCAL_PERIODS.
+Pipelines and layer placements are refused: the simulator models data-parallel steps only.
+
+Where the recorded job's workers contended for the host's cores (more computing threads
+than cores, as the manifest's `load` records them), each remedy's workers are given the
+compute they would have among the workers it keeps (remedy_workers, analysis.contention):
+leaving a worker out of an oversubscribed job also gives the others their cores back.
+
+Each remedy is simulated `repeats` times (each repeat its own bootstrap draws and recorded
+workers); its interval is the range over the repeats. The ranking is by the predicted time
+of the recorded run's work (its steps after warm-up, each of the global batch): exact
+remedies (BSP's gradient: the partitions and leave-outs) reach a target in the recorded
+number of steps, so for them it is also the time to target (predicted from the recorded
+runs' steps to target when a target is given); the others change the gradient (stale,
+dropped, averaged), and their statistical efficiency is not predicted yet (issue 29 part
+2): their rows say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import contention
+from analysis.costmodel import Line
+from analysis.deviceclass import CommModel, DeviceClass
+from analysis.simulate import Scheme, simulate, static_sizes, summarise
+from analysis.simulated import SIMULATED
+from harness.spec.aggregators import AggregatorSpec
+from harness.spec.errors import UsageError
+from harness.spec.partitions import PartitionSpec
+from harness.spec.suite import RunSpec, parse_run
+from harness.spec.tables import run_table
+
+SSP_BOUNDS = (1, 2, 4)
+MAX_BACKUP = 2
+LOCAL_PERIODS = (2, 4, 8)
+MAX_SUBSET_WORKERS = 8  # every proper subset below this many workers (2^8 - 2 = 254)
+# the simulator's partition schemes, by the policy a real run names
+POLICY_SCHEMES = {"equal": "bsp", "profiled": "bsp-profiled", "model": "bsp-adaptive"}
+NOT_SIMULATED = {
+    "pipelines (virtual workers, allocation, split, D)":
+        "not simulated: the simulator models data-parallel steps only; the `pipeline` suite "
+        "measures them",
+    "placements (sharded, fc-on-server)":
+        "not simulated: the simulator's parameter servers hold whole models; the "
+        "`study` suite measures placements",
+}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    name: str  # the run's name in the advised suite
+    label: str  # what the ranking shows
+    kind: str  # recorded, partition, leave-out or scheme
+    scheme: Scheme
+    ranks: tuple[int, ...]  # the recorded workers it keeps
+    run: RunSpec
+    sizes: tuple[int, ...] | None = None  # bsp's static slices (the recorded ones)
+
+    @property
+    def exact(self) -> bool:
+        """Whether every step applies BSP's gradient of the whole global batch."""
+        return self.scheme.lockstep
+
+
+@dataclass(frozen=True)
+class Refused:
+    label: str
+    reason: str
+
+
+def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
+             names: Sequence[str]) -> tuple[list[Remedy], list[Refused]]:
+    """The recorded job first, then every remedy it can run; the refused ones with why.
+    `scheme` and `sizes` reproduce the recorded run (deviceclass.recorded_scheme);
+    `names` are the workers' class names in rank order."""
+    # a profiler window perturbs the steps it records: no advised run profiles
+    recorded = dataclasses.replace(recorded, profile=None)
+    n = len(recorded.workers)
+    everyone = tuple(range(n))
+    found = [Remedy("recorded", f"recorded ({scheme.label}, {recorded.partition.policy})",
+                    "recorded", scheme, everyone, _changed(recorded, "recorded"), sizes)]
+    refused = [Refused(label, reason) for label, reason in NOT_SIMULATED.items()]
+    candidates: list[Remedy] = []
+    for policy, simulated in POLICY_SCHEMES.items():
+        run = _changed(recorded, f"partition-{policy}", partition=PartitionSpec(policy=policy),
+                       aggregator=AggregatorSpec())
+        candidates.append(Remedy(run.name, f"partition {policy}", "partition",
+                                 Scheme(simulated), everyone, run))
+    if n == 1:
+        refused.append(Refused("leave a device out", "one worker: none to leave out"))
+    for kept in _subsets(n):
+        left = [r for r in everyone if r not in kept]
+        policy = recorded.partition.policy if recorded.partition.policy in POLICY_SCHEMES \
+            else "profiled"
+        run = _changed(recorded, "leave-out-" + "-".join(map(str, left)),
+                       workers=tuple(recorded.workers[r] for r in kept),
+                       partition=PartitionSpec(policy=policy), aggregator=AggregatorSpec())
+        who = ", ".join(f"{r} ({names[r]})" for r in left)
+        candidates.append(Remedy(run.name, f"leave out worker{'s' * (len(left) > 1)} {who}",
+                                 "leave-out", Scheme(POLICY_SCHEMES[policy]), kept, run))
+    for text in ("ps-async", *(f"ssp:{s}" for s in SSP_BOUNDS),
+                 *(f"backup:{b}" for b in range(1, min(MAX_BACKUP, n - 1) + 1)),
+                 *(f"local-sgd:{h}" for h in LOCAL_PERIODS)):
+        name, _, value = text.partition(":")
+        aggregator = _aggregator(name, int(value or 0))
+        run = _changed(recorded, text.replace(":", ""), aggregator=aggregator,
+                       partition=PartitionSpec())
+        candidates.append(Remedy(run.name, text, "scheme", Scheme(name, int(value or 0)),
+                                 everyone, run))
+    for remedy in candidates:
+        if _same_as_recorded(remedy, found[0]):
+            continue
+        reason = why_not(remedy.run)
+        if reason:
+            refused.append(Refused(remedy.label, reason))
+        else:
+            found.append(remedy)
+    return found, refused
+
+
+def _aggregator(scheme: str, value: int) -> AggregatorSpec:
+    key = SIMULATED[scheme].key
+    options: dict[str, Any] = {key: value} if key is not None else {}
+    return dataclasses.replace(AggregatorSpec(name=SIMULATED[scheme].aggregator), **options)
+
+
+def _changed(recorded: RunSpec, name: str, **changes: Any) -> RunSpec:
+    return dataclasses.replace(recorded, name=name, **changes)
+
+
+def _same_as_recorded(remedy: Remedy, recorded: Remedy) -> bool:
+    return remedy.ranks == recorded.ranks and \
+        remedy.run.partition.policy == recorded.run.partition.policy and \
+        remedy.run.aggregator == recorded.run.aggregator
+
+
+def _subsets(n: int) -> list[tuple[int, ...]]:
+    """The workers to keep: every proper non-empty subset up to MAX_SUBSET_WORKERS workers,
+    largest first; above, every worker alone left out."""
+    if n < 2:
+        return []
+    if n <= MAX_SUBSET_WORKERS:
+        return [kept for size in range(n - 1, 0, -1)
+                for kept in itertools.combinations(range(n), size)]
+    return [tuple(r for r in range(n) if r != out) for out in range(n)]
+
+
+def why_not(run: RunSpec) -> str:
+    """Why the suite loader refuses this run ('' if it accepts it)."""
+    try:
+        parse_run(run_table(run), "remedy")
+    except (UsageError, ValueError) as exc:
+        return str(exc).removeprefix("remedy.").removeprefix("remedy: ")
+    return ""
+
+
+# -- prediction ----------------------------------------------------------------------------
+
+METRICS = ("seconds", "mean_step_ms", "idle_fraction", "p99_step_ms", "samples_per_s",
+           "compute_ms", "idle_ms", "comm_ms", "mean_staleness", "dropped_fraction")
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the recorded job's workers shared: the host's cores (None: not recorded, no
+    contention modelled), each worker's threads on them (0 for a GPU worker) and slice."""
+
+    cores: int | None
+    threads: tuple[int, ...]
+    slices: tuple[int, ...]
+
+
+def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
+                   global_batch: int) -> list[DeviceClass]:
+    """The classes of the workers the remedy keeps, each line scaled by how much less (or
+    more) its worker would wait for a core than in the recorded job (analysis.contention:
+    the recorded real compute made uncontended, then shared again among those kept, at
+    the remedy's slices; bsp-adaptive's at the profiled ones it converges to)."""
+    workers = [classes[r] for r in remedy.ranks]
+    if host.cores is None:
+        return workers
+    threads = np.array(host.threads, float)
+    recorded = np.array([c.line.at(n) for c, n in zip(classes, host.slices, strict=True)])
+    alone = contention.uncontended_work(recorded, threads, host.cores) / recorded
+    kept = list(remedy.ranks)
+    scheme = Scheme("bsp-profiled") if remedy.scheme.name == "bsp-adaptive" else remedy.scheme
+    slices = static_sizes(scheme, workers, global_batch, remedy.sizes)
+    work = np.array([c.line.at(n) for c, n in zip(workers, slices, strict=True)]) * alone[kept]
+    shared = contention.finish_times(work, threads[kept], host.cores) / work
+    return [dataclasses.replace(c, line=Line(c.line.a_ns * m, c.line.b_ns * m))
+            for c, m in zip(workers, alone[kept] * shared, strict=True)]
+
+
+def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, steps: int,
+            global_batch: int, repeats: int, seed: int = 0) -> dict[str, Any]:
+    """The remedy's predicted metrics over its `workers` (remedy_workers): the median over
+    `repeats` simulations and, for the time of the work (`seconds`: `steps` global batches
+    of samples applied), the range. Per-step compute, idle and exchange are each worker's
+    mean share of the step."""
+    rows = []
+    for repeat in range(repeats):
+        sim = simulate(workers, comm, remedy.scheme, steps, global_batch, seed=seed + repeat,
+                       sizes=remedy.sizes)
+        s = summarise(sim)
+        step = s["mean_step_ms"]
+        rows.append({**s, "seconds": steps * global_batch / s["samples_per_s"],
+                     "compute_ms": s["compute_share"] * step,
+                     "idle_ms": s["idle_fraction"] * step, "comm_ms": s["comm_share"] * step})
+    table = pd.DataFrame(rows)
+    out: dict[str, Any] = {"remedy": remedy.name, "label": remedy.label, "kind": remedy.kind,
+                           "scheme": remedy.scheme.label, "workers": len(remedy.ranks),
+                           "exact": remedy.exact, "steps": steps,
+                           "global_batch": global_batch}
+    out.update({m: float(table[m].median()) for m in METRICS})
+    out["seconds_low"], out["seconds_high"] = float(table["seconds"].min()), \
+        float(table["seconds"].max())
+    return out
+
+
+def rank(predictions: Sequence[dict[str, Any]], steps_to_target: float | None
+         ) -> pd.DataFrame:
+    """The predictions best first, by time to target where a target is given (exact
+    remedies: the recorded steps to target at the predicted step time; the others: not
+    predicted, ranked after the exact ones by their time of the work), else by the time
+    of the work. Adds `vs_recorded` (time over the recorded job's, minus one)."""
+    table = pd.DataFrame(list(predictions))
+    base = table.loc[table["kind"] == "recorded", "seconds"].iloc[0]
+    table["vs_recorded"] = table["seconds"] / base - 1
+    if steps_to_target is not None:
+        per_batch = table["seconds"] / table["steps"]
+        table["time_to_target_s"] = (per_batch * steps_to_target).where(table["exact"])
+        table = table.sort_values(["time_to_target_s", "seconds"], na_position="last")
+    else:
+        table = table.sort_values("seconds")
+    return table.reset_index(drop=True).assign(rank=lambda t: t.index + 1)
+
+
+def explain(row: pd.Series, recorded: pd.Series) -> str:
+    """One sentence on why a remedy lands where it does, against the recorded job."""
+    parts = [f"{row['mean_step_ms']:.2f} ms per step against {recorded['mean_step_ms']:.2f} "
+             f"recorded ({row['vs_recorded']:+.0%} time for the same work)"]
+    changes = []
+    for key, what in (("compute_ms", "compute"), ("idle_ms", "idle before the exchange"),
+                      ("comm_ms", "exchange")):
+        delta = row[key] - recorded[key]
+        if abs(delta) >= 0.05 * recorded["mean_step_ms"]:
+            changes.append(f"{what} {'+' if delta > 0 else '-'}{abs(delta):.2f} ms")
+    if changes:
+        parts.append("per worker and step: " + ", ".join(changes))
+    if not row["exact"]:
+        extra = []
+        if row["mean_staleness"] > 0:
+            extra.append(f"updates {row['mean_staleness']:.1f} steps stale on average")
+        if row["dropped_fraction"] > 0:
+            extra.append(f"{row['dropped_fraction']:.0%} of gradients dropped")
+        if row["scheme"].startswith("local-sgd"):
+            extra.append("parameters averaged every "
+                         f"{row['scheme'].partition(':')[2]} steps")
+        parts.append("not BSP's gradient (" + ", ".join(extra or ["asynchronous"]) +
+                     "): its time to target may be longer than its speed says")
+    return f"{row['label']}: " + "; ".join(parts) + "."

@@ -1,0 +1,104 @@
+"""A run as the [[runs]] table a suite file gives it, and a suite written as TOML: what
+`hetbench advise` writes, so that what it proposes is a suite `hetbench run` reads like any
+other. Only what differs from the defaults is written; `parse_run` turns the table back
+into the same RunSpec (tests/test_tables.py holds every built-in data-parallel run to it).
+Pipelined runs are not written (their table's keys are not their spec's fields)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from typing import Any
+
+from harness.spec.aggregators import AGGREGATORS, AggregatorSpec
+from harness.spec.loaders import LoaderSpec
+from harness.spec.optimizers import OptimizerSpec
+from harness.spec.partitions import PartitionSpec
+from harness.spec.suite import RUN_DEFAULTS, RunSpec
+from harness.spec.workers import WorkerSpec
+
+# the RunSpec fields written as they are when they differ from the suite defaults
+_PLAIN = ("framework", "workload", "dataset", "steps", "warmup_steps", "global_batch", "lr",
+          "seed", "timeout_s", "instrument", "calibrate", "calibrate_steps", "trace_steps",
+          "size", "eval_every", "on_worker_failure", "interface", "placement")
+
+
+def run_table(run: RunSpec) -> dict[str, Any]:
+    """The [[runs]] table that parse_run reads back as `run`; ValueError for a pipelined
+    run."""
+    if run.pipeline is not None:
+        raise ValueError(f"run {run.name!r} is pipelined: its table is not written")
+    out: dict[str, Any] = {"name": run.name}
+    for key in _PLAIN:
+        value = getattr(run, key)
+        if value is None or (key in RUN_DEFAULTS and value == RUN_DEFAULTS[key]):
+            continue
+        if key == "eval_every" and value == 0:
+            continue
+        out[key] = f"{value[0]}-{value[1]}" if key == "trace_steps" and isinstance(
+            value, tuple) else value
+    out["workers"] = [_worker(w, run.framework) for w in run.workers]
+    if partition := _changed(run.partition, PartitionSpec()):
+        out["partition"] = partition
+    aggregator = _changed(run.aggregator, AggregatorSpec(name=""))
+    kind = AGGREGATORS[run.aggregator.name]
+    if set(aggregator) - {"name"}:  # its options beyond the name, only those it takes
+        out["aggregator"] = {k: v for k, v in aggregator.items() if k == "name" or k in kind.keys}
+    elif run.aggregator.name != AggregatorSpec.name:
+        out["aggregator"] = run.aggregator.name
+    if optimizer := _changed(run.optimizer, OptimizerSpec()):
+        optimizer = {"name": run.optimizer.name, **optimizer}
+        out["optimizer"] = optimizer if len(optimizer) > 1 else optimizer["name"]
+    if run.target is not None:
+        out["target"] = {"metric": run.target.metric, "value": run.target.value}
+    if run.loader is not None:
+        out["loader"] = _changed(run.loader, LoaderSpec(kind=""))
+    if run.profile is not None:
+        profile = run.profile
+        out["profile"] = {"steps": f"{profile.first}-{profile.last}",
+                          "ranks": list(profile.ranks) if profile.ranks is not None else "all"}
+    return out
+
+
+def _changed(spec: Any, default: Any) -> dict[str, Any]:
+    """The spec's fields that differ from `default`'s, tuples as lists."""
+    return {f.name: list(v) if isinstance(v := getattr(spec, f.name), tuple) else v
+            for f in fields(spec) if getattr(spec, f.name) != getattr(default, f.name)}
+
+
+def _worker(worker: WorkerSpec, framework: str) -> dict[str, Any]:
+    table = _changed(worker, WorkerSpec(framework=framework))
+    if worker.slowdown_at is not None:
+        table["slowdown_at"] = [list(p) for p in worker.slowdown_at]
+    if worker.jitter is not None:
+        table["jitter"] = {"probability": worker.jitter[0], "factor": worker.jitter[1]}
+    return table
+
+
+def suite_text(name: str, description: str, repeats: int, runs: list[dict[str, Any]],
+               comment: str = "") -> str:
+    """A suite file: [suite] and one [[runs]] table each, `comment` lines first."""
+    lines = [f"# {line}" if line else "#" for line in comment.splitlines()]
+    lines += ["[suite]", f"name = {toml_value(name)}", f"repeats = {repeats}",
+              f"description = {toml_value(description)}"]
+    for run in runs:
+        lines += ["", "[[runs]]"] + [f"{key} = {toml_value(value)}" for key, value in run.items()]
+    return "\n".join(lines) + "\n"
+
+
+def toml_value(value: Any) -> str:
+    """A value as TOML writes it inline (strings, numbers, booleans, lists, tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} has no TOML form here")
+    if isinstance(value, str | int | float):
+        return json.dumps(value)  # a JSON string or number is a TOML one
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict) and not value:
+        return "{}"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise ValueError(f"{value!r} has no TOML form")

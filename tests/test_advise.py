@@ -1,0 +1,242 @@
+"""`hetbench advise`: the remedies of a recorded job (only those the suite loader accepts,
+the others refused with its reason), their predictions against a job whose truth is known,
+bad input refused up front, and --verify end to end on a tiny real job."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis import advisor, deviceclass
+from analysis.simulate import Scheme, parse_scheme
+from harness.cli.main import main
+from harness.records import collector, manifest
+from harness.spec.suite import _parse_toml, load_suite, parse_suite
+from tests.synthetic import steps_frame
+from tests.test_simulate import PARAMETERS
+
+TIMEOUT_S = 300
+
+# three CPU workers, equal slices of 96: worker 0 computes 0.3 ms per sample (emulated 3x
+# slower), workers 1 and 2 0.1 ms; the exchange takes 0.5 ms after the last arrival
+PER_SAMPLE_MS = (0.3, 0.1, 0.1)
+SLICE = 32
+JOB = """[suite]
+name = "synthetic"
+[[runs]]
+name = "trio"
+workload = "mlp"
+steps = 60
+warmup_steps = 4
+global_batch = 96
+workers = [ { device = "cpu", slowdown = 3.0 }, { device = "cpu" }, { device = "cpu" } ]
+"""
+
+
+def spec(text: str = JOB) -> Any:
+    return parse_suite(_parse_toml(text, "test"), "test").runs[0]
+
+
+def write_job(folder: Path, text: str = JOB, status: str = "completed",
+              name: str = "trio-r0-x") -> Path:
+    """A run directory of the job above with records built by hand (compute exactly
+    proportional to the slice: the known truth)."""
+    run = spec(text)
+    frame = steps_frame(run.steps, lambda r, s: PER_SAMPLE_MS[r] * SLICE, world=3,
+                        batch=lambda r: SLICE)
+    run_dir = folder / name
+    run_dir.mkdir(parents=True)
+    meta = manifest.new({"name": "synthetic"}, run.to_dict(), 0, name, {"host": "test"},
+                        "emulated")
+    labels = ["pytorch cpu x1 slowdown 3", "pytorch cpu x1", "pytorch cpu x1"]
+    meta.update(status=status, workers=[{"rank": r, "label": labels[r],
+                                         "parameters": PARAMETERS} for r in range(3)])
+    manifest.write(run_dir, meta)
+    collector.write_steps(run_dir, frame)
+    return run_dir
+
+
+def predictions(run_dir: Path, cores: int | None = None) -> pd.DataFrame:
+    """The advisor's ranking of the job's remedies (2 simulated repeats), the job's host
+    having `cores` (None: contention not modelled)."""
+    from harness.records.results import load_run
+
+    data = load_run(run_dir)
+    runs = [(data.manifest, data.steps)]
+    classes, names = deviceclass.fit_classes(runs)
+    comm = deviceclass.fit_comm(runs)
+    by_rank = [classes[names[f"rank{r}"]] for r in range(3)]
+    text, sizes = deviceclass.recorded_scheme(*runs[0])
+    recorded = spec()
+    found, _ = advisor.remedies(recorded, parse_scheme(text), sizes,
+                                [c.name for c in by_rank])
+    steps = recorded.steps - recorded.warmup_steps
+    host = advisor.Host(cores, (1, 1, 1), (SLICE,) * 3)
+    return advisor.rank([advisor.predict(
+        r, advisor.remedy_workers(r, by_rank, host, recorded.global_batch), comm, steps,
+        recorded.global_batch, 2) for r in found], None)
+
+
+def test_every_remedy_the_job_can_run_and_only_once() -> None:
+    found, refused = advisor.remedies(spec(), Scheme("bsp"), (32, 32, 32), ["a", "b", "c"])
+    names = [r.name for r in found]
+    assert len(names) == len(set(names))
+    # the recorded job's own policy (equal) is not proposed again
+    assert names[0] == "recorded" and "partition-equal" not in names
+    assert {"partition-profiled", "partition-model"} <= set(names)
+    # every proper subset of three workers: six leave-outs
+    assert sorted(n for n in names if n.startswith("leave-out")) == sorted(
+        ["leave-out-0", "leave-out-1", "leave-out-2", "leave-out-0-1", "leave-out-0-2",
+         "leave-out-1-2"])
+    assert {"ps-async", "ssp1", "ssp2", "ssp4", "backup1", "backup2", "local-sgd2",
+            "local-sgd4", "local-sgd8"} <= set(names)
+    kept = next(r for r in found if r.name == "leave-out-0")
+    assert kept.ranks == (1, 2) and len(kept.run.workers) == 2
+    assert kept.run.global_batch == 96  # the whole batch, shared by those kept
+    assert {r.label for r in refused} == set(advisor.NOT_SIMULATED)
+
+
+def test_remedies_the_loader_refuses_are_listed_with_its_reason() -> None:
+    survives = JOB.replace('name = "trio"', 'name = "trio"\naggregator = "ps-async"\n'
+                           'on_worker_failure = "continue"')
+    found, refused = advisor.remedies(spec(survives), Scheme("ps-async"), None,
+                                      ["a", "b", "c"])
+    assert [r.name for r in found] == ["recorded"]
+    reasons = {r.label: r.reason for r in refused}
+    assert reasons["ssp:2"].startswith("on_worker_failure: 'continue' needs aggregator "
+                                       "'ps-async'")
+    assert "not 'torch'" in reasons["leave out worker 0 (a)"]
+    alone = JOB.replace('workers = [ { device = "cpu", slowdown = 3.0 }, { device = "cpu" }, '
+                        '{ device = "cpu" } ]', 'workers = [ { device = "cpu" } ]')
+    _, refused = advisor.remedies(spec(alone), Scheme("bsp"), None, ["a"])
+    assert ("leave a device out", "one worker: none to leave out") in {
+        (r.label, r.reason) for r in refused}
+
+
+def test_predictions_match_the_known_job(tmp_path: Path) -> None:
+    ranked = predictions(write_job(tmp_path)).set_index("remedy")
+    comm_ms, after_ms = 0.5, 0.1 + 0.01  # tests/synthetic.py: update, then 10 us to the next
+    recorded = PER_SAMPLE_MS[0] * SLICE + comm_ms + after_ms
+    assert ranked.loc["recorded", "mean_step_ms"] == pytest.approx(recorded, rel=0.03)
+    # without the slow worker, 48 samples each at 0.1 ms; the exchange of two: one point
+    # fitted (three workers, 0.5 ms), split as the ring's 2(N-1) latencies
+    alone = 48 * 0.1 + comm_ms * 2 / 4 + after_ms
+    assert ranked.loc["leave-out-0", "mean_step_ms"] == pytest.approx(alone, rel=0.05)
+    # slices in proportion to speed (1 : 3 : 3 of 96) finish together: the best
+    profiled = 96 / 7 * PER_SAMPLE_MS[0] + comm_ms + after_ms
+    assert ranked.loc["partition-profiled", "mean_step_ms"] == pytest.approx(profiled, rel=0.1)
+    order = list(ranked.index)
+    assert order.index("partition-profiled") < order.index("leave-out-0") < \
+        order.index("recorded") < order.index("leave-out-1")
+    # ps-async: each worker pushes its 32 samples every compute + round trip (two
+    # latencies; the servers' service time is nil, as the fitted exchange is all latency)
+    cycle = [PER_SAMPLE_MS[r] * SLICE + comm_ms + after_ms for r in range(3)]
+    rate = sum(SLICE / c for c in cycle)  # samples per ms
+    steps = spec().steps - spec().warmup_steps
+    assert ranked.loc["ps-async", "seconds"] == pytest.approx(steps * 96 / rate / 1e3, rel=0.05)
+    assert ranked.loc["recorded", "vs_recorded"] == 0
+    assert ranked["rank"].tolist() == list(range(1, len(ranked) + 1))
+    sentence = advisor.explain(ranked.loc["leave-out-0"].rename("leave-out-0"),
+                               ranked.loc["recorded"])
+    assert sentence.startswith("leave out worker 0 (cpu-3x): ")
+    assert "idle before the exchange -" in sentence
+
+
+def test_leaving_a_worker_out_gives_the_others_their_cores_back(tmp_path: Path) -> None:
+    ranked = predictions(write_job(tmp_path), cores=2).set_index("remedy")
+    comm_ms, after_ms = 0.5, 0.1 + 0.01
+    # recorded: three threads computing on two cores (the slow worker's real part is 3.2 ms
+    # too: it sleeps the rest), so each at 2/3 speed: 0.1 ms per sample is 1/15 alone
+    assert ranked.loc["recorded", "mean_step_ms"] == pytest.approx(
+        PER_SAMPLE_MS[0] * SLICE + comm_ms + after_ms, rel=0.03)
+    alone = 48 * 0.1 / 1.5 + comm_ms * 2 / 4 + after_ms  # two threads: no wait
+    assert ranked.loc["leave-out-0", "mean_step_ms"] == pytest.approx(alone, rel=0.05)
+
+
+def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    run_dir = write_job(tmp_path / "in")
+    out = tmp_path / "advice"
+    assert main(["advise", str(run_dir), "--top", "2", "--repeats", "2", "--out",
+                 str(out)]) == 0
+    shown = capsys.readouterr().out
+    table = pd.read_csv(out / "advice.csv")
+    assert table["label"].iloc[0] in shown.splitlines()[1]  # the best first
+    suite = load_suite(str(out / "advised.toml"))
+    assert [r.name for r in suite.runs][0] == "recorded" and len(suite.runs) == 3
+    assert suite.runs[1].name == table[table["kind"] != "recorded"]["remedy"].iloc[0]
+    assert suite.runs[0].workers == spec().workers
+    advice = (out / "advice.md").read_text()
+    assert "## Top remedies" in advice and "pipelines (virtual workers" in advice
+    assert (out / "figures" / "advice.png").is_file()
+
+
+def write_other_workload(folder: Path) -> Path:
+    return write_job(folder, JOB.replace('workload = "mlp"', 'workload = "cnn"'),
+                     name="cnn-r0-x")
+
+
+@pytest.mark.parametrize(("make", "arguments", "says"), [
+    (lambda d: [write_job(d), write_other_workload(d)], [],
+     "RESULTS: runs of more than one workload (cnn-digits, mlp-digits)"),
+    (lambda d: [write_job(d, status="failed")], [],
+     "RESULTS: no run can be fitted (trio-r0-x: status failed: only completed runs"),
+    (lambda d: [write_job(d)], ["--target", "0.9"],
+     "--target: the recorded runs of 'trio' never evaluated 'accuracy'"),
+    (lambda d: [write_job(d)], ["--target", "loss=x"], "--target: 'loss=x' is not"),
+    (lambda d: [write_job(d)], ["--top", "0"], "--top: 0 is outside 1..20"),
+])
+def test_bad_input_is_one_line_and_nothing_written(tmp_path: Path, capsys, make: Any,  # type: ignore[no-untyped-def]
+                                                   arguments: list[str], says: str) -> None:
+    runs = make(tmp_path / "in")
+    out = tmp_path / "advice"
+    status = main(["advise", *map(str, runs), *arguments, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and err[0].startswith(f"hetbench: error: {says}"), err
+    assert not out.exists()
+
+
+TINY = """[suite]
+name = "tiny"
+[[runs]]
+name = "pair"
+workload = "mlp"
+steps = 24
+warmup_steps = 4
+global_batch = 64
+eval_every = 10
+target = { value = 0.3 }  # held-out accuracy 0.12 after 10 steps, 0.44 after 20
+workers = [ { device = "cpu", slowdown = 4.0 }, { device = "cpu" } ]
+"""
+
+
+def test_verify_runs_the_advised_suite(tmp_path: Path, hetbench) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "tiny.toml").write_text(TINY)
+    recorded = hetbench(tmp_path, "run", "tiny.toml", "--out", "rec", "--no-progress")
+    assert recorded.returncode == 0, recorded.stderr
+    result = hetbench(tmp_path, "advise", "rec/tiny", "--top", "2", "--repeats", "2",
+                      "--verify", "--out", "adv")
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "adv" / "advice.csv")
+    verified = table.dropna(subset=["measured_s"])
+    # the recorded job and the two best remedies, each run and measured
+    assert len(verified) == 3 and "recorded" in set(verified["remedy"])
+    runs = sorted(p.name.split("-r0-")[0] for p in (tmp_path / "adv" / "advised").glob("*-r0-*"))
+    assert runs == sorted(verified["remedy"])
+    advice = (tmp_path / "adv" / "advice.md").read_text()
+    line = next(x for x in advice.splitlines() if x.startswith("3 remedies run"))
+    assert "compared on time to target" in line and "Kendall's tau" in line
+    assert "reached by the recorded job in 20 steps" in advice
+    assert ("was the fastest measured" in line) != ("was wrong" in line)
+    assert line in result.stdout
+    regret = advisor_regret(line)
+    assert regret >= 0 and math.isfinite(regret)
+
+
+def advisor_regret(line: str) -> float:
+    """The regret a verdict line states, as a fraction."""
+    return float(line.rsplit("(regret ", 1)[1].split("%")[0]) / 100
