@@ -23,14 +23,15 @@ of the recorded run's work (its steps after warm-up, each of the global batch): 
 remedies (BSP's gradient: the partitions and leave-outs) reach a target in the recorded
 number of steps, so for them it is also the time to target (predicted from the recorded
 runs' steps to target when a target is given); the others change the gradient (stale,
-dropped, averaged), and their statistical efficiency is not predicted yet (issue 29 part
-2): their rows say so.
+dropped, averaged), and their steps to target come from the statistical model fitted on
+recorded runs of the job's schemes (analysis.statistical), where there is one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from analysis.costmodel import Line
 from analysis.deviceclass import CommModel, DeviceClass
 from analysis.simulate import Scheme, simulate, static_sizes, summarise
 from analysis.simulated import SIMULATED
+from analysis.statistical import StepsModel
 from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
 from harness.spec.partitions import PartitionSpec
@@ -229,6 +231,8 @@ def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, ste
     out: dict[str, Any] = {"remedy": remedy.name, "label": remedy.label, "kind": remedy.kind,
                            "scheme": remedy.scheme.label, "workers": len(remedy.ranks),
                            "exact": remedy.exact, "steps": steps,
+                           "period": remedy.scheme.value if remedy.scheme.name == "local-sgd"
+                           else 1,
                            "global_batch": global_batch}
     out.update({m: float(table[m].median()) for m in METRICS})
     out["seconds_low"], out["seconds_high"] = float(table["seconds"].min()), \
@@ -236,21 +240,34 @@ def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, ste
     return out
 
 
-def rank(predictions: Sequence[dict[str, Any]], steps_to_target: float | None
-         ) -> pd.DataFrame:
-    """The predictions best first, by time to target where a target is given (exact
-    remedies: the recorded steps to target at the predicted step time; the others: not
-    predicted, ranked after the exact ones by their time of the work), else by the time
-    of the work. Adds `vs_recorded` (time over the recorded job's, minus one)."""
+def rank(predictions: Sequence[dict[str, Any]], steps_to_target: float | None,
+         model: StepsModel | None = None) -> pd.DataFrame:
+    """The predictions best first, by time to target where a target is given, else by the
+    time of the work. Time to target: the recorded job's steps to target at the predicted
+    time per global batch, for the remedies that keep BSP's gradient; for the others, those
+    steps times the statistical model's multiplier for the remedy's simulated staleness,
+    dropped share and period (analysis.statistical; without a model, or where it lacks a
+    coefficient, not predicted: ranked after the rest by their time of the work). Adds
+    `vs_recorded` (time of the work over the recorded job's, minus one)."""
     table = pd.DataFrame(list(predictions))
     base = table.loc[table["kind"] == "recorded", "seconds"].iloc[0]
     table["vs_recorded"] = table["seconds"] / base - 1
-    if steps_to_target is not None:
-        per_batch = table["seconds"] / table["steps"]
-        table["time_to_target_s"] = (per_batch * steps_to_target).where(table["exact"])
-        table = table.sort_values(["time_to_target_s", "seconds"], na_position="last")
-    else:
-        table = table.sort_values("seconds")
+    if steps_to_target is None:
+        return _ranked(table.sort_values("seconds"))
+    multiplier = table.apply(lambda r: 1.0 if r["exact"] else _multiplier(r, model), axis=1)
+    table["steps_to_target"] = steps_to_target * multiplier
+    table["time_to_target_s"] = table["seconds"] / table["steps"] * table["steps_to_target"]
+    return _ranked(table.sort_values(["time_to_target_s", "seconds"], na_position="last"))
+
+
+def _multiplier(row: pd.Series, model: StepsModel | None) -> float:
+    if model is None:
+        return float("nan")
+    return model.steps(row["mean_staleness"], row["dropped_fraction"], row["period"]) \
+        / model.bsp_steps
+
+
+def _ranked(table: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True).assign(rank=lambda t: t.index + 1)
 
 
@@ -275,6 +292,10 @@ def explain(row: pd.Series, recorded: pd.Series) -> str:
         if row["scheme"].startswith("local-sgd"):
             extra.append("parameters averaged every "
                          f"{row['scheme'].partition(':')[2]} steps")
-        parts.append("not BSP's gradient (" + ", ".join(extra or ["asynchronous"]) +
-                     "): its time to target may be longer than its speed says")
+        said = "not BSP's gradient (" + ", ".join(extra or ["asynchronous"]) + ")"
+        if math.isfinite(row.get("steps_to_target", math.nan)):
+            said += f": {row['steps_to_target']:.0f} steps to the target predicted"
+        else:
+            said += ": its time to target may be longer than its speed says"
+        parts.append(said)
     return f"{row['label']}: " + "; ".join(parts) + "."

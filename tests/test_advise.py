@@ -183,11 +183,13 @@ def write_other_workload(folder: Path) -> Path:
     (lambda d: [write_job(d), write_other_workload(d)], [],
      "RESULTS: runs of more than one workload (cnn-digits, mlp-digits)"),
     (lambda d: [write_job(d, status="failed")], [],
-     "RESULTS: no run can be fitted (trio-r0-x: status failed: only completed runs"),
+     "RESULTS: no run can be fitted (trio: status failed: only completed runs"),
     (lambda d: [write_job(d)], ["--target", "0.9"],
      "--target: the recorded runs of 'trio' never evaluated 'accuracy'"),
     (lambda d: [write_job(d)], ["--target", "loss=x"], "--target: 'loss=x' is not"),
     (lambda d: [write_job(d)], ["--top", "0"], "--top: 0 is outside 1..20"),
+    (lambda d: [write_job(d)], ["--job", "bsp"],
+     "--job: no run that can be fitted matches 'bsp' (those that can: trio)"),
 ])
 def test_bad_input_is_one_line_and_nothing_written(tmp_path: Path, capsys, make: Any,  # type: ignore[no-untyped-def]
                                                    arguments: list[str], says: str) -> None:

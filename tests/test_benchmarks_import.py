@@ -86,3 +86,21 @@ def test_the_simulators_errors_are_the_median_and_p90_of_their_sizes(monkeypatch
         "estimation error over 4 configuration(s): step 3.0% median, 8.2% p90; idle 1.5 "
         "points median, 2.7 points p90; p99 10.0% median, 17.0% p90",
         "injected straggler, quad-abrupt: slowdown 2.50 measured, 2.25 simulated"]
+
+
+def test_the_sync_ranking_check_compares_orders_and_errors(monkeypatch) -> None:
+    """`sync_rank_check.py`'s comparison on rankings whose truth is known: a prediction in
+    the measured order but half as fast everywhere has tau 1 and -50% errors; one scheme
+    swapped with its neighbour costs one discordant pair of three."""
+    import pandas as pd
+
+    module = script("sync_rank_check", monkeypatch)
+    real = pd.DataFrame({"samples_per_s": [100.0, 200.0, 300.0],
+                         "time_to_target_s": [3.0, 2.0, 1.0]}, index=["a", "b", "c"])
+    model = pd.DataFrame({"samples_per_s": [50.0, 100.0, 150.0],
+                          "time_to_target_s": [3.0, 1.0, 2.0]}, index=["a", "b", "c"])
+    table, taus = module.compare(real, model)
+    assert taus["samples_per_s"] == pytest.approx(1.0)
+    assert taus["time_to_target_s"] == pytest.approx(1 / 3)  # (2 concordant - 1) / 3
+    assert table["samples_per_s_error"].tolist() == pytest.approx([-0.5] * 3)
+    assert table.loc["b", "time_to_target_s_error"] == pytest.approx(-0.5)

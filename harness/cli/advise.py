@@ -28,8 +28,8 @@ SHOWN = 12  # rows of the ranking printed; advice.md has them all
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", type=Path,
-                        help="recorded runs of one job (run directories or folders of them); "
-                        "the runs of an all-reduce scheme are fitted, the first is the job")
+                        help="recorded runs of one workload (run directories or folders of "
+                        "them): the job's repeats, and runs of its other schemes")
     parser.add_argument("--target", metavar="[METRIC=]VALUE",
                         help="held-out value to reach (accuracy, token_accuracy or loss; "
                         "default: the recorded run's target): ranks by time to target")
@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps of the advised runs (default: the recorded run's)")
     parser.add_argument("-k", dest="runs", metavar="PATTERN",
                         help="read only the runs whose name matches (a glob, else a substring)")
+    parser.add_argument("--job", metavar="NAME",
+                        help="the run (by name: a glob, else a substring) that is the job to "
+                        "advise; its devices and exchange are fitted on its repeats, the other "
+                        "runs given fit the steps to target of the schemes that change the "
+                        "gradient (default: the first run that can be fitted)")
     parser.add_argument("--out", type=arguments.folder, required=True,
                         help="folder for advice.md, advice.csv, advised.toml and figures/; "
                         f"--verify's runs go to {SUITE}/ in it")
@@ -58,8 +63,6 @@ def _bounded(value: int | None, name: str, low: int, high: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import advisor, deviceclass
-    from analysis.simulate import parse_scheme
     from harness.records.results import writable_folder
 
     _bounded(args.top, "--top", 1, MAX_TOP)
@@ -67,50 +70,90 @@ def run(args: argparse.Namespace) -> int:
     _bounded(args.suite_repeats, "--suite-repeats", 1, MAX_REPEATS)
     _bounded(args.steps, "--steps", 2, 1_000_000)
     loaded = load_runs(args.results, args.runs)
-    job = fitted_job([(r.manifest, r.steps) for r in loaded])
-    target = parse_target(args.target, job["recorded"], loaded)
-    classes, names = deviceclass.fit_classes(job["fitted"])
-    comm = deviceclass.fit_comm(job["fitted"])
-    meta = job["fitted"][0][0]
-    ranks = sorted(int(w["rank"]) for w in meta["workers"])
-    by_rank = [classes[names[f"rank{r}"]] for r in ranks]
-    recorded = job["recorded"]
+    job = fitted_job([(r.manifest, r.steps) for r in loaded], args.job)
     if args.steps is not None:
-        if args.steps <= recorded.warmup_steps:
+        if args.steps <= job["recorded"].warmup_steps:
             raise UsageError("--steps", f"{args.steps} must be above the recorded warm-up "
-                             f"({recorded.warmup_steps} steps)")
-        recorded = dataclasses.replace(recorded, steps=args.steps)
-    text, sizes = deviceclass.recorded_scheme(*job["fitted"][0])
-    found, refused = advisor.remedies(recorded, parse_scheme(text),
-                                      sizes, [c.name for c in by_rank])
-    steps = recorded.steps - recorded.warmup_steps
-    host = recorded_host(*job["fitted"][0])
-    predictions = [advisor.predict(r, advisor.remedy_workers(r, by_rank, host,
-                                                             recorded.global_batch),
-                                   comm, steps, recorded.global_batch, args.repeats)
-                   for r in found]
-    ranked = advisor.rank(predictions, target["steps"] if target else None)
-    out = writable_folder(args.out, "--out")
+                             f"({job['recorded'].warmup_steps} steps)")
+        job["recorded"] = dataclasses.replace(job["recorded"], steps=args.steps)
+    target = parse_target(args.target, job["recorded"], loaded)
+    model = steps_model(loaded, job["fitted"][0][0], target) if target else None
+    ranked, found, refused = ranked_remedies(job, target, model, args.repeats)
+    out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
     suite_path = out / f"{SUITE}.toml"
-    _write_suite(suite_path, [by_name[n] for n in chosen], args, meta)
+    _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
     print(_table(ranked, target))
     measured = verify(suite_path, out, target) if args.verify else None
     if measured is not None:
         ranked = ranked.merge(measured, on="remedy", how="left")
-    _write_advice(out, ranked, refused, job, target, chosen, args)
+    _write_advice(out, ranked, refused, job, target, chosen, args, model)
     print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
           f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
     return 1 if args.verify and measured is None else 0
 
 
-def fitted_job(loaded: list[tuple[dict[str, Any], Any]]) -> dict[str, Any]:
-    """The runs that can be fitted (an all-reduce scheme, completed, instrumented) and the
-    job: the first of them. UsageError naming why when none can be, or when the runs are
-    of more than one workload."""
+def ranked_remedies(job: dict[str, Any], target: dict[str, Any] | None,
+                    model: dict[str, Any] | None, repeats: int) -> tuple[Any, list[Any],
+                                                                         list[Any]]:
+    """Every remedy the job can run predicted and ranked (analysis.advisor); the remedies,
+    and those refused."""
+    from analysis import advisor
+
+    fitted = fitted_remedies(job)
+    predictions = [fitted.predict(r, repeats) for r in fitted.remedies]
+    ranked = advisor.rank(predictions, target["steps"] if target else None,
+                          model["model"] if model else None)
+    return ranked, fitted.remedies, fitted.refused
+
+
+@dataclasses.dataclass(frozen=True)
+class FittedRemedies:
+    """The job's devices and exchange fitted, and the remedies it can run."""
+
+    recorded: Any  # the job's RunSpec
+    workers: list[Any]  # its device classes, in rank order
+    comm: Any
+    host: Any  # analysis.advisor.Host
+    remedies: list[Any]
+    refused: list[Any]
+
+    def predict(self, remedy: Any, repeats: int) -> dict[str, Any]:
+        from analysis import advisor
+
+        batch = self.recorded.global_batch
+        return advisor.predict(remedy, advisor.remedy_workers(remedy, self.workers,
+                                                              self.host, batch),
+                               self.comm, self.recorded.steps - self.recorded.warmup_steps,
+                               batch, repeats)
+
+
+def fitted_remedies(job: dict[str, Any]) -> FittedRemedies:
+    """The job's device classes and exchange fitted on its runs, its host, and the
+    remedies it can run (analysis.advisor.remedies)."""
+    from analysis import advisor, deviceclass
+    from analysis.simulate import parse_scheme
+
+    classes, names = deviceclass.fit_classes(job["fitted"])
+    meta = job["fitted"][0][0]
+    by_rank = [classes[names[f"rank{w['rank']}"]]
+               for w in sorted(meta["workers"], key=lambda w: int(w["rank"]))]
+    text, sizes = deviceclass.recorded_scheme(*job["fitted"][0])
+    found, refused = advisor.remedies(job["recorded"], parse_scheme(text), sizes,
+                                      [c.name for c in by_rank])
+    return FittedRemedies(job["recorded"], by_rank, deviceclass.fit_comm(job["fitted"]),
+                          recorded_host(*job["fitted"][0]), found, refused)
+
+
+def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dict[str, Any]:
+    """The job: the runs named `job` (a glob, else a substring; default: the first run that
+    can be fitted), those of them that can be fitted (an all-reduce scheme, completed,
+    instrumented), and its RunSpec. The devices and the exchange are fitted on these alone;
+    the other runs given serve the statistical model. UsageError naming why when none can
+    be fitted, or when the runs are of more than one workload."""
     from analysis import deviceclass
-    from harness.spec.suite import run_from_dict
+    from harness.spec.suite import name_matches, run_from_dict
 
     workloads = {deviceclass.workload_name(m) for m, _ in loaded}
     if len(workloads) > 1:
@@ -122,25 +165,52 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]]) -> dict[str, Any]:
         if not problem and meta["run"].get("pipeline"):
             problem = "pipelined: advise fits data-parallel runs"
         if problem:
-            problems.append(f"{meta.get('run_id')}: {problem}")
+            problems.append((str(meta["run"]["name"]), problem))
         else:
             fitted.append((meta, steps))
     if not fitted:
-        raise UsageError("RESULTS", "no run can be fitted (" + "; ".join(problems[:3]) +
-                         (f"; {len(problems) - 3} more" if len(problems) > 3 else "") + ")")
-    first = fitted[0][0]
-    same = []
-    for meta, steps in fitted:
-        if len(meta["workers"]) == len(first["workers"]):
-            same.append((meta, steps))
-        else:
-            problems.append(f"{meta.get('run_id')}: another job ({len(meta['workers'])} "
-                            f"workers; the job advised, {first.get('run_id')}, has "
-                            f"{len(first['workers'])})")
-    for problem in problems:
-        print(f"not fitted: {problem}")
-    return {"fitted": same, "recorded": run_from_dict(first["run"]),
-            "left_out": problems}
+        raise UsageError("RESULTS", f"no run can be fitted ({'; '.join(_grouped(problems))})")
+    names = list(dict.fromkeys(str(m["run"]["name"]) for m, _ in fitted))
+    chosen = [n for n in names if job is None or name_matches(n, job)]
+    if not chosen:
+        raise UsageError("--job", f"no run that can be fitted matches {job!r} (those that "
+                         f"can: {', '.join(names)})")
+    if len(chosen) > 1 and job is not None:
+        raise UsageError("--job", f"{job!r} matches {len(chosen)} jobs ({', '.join(chosen)}): "
+                         "name one")
+    runs = [(m, s) for m, s in fitted if m["run"]["name"] == chosen[0]]
+    left_out = _grouped(problems)
+    for line in left_out:
+        print(f"not fitted (the steps to target may use them): {line}")
+    return {"fitted": runs, "recorded": run_from_dict(runs[0][0]["run"]),
+            "left_out": left_out}
+
+
+def _grouped(problems: list[tuple[str, str]]) -> list[str]:
+    """'ssp1 (3 runs), ps-async: recorded under ...', one line per reason."""
+    by_reason: dict[str, dict[str, int]] = {}
+    for name, reason in problems:
+        counts = by_reason.setdefault(reason, {})
+        counts[name] = counts.get(name, 0) + 1
+    return [", ".join(f"{n} ({c} runs)" if c > 1 else n for n, c in names.items()) +
+            f": {reason}" for reason, names in by_reason.items()]
+
+
+def steps_model(loaded: list[Any], meta: dict[str, Any], target: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """The statistical model (analysis.statistical) fitted on the given runs of the job (its
+    workers, any scheme) that evaluated the target's metric, with each scheme's
+    leave-one-out prediction; None when no run of BSP's gradient reached the target."""
+    from analysis import statistical
+
+    same = [(r.manifest, r.steps, r.evals) for r in loaded
+            if r.status == "completed" and len(r.manifest["workers"]) == len(meta["workers"])
+            and target["metric"] in r.evals.columns]
+    points = statistical.scheme_points(same, target["metric"], target["value"])
+    fitted = statistical.fit(points)
+    if fitted is None:
+        return None
+    return {"model": fitted, "points": points, "validation": statistical.leave_one_out(points)}
 
 
 def recorded_host(meta: dict[str, Any], steps: Any) -> Any:
@@ -302,8 +372,8 @@ def _table(ranked: Any, target: dict[str, Any] | None) -> str:
                 f"{row['mean_step_ms']:8.2f} {row['idle_fraction']:6.1%} "
                 f"{row['vs_recorded']:+11.1%}")
         if target:
-            line += "  " + (f"{row['time_to_target_s']:.2f}" if row["exact"]
-                            else "not predicted")
+            line += "  " + (f"{row['time_to_target_s']:.2f}"
+                            if math.isfinite(row["time_to_target_s"]) else "not predicted")
         lines.append(line)
     if len(ranked) > SHOWN:
         lines.append(f"    ... {len(ranked) - SHOWN} more in advice.md")
@@ -316,7 +386,7 @@ def _short(text: str, width: int) -> str:
 
 def _write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any],
                   target: dict[str, Any] | None, chosen: list[str],
-                  args: argparse.Namespace) -> None:
+                  args: argparse.Namespace, model: dict[str, Any] | None) -> None:
     from analysis.advisor import explain
     from analysis.figures import advice_figure
 
@@ -332,9 +402,8 @@ def _write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any
              f" ({recorded['steps']} steps of {recorded['global_batch']} samples).", ""]
     if target:
         lines += [f"Target: {target['metric']} {target['value']:g}, reached by the recorded "
-                  f"job in {target['steps']:g} steps (median of {target['runs']} run(s)); "
-                  "remedies that change the gradient have no predicted time to target yet.",
-                  ""]
+                  f"job in {target['steps']:g} steps (median of {target['runs']} run(s)).",
+                  "", *_model_lines(model), ""]
     lines += ["## Top remedies", ""]
     lines += [f"{i}. " + explain(row, recorded) for i, (_, row) in enumerate(
         ranked[ranked["kind"] != "recorded"].head(args.top).iterrows(), start=1)]
@@ -359,10 +428,35 @@ def _write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any
     (out / "advice.md").write_text("\n".join(lines) + "\n")
 
 
+def _model_lines(model: dict[str, Any] | None) -> list[str]:
+    """What advice.md says of the statistical model: its coefficients, what it was fitted
+    on, and each scheme predicted from the others."""
+    if model is None:
+        return ["Remedies that change the gradient have no predicted time to target: no "
+                "run of the job given reached the target under BSP's gradient and another "
+                "scheme (give the runs of the job's schemes, e.g. the `sync` suite's)."]
+    fitted = model["model"]
+    a, b, c = (f"{x:.3f}" if math.isfinite(x) else "unknown" for x in fitted.coefficients)
+    lines = [f"Steps to target of the schemes that change the gradient (analysis/"
+             f"statistical.py), fitted on {', '.join(fitted.schemes)}: BSP's "
+             f"{fitted.bsp_steps:g} steps x (1 + {a} x staleness + {b} x dropped share + "
+             f"{c} x (H - 1)). Each scheme predicted from the others:", ""]
+    validation = model["validation"]
+    if validation.empty:
+        return [*lines, "(no scheme that changes the gradient reached the target)"]
+    lines += ["| scheme | measured steps | predicted | error |", "|---|---|---|---|"]
+    lines += [f"| {r.run} | {r.measured:g} | {_cell(r.predicted)} | "
+              f"{r.error:+.1%} |" if math.isfinite(r.error) else
+              f"| {r.run} | {r.measured:g} | not predictable without it | |"
+              for r in validation.itertuples()]
+    return lines
+
+
 def _markdown(ranked: Any) -> str:
     columns = ["rank", "label", "seconds", "seconds_low", "seconds_high", "mean_step_ms",
                "idle_fraction", "p99_step_ms", "vs_recorded", "exact"]
-    columns += [c for c in ("time_to_target_s", "measured_s", "measured_step_ms",
+    columns += [c for c in ("steps_to_target", "time_to_target_s", "measured_s",
+                            "measured_step_ms",
                             "measured_idle", "measured_to_target_s") if c in ranked]
     head = "| " + " | ".join(columns) + " |"
     rule = "|" + "---|" * len(columns)
