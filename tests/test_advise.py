@@ -42,12 +42,15 @@ def spec(text: str = JOB) -> Any:
 
 
 def write_job(folder: Path, text: str = JOB, status: str = "completed",
-              name: str = "trio-r0-x") -> Path:
-    """A run directory of the job above with records built by hand (compute exactly
-    proportional to the slice: the known truth)."""
+              name: str = "trio-r0-x", slices: tuple[int, ...] = (SLICE,) * 3,
+              fixed_ms: float = 0.0) -> Path:
+    """A run directory of the job above with records built by hand: worker r computes
+    (fixed_ms + PER_SAMPLE_MS[r] x its slice) x its slowdown (3 for worker 0, which
+    PER_SAMPLE_MS holds already), the known truth."""
     run = spec(text)
-    frame = steps_frame(run.steps, lambda r, s: PER_SAMPLE_MS[r] * SLICE, world=3,
-                        batch=lambda r: SLICE)
+    slowdown = [3.0, 1.0, 1.0]
+    frame = steps_frame(run.steps, lambda r, s: fixed_ms * slowdown[r] + PER_SAMPLE_MS[r]
+                        * slices[r], world=3, batch=lambda r: slices[r])
     run_dir = folder / name
     run_dir.mkdir(parents=True)
     meta = manifest.new({"name": "synthetic"}, run.to_dict(), 0, name, {"host": "test"},
@@ -155,6 +158,25 @@ def test_leaving_a_worker_out_gives_the_others_their_cores_back(tmp_path: Path) 
         PER_SAMPLE_MS[0] * SLICE + comm_ms + after_ms, rel=0.03)
     alone = 48 * 0.1 / 1.5 + comm_ms * 2 / 4 + after_ms  # two threads: no wait
     assert ranked.loc["leave-out-0", "mean_step_ms"] == pytest.approx(alone, rel=0.05)
+
+
+def test_runs_of_the_same_workers_under_other_slices_fit_the_intercept(tmp_path: Path,
+                                                                       capsys) -> None:  # type: ignore[no-untyped-def]
+    # compute 1 ms + 0.1 ms per sample (x3 for worker 0); the job's equal slices alone
+    # leave the line through the origin (1/32 + 0.1 ms per sample: 48 samples 3.9 ms)
+    job = write_job(tmp_path / "in", fixed_ms=1.0)
+    sized = JOB.replace('name = "trio"', 'name = "trio-sized"\n'
+                        'partition = { policy = "sizes", sizes = [16, 40, 40] }')
+    write_job(tmp_path / "in", sized, name="trio-sized-r0-x", slices=(16, 40, 40),
+              fixed_ms=1.0)
+    out = tmp_path / "advice"
+    assert main(["advise", str(job.parent), "--job", "trio", "--repeats", "2", "--out",
+                 str(out)]) == 0
+    table = pd.read_csv(out / "advice.csv").set_index("remedy")
+    truth = 1.0 + 48 * 0.1 + 0.5 * 2 / 4 + 0.11  # worker 0 left out: 48 samples each
+    assert table.loc["leave-out-0", "mean_step_ms"] == pytest.approx(truth, rel=0.05)
+    assert "and 1 of the same workers and exchange (trio-sized)" in (
+        out / "advice.md").read_text()
 
 
 def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

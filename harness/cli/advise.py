@@ -171,7 +171,8 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
     if not fitted:
         raise UsageError("RESULTS", f"no run can be fitted ({'; '.join(_grouped(problems))})")
     names = list(dict.fromkeys(str(m["run"]["name"]) for m, _ in fitted))
-    chosen = [n for n in names if job is None or name_matches(n, job)]
+    chosen = [n for n in names if n == job] or [  # a name given whole is that job
+        n for n in names if job is None or name_matches(n, job)]
     if not chosen:
         raise UsageError("--job", f"no run that can be fitted matches {job!r} (those that "
                          f"can: {', '.join(names)})")
@@ -179,11 +180,25 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
         raise UsageError("--job", f"{job!r} matches {len(chosen)} jobs ({', '.join(chosen)}): "
                          "name one")
     runs = [(m, s) for m, s in fitted if m["run"]["name"] == chosen[0]]
+    # runs of the same workers and exchange under another partition: other slice sizes,
+    # which tell a line's intercept from its slope (one slice size cannot)
+    alike = [(m, s) for m, s in fitted
+             if m["run"]["name"] != chosen[0] and _same_workers(m["run"], runs[0][0]["run"])]
     left_out = _grouped(problems)
     for line in left_out:
         print(f"not fitted (the steps to target may use them): {line}")
-    return {"fitted": runs, "recorded": run_from_dict(runs[0][0]["run"]),
-            "left_out": left_out}
+    return {"fitted": runs + alike, "recorded": run_from_dict(runs[0][0]["run"]),
+            "left_out": left_out, "job_runs": len(runs),
+            "alike": sorted({str(m["run"]["name"]) for m, _ in alike})}
+
+
+def _same_workers(run: dict[str, Any], job: dict[str, Any]) -> bool:
+    """The same workers (devices, threads, emulation) exchanging through the same
+    aggregator: a run whose devices and exchange are the job's."""
+    def aggregator(r: dict[str, Any]) -> Any:
+        return (r.get("aggregator") or {}).get("name", "torch")
+
+    return run.get("workers") == job.get("workers") and aggregator(run) == aggregator(job)
 
 
 def _grouped(problems: list[tuple[str, str]]) -> list[str]:
@@ -395,8 +410,11 @@ def _write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any
     ranked.to_csv(out / "advice.csv", index=False)
     advice_figure(ranked, out / "figures", f"hetbench advise: {meta['run']['name']} "
                   f"({len(meta['workers'])} workers), predicted")
+    alike = f" and {len(job['fitted']) - job['job_runs']} of the same workers and exchange " \
+        f"({', '.join(job['alike'])})" if job["alike"] else ""
     lines = [f"# Advice for {meta['run']['name']} ({meta.get('run_id')})", "",
-             f"Fitted on {len(job['fitted'])} run(s); {len(ranked)} configurations "
+             f"Devices fitted on the job's {job['job_runs']} run(s){alike}; "
+             f"{len(ranked)} configurations "
              f"simulated ({args.repeats} repeats each: the interval is their range), "
              f"ranked by {'time to target' if target else 'the time of the recorded work'}"
              f" ({recorded['steps']} steps of {recorded['global_batch']} samples).", ""]
