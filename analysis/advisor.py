@@ -101,10 +101,12 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     found = [Remedy("recorded", f"recorded ({scheme.label}, {recorded.partition.policy})",
                     "recorded", scheme, everyone, _changed(recorded, "recorded"), sizes)]
     refused = [Refused(label, reason) for label, reason in NOT_SIMULATED.items()]
+    # partitions and leave-outs keep a lockstep job's own exchange (ddp stays ddp)
+    exchange = recorded.aggregator if scheme.lockstep else AggregatorSpec()
     candidates: list[Remedy] = []
     for policy, simulated in POLICY_SCHEMES.items():
         run = _changed(recorded, f"partition-{policy}", partition=PartitionSpec(policy=policy),
-                       aggregator=AggregatorSpec())
+                       aggregator=exchange)
         candidates.append(Remedy(run.name, f"partition {policy}", "partition",
                                  Scheme(simulated), everyone, run))
     if n == 1:
@@ -115,7 +117,7 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
             else "profiled"
         run = _changed(recorded, "leave-out-" + "-".join(map(str, left)),
                        workers=tuple(recorded.workers[r] for r in kept),
-                       partition=PartitionSpec(policy=policy), aggregator=AggregatorSpec())
+                       partition=PartitionSpec(policy=policy), aggregator=exchange)
         who = ", ".join(f"{r} ({names[r]})" for r in left)
         candidates.append(Remedy(run.name, f"leave out worker{'s' * (len(left) > 1)} {who}",
                                  "leave-out", Scheme(POLICY_SCHEMES[policy]), kept, run))

@@ -103,6 +103,15 @@ def test_every_remedy_the_job_can_run_and_only_once() -> None:
     assert {r.label for r in refused} == set(advisor.NOT_SIMULATED)
 
 
+def test_partitions_and_leave_outs_keep_the_jobs_exchange() -> None:
+    ddp = JOB.replace('name = "trio"', 'name = "trio"\naggregator = "ddp"')
+    found, _ = advisor.remedies(spec(ddp), Scheme("bsp"), None, ["a", "b", "c"])
+    by_name = {r.name: r.run.aggregator.name for r in found}
+    assert by_name["partition-profiled"] == by_name["leave-out-0"] == "ddp"
+    assert "partition-equal" not in by_name  # the job itself
+    assert by_name["ssp2"] == "ssp"
+
+
 def test_remedies_the_loader_refuses_are_listed_with_its_reason() -> None:
     survives = JOB.replace('name = "trio"', 'name = "trio"\naggregator = "ps-async"\n'
                            'on_worker_failure = "continue"')
