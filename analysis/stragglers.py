@@ -62,6 +62,7 @@ from analysis.metrics import (
     with_derived,
 )
 from analysis.network import slow_link_excess_ns
+from harness.records.collector import SAMPLED_FIELDS, UNMEASURED
 
 CAUSES = ("gc", "interference", "frequency", "preempted", "off_cpu", "on_cpu", "emulation",
           "network", "unexplained")
@@ -114,6 +115,10 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
                             "steal_cores", "cpu_mhz") if c in derived]]
     slow_link = slow_link_excess_ns(derived, manifest)
     d = derived[needed].assign(network_ns=0.0 if slow_link is None else slow_link)
+    # steps between the sampled ones (a run's counters_every) hold UNMEASURED: NaN here
+    for column in SAMPLED_FIELDS:
+        if column in d:
+            d[column] = d[column].where(d[column] != UNMEASURED)
     d = d.sort_values(["rank", "step"])
     d["rss_growth_bytes"] = d.groupby("rank")["rss_bytes"].diff().fillna(0)
     has_cpu = "compute_cpu_ns" in d and bool((d["compute_cpu_ns"] > 0).any())

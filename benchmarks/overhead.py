@@ -11,7 +11,10 @@ against the events is the GPU part of issue 16.
 
 Prints median per-step times of each mode and each timed mode's overhead over the bare step
 of the same round, relative and in microseconds, with 95% intervals (targets: at most 1% of
-a step of 5 ms or more, at most 30 us). `--parts` then times each part of the
+a step of 5 ms or more, at most 30 us). The modes alternate step by step (a round is one step
+of each), so that the machine's drift falls on both sides of every difference; a timed mode
+per `--counters-every` value (the run key: the CPU clocks and getrusage read over one step
+in k, harness/loop/counters.py). `--parts` then times each part of the
 instrumentation alone, right after a bare step (so with the caches a step leaves), as the
 median over the rounds: where the microseconds go.
 """
@@ -44,8 +47,12 @@ def main() -> None:
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--blocks", type=int, default=30, help="blocks of each mode")
-    parser.add_argument("--steps-per-block", type=int, default=50)
+    parser.add_argument("--blocks", type=int, default=2000, help="blocks of each mode")
+    parser.add_argument("--steps-per-block", type=int, default=1,
+                        help="1 (the default): the modes alternate step by step, which "
+                        "resolves a few microseconds (blocks of 50 steps drift by +-10%%)")
+    parser.add_argument("--counters-every", default="1,8",
+                        help="a timed mode for each of these counters_every values")
     parser.add_argument("--parts", action="store_true",
                         help="then time each part of the instrumentation after a bare step")
     args = parser.parse_args()
@@ -59,10 +66,12 @@ def main() -> None:
     aggregators.prepare(run, 0)
     trainer, _ = build_trainer(run, 0, "gloo", TorchAdapter)
     own_timer = trainer.timer
-    counters = Counters()
-    modes = ["bare", f"timed ({type(own_timer).__name__})"]
+    timed = {f"timed ({type(own_timer).__name__}, counters_every = {k})": Counters(int(k))
+             for k in args.counters_every.split(",")}
+    modes = ["bare", *timed]
     if args.device.startswith("cuda"):
         modes.append("timed (StepTimer, a device wait per phase)")
+        timed[modes[-1]] = Counters(1)
     waits = StepTimer(trainer.stretch, trainer.adapter.synchronize)
     per_step: dict[str, list[float]] = {m: [] for m in modes}
     step = 0
@@ -71,22 +80,23 @@ def main() -> None:
             run, 0, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
             Path(tmp)))
         writer = RecordWriter(Path(tmp) / "rank0.bin")
-        rounds = args.blocks + 2  # the first two rounds warm up
-        for block in range(rounds * len(modes)):
+        warm = max(2, 20 // args.steps_per_block)  # the first rounds warm up
+        for block in range((args.blocks + warm) * len(modes)):
             # each round runs every mode once, starting one mode later than the last round
             mode = modes[(block + block // len(modes)) % len(modes)]
             trainer.timer = waits if mode.startswith("timed (StepTimer, a") else own_timer
+            counters = timed.get(mode)
             start = time.perf_counter_ns()
             for _ in range(args.steps_per_block):
-                if mode == "bare":
+                if counters is None:
                     trainer.step_bare(step, 0, args.batch)
                 else:
                     writer.append(trainer.timed_step(step, 0, args.batch, counters)[0])
                 step += 1
             trainer.adapter.synchronize()
-            if block >= 2 * len(modes):
+            if block >= warm * len(modes):
                 per_step[mode].append((time.perf_counter_ns() - start) / args.steps_per_block)
-        costs = parts(trainer, counters, writer, args, step) if args.parts else {}
+        costs = parts(trainer, Counters(1), writer, args, step) if args.parts else {}
         writer.close()
         trainer.aggregator.close(False)
     report(args, per_step)
@@ -104,10 +114,11 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
     from harness.records import collector
     from harness.records.collector import PHASES
 
-    timer, clock = trainer.timer, trainer.threads_cpu
+    timer = trainer.timer
     exchange = Exchange(Holds.SUMS, args.batch, None)
+    counters.start()
     record = collector.timed_record(0, 0, args.batch, 0, list(range(len(PHASES) + 1)), 0,
-                                    (0, 0), 0.0, 0.0, counters.take(), exchange)
+                                    counters.compute_cpu(), 0.0, 0.0, counters.take(), exchange)
 
     def phase_timer() -> None:
         timer.begin()
@@ -115,20 +126,23 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
             timer.end(phase)
 
     def thread_clocks() -> None:
-        clock.elapsed(clock.sample(refresh=False), clock.sample())
+        counters.clock.stop(counters.clock.start())
 
-    def main_clock() -> None:
-        time.thread_time_ns() - time.thread_time_ns()
+    def sampled_counters() -> None:
+        counters.start()
+        counters.compute_cpu()
+        counters.take()
 
     def make_record() -> None:
-        collector.timed_record(0, 0, args.batch, 0, timer.marks, 0, (0, 0), 0.0, 0.0,
-                               counters.take(), exchange)
+        collector.timed_record(0, 0, args.batch, 0, timer.marks, 0, (-1, -1), 0.0, 0.0,
+                               (-1, -1, -1, -1, 0, 0, 0), exchange)
 
-    named = {"phase timer (begin and 8 marks)": phase_timer,
-             "all threads' CPU clocks (2 samples)": thread_clocks,
-             "main thread's CPU clock (2 reads)": main_clock,
-             "counters (rusage, rss every 8, gc)": counters.take,
-             "record (with its counters)": make_record,
+    named = {"nothing (the floor of this measurement)": lambda: None,
+             "phase timer (begin and 8 marks)": phase_timer,
+             "all threads' CPU clocks (a window)": thread_clocks,
+             "a sampled step's counters (clocks, 2 getrusage, rss every 8, gc)":
+                 sampled_counters,
+             "record (unsampled counters)": make_record,
              "writer append (flush every 16)": lambda: writer.append(record)}
     costs: dict[str, list[float]] = {name: [] for name in named}
     names = list(named)

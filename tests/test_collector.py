@@ -54,13 +54,13 @@ def test_a_stop_signal_during_a_flush_writes_no_row_twice(tmp_path: Path, monkey
     def raise_stopped(signum: int, frame: Any) -> None:
         raise Stopped
 
-    real_write = os.write
+    real_write = os.pwrite
     leave = threading.Event()
     bystander = threading.Thread(target=leave.wait, args=(10,))
     bystander.start()
 
-    def write_then_signal(fd: int, data: bytes) -> int:
-        written = real_write(fd, data)
+    def write_then_signal(fd: int, data: bytes, offset: int) -> int:
+        written = real_write(fd, data, offset)
         assert bystander.ident is not None
         signal.pthread_kill(bystander.ident, signal.SIGINT)
         time.sleep(0.05)  # the bystander takes it; the main thread's next line runs the handler
@@ -70,13 +70,13 @@ def test_a_stop_signal_during_a_flush_writes_no_row_twice(tmp_path: Path, monkey
     path = collector.part_path(tmp_path, 0)
     writer = RecordWriter(path, flush_every=2)
     try:
-        monkeypatch.setattr(collector.os, "write", write_then_signal)
+        monkeypatch.setattr(collector.os, "pwrite", write_then_signal)
         try:
             for step in range(4):
                 writer.append(record(0, step, 1000 * step, 1000 * step + 500, 1000 * step + 900))
         except Stopped:
             pass
-        monkeypatch.setattr(collector.os, "write", real_write)
+        monkeypatch.setattr(collector.os, "pwrite", real_write)
     finally:
         writer.close()
         signal.signal(signal.SIGINT, previous)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.loop.timer import RULES, CudaEventTimer, StepTimer
+from harness.loop.timer import RULES, CudaEventTimer, HostTimer, StepTimer
 from harness.records import collector
 from harness.records.collector import PHASES, RECORD_DTYPE, Phase
 from harness.spec.emulation import Stretcher
@@ -207,6 +207,7 @@ class Device:
     ("cuda:0", 3.0, Device(events=True), True, "waits"),  # stretching needs each duration
     ("cuda:0", 1.0, Device(), True, "waits"),  # a framework without events: MXNet, TF
     ("cpu", 1.0, Device(events=True), True, "host"),  # PyTorch on CPU: nothing queued
+    ("cpu", 2.0, Device(events=True), True, "stretched"),  # no wait, but a stretch
     ("cpu", 1.0, Device(synchronize_on_host=True), True, "waits"),  # MXNet's engine
     ("cuda:0", 1.0, Device(events=True), False, "host"),  # instrument = false
 ])
@@ -219,5 +220,21 @@ def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: floa
     timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,
                         Stretcher(slowdown), instrument)
     kind = "events" if isinstance(timer, CudaEventTimer) else \
-        "waits" if timer.synchronize is not None else "host"
+        "host" if isinstance(timer, HostTimer) else \
+        "waits" if timer.synchronize is not None else "stretched"
     assert kind == expected
+
+
+def test_the_host_timer_marks_each_phase_and_an_instant_no_earlier_than_the_last() -> None:
+    timer = HostTimer()
+    timer.begin()
+    for phase in PHASES[:3]:
+        timer.end(phase)
+    timer.end_at(PHASES[3], timer.marks[0])  # an instant before the last mark: clamped
+    timer.end_at(PHASES[4], timer.marks[-1] + 5)
+    for phase in PHASES[5:]:
+        timer.end(phase)
+    marks = timer.marks
+    assert len(marks) == len(PHASES) + 1 and marks == sorted(marks)
+    assert marks[4] == marks[3] and marks[5] == marks[4] + 5
+    assert timer.durations() == [b - a for a, b in zip(marks, marks[1:], strict=False)]

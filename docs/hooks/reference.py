@@ -168,6 +168,11 @@ DESCRIPTIONS: dict[str, str] = {
     "RunSpec.calibrate": "time each worker alone on its own slice before training "
                          "(heterogeneous efficiency)",
     "RunSpec.calibrate_steps": "steps timed per worker when `calibrate` is true",
+    "RunSpec.counters_every": "the CPU clocks (main thread, all threads) and getrusage "
+                              "(context switches, user and system CPU) are read over one "
+                              "step in this many; the other steps record -1 there (each "
+                              "read is a system call costing 7-20 us inside a step); 1: "
+                              "every step",
     "RunSpec.trace_steps": "trace.json holds the run's last this many steps (all of a "
                            "shorter run), or the steps of a window \"A-B\" (A to B); 0: no "
                            "trace; at most 100,000 worker-steps either way, the last that "
@@ -487,15 +492,19 @@ RECORD_DESCRIPTIONS: dict[str, str] = {
     "reduced_ns": "the exchange returned",
     "end_ns": "update applied",
     "stretch_ns": "emulated slowdown inside the compute phases",
-    "compute_cpu_ns": "CPU time of the main thread from begin to ready",
-    "compute_cpu_all_ns": "CPU time of all the worker's threads from begin to ready",
+    "compute_cpu_ns": "CPU time of the main thread from begin to ready (-1: a step "
+                      "between the sampled ones, counters_every)",
+    "compute_cpu_all_ns": "CPU time of all the worker's threads from begin to ready "
+                          "(-1: not sampled)",
     "loss": "global mean loss",
     "local_loss": "this worker's mean loss",
-    "ctx_voluntary": "voluntary context switches in the step (getrusage)",
-    "ctx_involuntary": "involuntary context switches in the step (getrusage)",
-    "cpu_user_ns": "user CPU time in the step (getrusage)",
-    "cpu_system_ns": "system CPU time in the step (getrusage)",
-    "rss_bytes": "resident memory, sampled every 8 steps",
+    "ctx_voluntary": "voluntary context switches in the step (getrusage; -1: not "
+                     "sampled)",
+    "ctx_involuntary": "involuntary context switches in the step (getrusage; -1: not "
+                       "sampled)",
+    "cpu_user_ns": "user CPU time in the step (getrusage; -1: not sampled)",
+    "cpu_system_ns": "system CPU time in the step (getrusage; -1: not sampled)",
+    "rss_bytes": "resident memory, read at most every 8 steps and held between",
     "gc_ns": "time in Python's garbage collector (gc.callbacks)",
     "gc_collections": "garbage collections in the step",
     "staleness": "server version at apply minus the version computed on (0: synchronous, "

@@ -1,5 +1,16 @@
-"""The process counters each step records beside its phases: context switches, CPU time and
-RSS (getrusage, /proc/self/statm) and the cyclic garbage collector's time."""
+"""The process counters a step records beside its phases: the CPU time of the main thread
+and of all threads during compute (harness/system/cputime.py), context switches and user
+and system CPU time over the step (getrusage), RSS (/proc/self/statm) and the cyclic
+garbage collector's time.
+
+Each of the CPU clocks and getrusage is a system call: ~1 us alone, but 7-20 us right
+after a step's compute on this machine class (benchmarks/overhead.py), so reading them at
+every step cost 40-130 us a step. They are read over one step in every `counters_every`
+(a run's key, default COUNTERS_EVERY); the steps between hold UNMEASURED (-1) in those
+fields. The garbage collector's time is counted by a callback at no cost in the step and
+recorded at every step; RSS moves slowly and is read at a sampled step at most every
+RSS_EVERY steps and held in between.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +19,12 @@ import os
 import resource
 import time
 from typing import Any
+
+from harness.records.collector import UNMEASURED
+from harness.system.cputime import ThreadsCpuClock
+
+_UNMEASURED_CPU = (UNMEASURED, UNMEASURED)
+_UNMEASURED_USAGE = (UNMEASURED,) * 4
 
 
 class GcTimer:
@@ -33,29 +50,51 @@ class GcTimer:
 
 
 class Counters:
-    """Per-step process counters: context switches and CPU time from getrusage (~2 us in
-    the loop; psutil's equivalents cost 30-150 us, docs/frameworks.md). RSS moves slowly
-    and reading /proc/self/statm costs ~7 us in the loop, so it is sampled every
-    RSS_EVERY steps and held in between."""
+    """A step's counters: `start()` as the step begins, `compute_cpu()` when its compute is
+    done, `take()` once it has ended; one step in `every` reads the system's counters
+    (psutil's equivalents cost 30-150 us: docs/frameworks.md)."""
 
     RSS_EVERY = 8
 
-    def __init__(self) -> None:
+    def __init__(self, every: int = 1) -> None:
+        self.every = every
+        self.clock = ThreadsCpuClock()
         self._statm = os.open("/proc/self/statm", os.O_RDONLY)
         self._page = os.sysconf("SC_PAGE_SIZE")
-        self._last = resource.getrusage(resource.RUSAGE_SELF)
-        self._calls = 0
+        self._steps = 0
+        self._sampled = False
+        self._cpu: list[int] = []
+        self._usage: Any = None
         self._rss = 0
+        self._rss_at = -self.RSS_EVERY
         self.gc = GcTimer()
 
+    def start(self) -> None:
+        """A step begins: on a sampled step, the CPU clocks and getrusage are read."""
+        steps = self._steps
+        self._steps = steps + 1
+        self._sampled = sampled = not steps % self.every
+        if sampled:
+            self._usage = resource.getrusage(resource.RUSAGE_SELF)
+            self._cpu = self.clock.start()
+
+    def compute_cpu(self) -> tuple[int, int]:
+        """The CPU time of the main thread and of all threads since start(), or UNMEASURED."""
+        return self.clock.stop(self._cpu) if self._sampled else _UNMEASURED_CPU
+
     def take(self) -> tuple[int, int, int, int, int, int, int]:
-        now = resource.getrusage(resource.RUSAGE_SELF)
-        last, self._last = self._last, now
-        if self._calls % self.RSS_EVERY == 0:
+        """Context switches (voluntary, involuntary), user and system CPU since start() (or
+        UNMEASURED), RSS, the garbage collector's time and collections since the last
+        take()."""
+        gc_timer = self.gc
+        gc_ns, gc_count = gc_timer.total_ns, gc_timer.collections
+        gc_timer.total_ns = gc_timer.collections = 0
+        if not self._sampled:
+            return (*_UNMEASURED_USAGE, self._rss, gc_ns, gc_count)
+        now, last = resource.getrusage(resource.RUSAGE_SELF), self._usage
+        if self._steps - self._rss_at >= self.RSS_EVERY:
+            self._rss_at = self._steps
             self._rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
-        self._calls += 1
-        rss = self._rss
-        gc_ns, gc_count = self.gc.take()
         return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
                 int((now.ru_utime - last.ru_utime) * 1e9),
-                int((now.ru_stime - last.ru_stime) * 1e9), rss, gc_ns, gc_count)
+                int((now.ru_stime - last.ru_stime) * 1e9), self._rss, gc_ns, gc_count)

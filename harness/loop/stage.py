@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ from harness.records import collector
 from harness.spec.emulation import Stretcher
 from harness.spec.pipelines import vw_slices
 from harness.spec.suite import RunSpec
-from harness.system.cputime import ThreadsCpuClock
 from workloads import build_spec, get_workload
 from workloads.models import builder
 from workloads.torch_layers import parameter_range
@@ -309,8 +308,7 @@ class WaveSteps:
     loss_slot: int  # the loss sum's index in flat_grads
     micro_writer: collector.RecordWriter
     most: int  # the waves no stage goes past
-    counters: Counters = field(default_factory=Counters)
-    threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
+    counters: Counters
 
     def take(self, wave: int) -> engine.Turn:
         lo, hi = self.bounds
@@ -318,9 +316,8 @@ class WaveSteps:
                                                    self.last, self.flat_grads)
         now = time.perf_counter_ns
         self.timer.wave = wave
-        clock = self.threads_cpu
-        all_begin = clock.sample(refresh=False)
-        cpu_begin = clock.own(all_begin)
+        counters = self.counters
+        counters.start()
         begin = now()
         idx = self.order.indices(wave)[lo:hi]
         x = self.inputs[idx] if self.first else None
@@ -340,8 +337,7 @@ class WaveSteps:
         if sync:
             torch.cuda.synchronize(device)
         ready = now()
-        all_end = clock.sample()
-        compute_cpu = (clock.own(all_end) - cpu_begin, clock.elapsed(all_begin, all_end))
+        compute_cpu = counters.compute_cpu()
         micro_records, forward_ns, backward_ns = self.timer.take()
         local_sum = float(sum(float(v) for v in losses)) if last else math.nan
         if last:
@@ -370,7 +366,7 @@ class WaveSteps:
         stretched, stretch.total_ns = stretch.total_ns, 0
         record = collector.timed_record(
             self.rank, wave, hi - lo, lo, marks, stretched, compute_cpu, loss,
-            local_sum / (hi - lo), self.counters.take(), exchange)
+            local_sum / (hi - lo), counters.take(), exchange)
         for micro in micro_records:
             self.micro_writer.append(micro)
         if isinstance(self.waves, ServerWaves):  # wsp: the servers count the progress
@@ -482,6 +478,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         first=stage_index == 0, last=last, device=device, sync=worker.is_cuda,
         schedule=schedule, waves=waves, timer=timer, stretch=stretch,
         flat_grads=flat_grads, loss_slot=n, micro_writer=micro_writer,
+        counters=Counters(run.counters_every),
         # under wsp a faster virtual worker runs more waves; none runs more than the budget
         most=run.steps * (len(pipe.virtual_workers) if serving else 1))
     try:

@@ -6,7 +6,10 @@ has issued the phase (a CUDA stream, MXNet's engine: wait for it before the mark
 mark says when the work was queued, not done) and whether the emulated slowdown stretches it
 (the compute phases).
 
-Two timers:
+Three timers:
+- `HostTimer` (a worker whose device is the host and whose phases nothing stretches: the
+  common CPU worker) only reads the clock at each mark: no wait, no stretch, no check of
+  the phase's rules, as each costs microseconds inside a step (benchmarks/overhead.py).
 - `StepTimer` waits for the device before each such mark (`synchronize`, the adapter's).
   Simple and exact on the host clock, but on a GPU each wait drains the queue: a short
   phase is inflated by the launch latency and the next phase cannot overlap it.
@@ -102,6 +105,30 @@ class StepTimer:
 
     def durations(self) -> list[int]:
         """Each phase's duration, in PHASES order (after the last phase has ended)."""
+        marks = self.marks
+        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+
+
+class HostTimer:
+    """Host-clock marks and nothing else: for a worker whose device needs no wait (PyTorch
+    and TensorFlow on the CPU) and whose phases no emulated slowdown stretches. The order of
+    the phases is the caller's to keep (StepTimer checks it: the same trainer runs under
+    both in the tests); the record checks that every phase was marked."""
+
+    def __init__(self) -> None:
+        self.marks: list[int] = []
+
+    def begin(self) -> None:
+        self.marks = [time.perf_counter_ns()]
+
+    def end(self, phase: Phase) -> None:
+        self.marks.append(time.perf_counter_ns())
+
+    def end_at(self, phase: Phase, instant: int) -> None:
+        marks = self.marks
+        marks.append(max(instant, marks[-1]))
+
+    def durations(self) -> list[int]:
         marks = self.marks
         return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 

@@ -34,7 +34,7 @@ from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, U
 from harness.loop import engine, lifecycle
 from harness.loop.counters import Counters
 from harness.loop.profiling import step_profiler
-from harness.loop.timer import CudaEventTimer, PhaseTimer, StepTimer
+from harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
 from harness.partition.policies import (
     Damping,
     Repartitioner,
@@ -50,7 +50,6 @@ from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.spec.workers import WorkerSpec
 from harness.system import interfaces, orphans
-from harness.system.cputime import ThreadsCpuClock
 from harness.system.exits import exit_after
 from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
@@ -106,7 +105,6 @@ class Trainer:
         default=lambda step, lo, hi: _no_batch_source())
     read_loss: Callable[[], float] = field(default=lambda: float("nan"))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
-    threads_cpu: ThreadsCpuClock = field(default_factory=ThreadsCpuClock)
 
     def __post_init__(self) -> None:
         buffer = self.buffer
@@ -165,20 +163,18 @@ class Trainer:
         timer.end_at(Phase.PACK, handed)
         return loss
 
-    def step(self, step: int, lo: int, hi: int
+    def step(self, step: int, lo: int, hi: int, counters: Counters
              ) -> tuple[float, float, tuple[int, int], Exchange]:
         """One step, its phases marked by the timer; returns the loss of the update and the
         local loss, the CPU time during compute of the main thread (wall minus this is time
         the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
-        its threads, and what the aggregator's exchange did."""
-        timer, clock = self.timer, self.threads_cpu
-        # the main thread's time is read within the threads' samples
-        all_begin = clock.sample(refresh=False)
-        cpu_begin = clock.own(all_begin)
+        its threads (on the steps `counters` samples), and what the aggregator's exchange
+        did."""
+        timer = self.timer
+        counters.start()
         timer.begin()
         self.compute(step, lo, hi)
-        all_end = clock.sample()
-        compute_cpu = (clock.own(all_end) - cpu_begin, clock.elapsed(all_begin, all_end))
+        compute_cpu = counters.compute_cpu()
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         timer.end(Phase.ALLREDUCE)
@@ -225,7 +221,7 @@ class Trainer:
                    ) -> tuple[tuple[Any, ...], Exchange]:
         """step() plus its record: timestamps, phase durations, losses, counters, and the
         aggregator's part."""
-        loss, local_loss, compute_cpu, ex = self.step(step, lo, hi)
+        loss, local_loss, compute_cpu, ex = self.step(step, lo, hi, counters)
         stretched, self.stretch.total_ns = self.stretch.total_ns, 0
         return collector.timed_record(
             self.rank, step, hi - lo, lo, self.timer.marks, stretched, compute_cpu, loss,
@@ -332,11 +328,14 @@ def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instru
                 overlaps: bool = False) -> PhaseTimer:
     """CUDA events for a PyTorch CUDA worker that no slowdown stretches and whose exchange
     does not overlap its backward (that one ends where the exchange says); else the host
-    clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine)."""
+    clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine),
+    and only the host clock where there is neither a wait nor a stretch."""
     if worker.is_cuda and instrument and not worker.emulated and not overlaps \
             and isinstance(adapter, DeviceEvents):
         return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
     waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
+    if not waits and not worker.emulated:
+        return HostTimer()
     return StepTimer(stretch, adapter.synchronize if waits else None)
 
 
@@ -446,7 +445,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
     step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
-    steps = WorkerSteps(run, step_fn, Counters(), (lo, hi), membership,
+    steps = WorkerSteps(run, step_fn, Counters(run.counters_every), (lo, hi), membership,
                         Repartitioning(run, rank, device, trainer, make_repartitioner(run),
                                        membership, run_dir, standalone), evaluator)
     try:

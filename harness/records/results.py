@@ -275,8 +275,10 @@ def _first_backwards_row(steps: pd.DataFrame, instrumented: bool) -> StepProblem
         if field not in steps.columns or not len(steps):
             continue
         values = steps[field].to_numpy()
-        if values.min() < 0:
-            row = int((values < 0).argmax())
+        # a sampled counter holds UNMEASURED (-1) on the steps between the sampled ones
+        least = collector.UNMEASURED if field in collector.SAMPLED_FIELDS else 0
+        if values.min() < least:
+            row = int((values < least).argmax())
             found.append((row, f"{field} is negative ({values[row]})"))
     if not found:
         return None

@@ -103,6 +103,10 @@ class RunSpec:
     instrument: bool = True
     calibrate: bool = False
     calibrate_steps: int = 10
+    # the CPU clocks and getrusage are read over one step in this many, the others record
+    # -1 there (harness/loop/counters.py: each read costs microseconds inside a step); 1:
+    # every step
+    counters_every: int = 8
     aggregator: AggregatorSpec = field(default_factory=AggregatorSpec)
     size: str = DEFAULT_SIZE
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
@@ -458,6 +462,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
                                 maximum=MAX_STEPS),
+        counters_every=integer(values["counters_every"], at("counters_every"), minimum=1,
+                               maximum=MAX_STEPS),
         trace_steps=trace_window(values["trace_steps"], at("trace_steps")),
         aggregator=aggregator,
         size=size,
