@@ -86,9 +86,7 @@ class Counters:
         """Context switches (voluntary, involuntary), user and system CPU since start() (or
         UNMEASURED), RSS, the garbage collector's time and collections since the last
         take()."""
-        gc_timer = self.gc
-        gc_ns, gc_count = gc_timer.total_ns, gc_timer.collections
-        gc_timer.total_ns = gc_timer.collections = 0
+        gc_ns, gc_count = self.gc.take()
         if not self._sampled:
             return (*_UNMEASURED_USAGE, self._rss, gc_ns, gc_count)
         now, last = resource.getrusage(resource.RUSAGE_SELF), self._usage
