@@ -56,8 +56,12 @@ def write_suite(tmp_path: Path):
     return write
 
 
-def hetbench_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harness.cli.main", *args]
+def hetbench_command(*args: str, figures: bool = False) -> list[str]:
+    """`hetbench ARGS` as a command; a `run` draws no figures at its end unless `figures`
+    (about 10 s a launch on two cores, a quarter of the suite's time: the tests that
+    check the figures draw them)."""
+    no_figures = ["--no-figures"] if args[:1] == ("run",) and not figures else []
+    return [sys.executable, "-m", "harness.cli.main", *args, *no_figures]
 
 
 def completed_runs(folder: Path, suite_text: str) -> dict[str, Path]:
@@ -278,14 +282,15 @@ HETBENCH_TIMEOUT_S = 120.0  # a module may set its own TIMEOUT_S
 @pytest.fixture
 def hetbench(spawn: Spawn, request: pytest.FixtureRequest
              ) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """hetbench(cwd, *args, env=None): `hetbench ARGS` run in folder cwd, to its end (the
-    test module's TIMEOUT_S, else HETBENCH_TIMEOUT_S)."""
+    """hetbench(cwd, *args, env=None, figures=False): `hetbench ARGS` run in folder cwd, to
+    its end (the test module's TIMEOUT_S, else HETBENCH_TIMEOUT_S); a `run` draws figures
+    only with figures=True (hetbench_command)."""
     timeout = getattr(request.module, "TIMEOUT_S", HETBENCH_TIMEOUT_S)
 
-    def run(cwd: Path, *args: str, env: dict[str, str] | None = None
+    def run(cwd: Path, *args: str, env: dict[str, str] | None = None, figures: bool = False
             ) -> subprocess.CompletedProcess[str]:
-        return spawn.run(hetbench_command(*args), cwd=cwd, capture_output=True, text=True,
-                         timeout=timeout, env=env)
+        return spawn.run(hetbench_command(*args, figures=figures), cwd=cwd,
+                         capture_output=True, text=True, timeout=timeout, env=env)
 
     return run
 

@@ -221,13 +221,32 @@ def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path, hetben
 def test_a_quick_study_overrides_repeats_steps_and_runs(tmp_path: Path, hetbench) -> None:
     out = tmp_path / "out"
     done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",
-                    "--repeats", "2", "--out", str(out), "--no-progress")
+                    "--repeats", "2", "--out", str(out), "--no-progress", figures=True)
     assert done.returncode == 0, done.stderr
     runs = sorted((out / "quick").glob("homogeneous-r*"))
     assert [r.name.split("-")[1] for r in runs] == ["r0", "r1"]
     assert not list((out / "quick").glob("hetero*"))
     manifest = json.loads((runs[0] / "manifest.json").read_text())
     assert manifest["run"]["steps"] == 12 and manifest["rows"] == 2 * 12
+    # the suite's figures are drawn at its end by default (the other tests say --no-figures)
+    for name in ("compute_per_step", "phase_breakdown"):
+        assert (out / "quick" / "figures" / f"{name}.png").is_file()
+        assert (out / "quick" / "figures" / f"{name}.pdf").is_file()
+    assert f"in {out / 'quick' / 'figures'}" in done.stdout
+
+
+def test_no_figures_draws_none_and_says_how_to_draw_them(tmp_path: Path, write_suite,
+                                                         hetbench) -> None:
+    suite = write_suite('[suite]\nname = "bare"\n[[runs]]\nname = "r"\nsteps = 3\n')
+    out = tmp_path / "out"
+    done = hetbench(tmp_path, "run", str(suite), "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert not (out / "bare" / "figures").exists()
+    command = f"hetbench figures {out / 'bare'} --out {out / 'bare' / 'figures'}"
+    assert f"figures: none drawn (--no-figures; {command})" in done.stdout
+    drawn = hetbench(tmp_path, *command.split()[1:])
+    assert drawn.returncode == 0, drawn.stderr
+    assert (out / "bare" / "figures" / "compute_per_step.png").is_file()
 
 
 def test_an_oversubscribed_run_is_warned_recorded_and_flagged(tmp_path: Path,

@@ -756,7 +756,7 @@ def test_as_torchruns_entry_point_the_launchers_meet_in_its_agents_store(
                     "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
                     str(port), "--nproc-per-node", "1", "-m", "harness.cli.main", "run",
                     str(suite), "-k", "allreduce", "--out", str(tmp_path / f"node{rank}"),
-                    "--no-progress"],
+                    "--no-progress", "--no-figures"],
                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in (0, 1)]
     ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]

@@ -1,6 +1,6 @@
 """The shape of the code (docs/DESIGN.md "Layers"): no module imports itself back through
-others, and the rooms keep their import contract (pyproject's [tool.importlinter], which
-.ci/run also checks with `lint-imports`)."""
+others, and the rooms keep their import contract (pyproject's [tool.importlinter], checked
+here with `lint-imports`: CI's only run of it)."""
 
 from __future__ import annotations
 

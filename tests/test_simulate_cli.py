@@ -132,7 +132,7 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     from harness.records.results import find_runs
 
     results = tmp_path / "results"
-    assert main(["run", str(write_suite(RECORDED)), "--out", str(results)]) == 0
+    assert main(["run", str(write_suite(RECORDED)), "--out", str(results), "--no-figures"]) == 0
     runs = [load_run(p) for p in find_runs([results / "recorded"])]
     # steps.parquet itself says which run, launch and repeat a row is, and which are warm-up
     written = pd.read_parquet(runs[0].run_dir / "steps.parquet")

@@ -1,6 +1,5 @@
 """mypy is clean on harness/, analysis/ and adapters/ with every function typed
-(pyproject's [tool.mypy]; DESIGN.md, Style): .ci/run checks it too, and so does this test
-wherever the tests run."""
+(pyproject's [tool.mypy]; DESIGN.md, Style). This test is CI's only mypy run."""
 
 from __future__ import annotations
 

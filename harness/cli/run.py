@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-unavailable", action="store_true",
                         help="skip runs whose devices this host lacks (recorded as skipped)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-figures", action="store_true",
+                        help="draw no figures at the end (about 10 s on two cores; "
+                        "`hetbench figures` draws them later)")
     group = parser.add_argument_group(
         "across hosts", "run the same command on every host (docs/howto/multi-host.md); "
         "under srun, absent flags are read from SLURM's environment")
@@ -125,7 +128,8 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
     if not holder:
         return _share_summary(results, args.out / suite.name)
     try:
-        figures = write_figures(suite.name, results, args.out / suite.name / "figures")
+        figures = [] if args.no_figures else \
+            write_figures(suite.name, results, args.out / suite.name / "figures")
     except OSError as exc:  # a full disk: the runs are recorded, only their figures are not
         figures = []
         print(f"hetbench: could not write the figures ({exc.filename or args.out}: "
@@ -134,6 +138,10 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
     print(f"\n{outcomes}; results in {args.out / suite.name}")
     if figures:
         print(f"figures: {', '.join(p.name for p in figures)} (PNG and PDF) in {figures[0].parent}")
+    elif args.no_figures:
+        folder = args.out / suite.name
+        print(f"figures: none drawn (--no-figures; hetbench figures {folder} "
+              f"--out {folder / 'figures'})")
     print(SUMMARY_DEFINITIONS)
     print(f"full analysis: hetbench report {args.out / suite.name}")
     return 1 if failed else 0
