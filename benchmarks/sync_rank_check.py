@@ -27,9 +27,9 @@ import pandas as pd
 from scipy.stats import kendalltau
 
 from analysis import statistical
+from analysis.advice_fit import fitted_job, fitted_remedies
 from analysis.convergence import time_to_target
 from analysis.metrics import run_summary
-from harness.cli.advise import fitted_job, fitted_remedies
 from harness.records.results import find_runs, load_run
 
 # the sync suite's run name -> the advisor's remedy name
