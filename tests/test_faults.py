@@ -150,8 +150,11 @@ def test_a_terminating_signal_ends_the_run_like_ctrl_c(tmp_path: Path, write_sui
                                                        spawn: Spawn, sig: int) -> None:
     """SIGTERM: what `timeout`, `kill` and CI cancellation send; SIGHUP: a terminal that
     closes; SIGQUIT: Ctrl-backslash. Each by default ends Python at once, the run left
-    `running` with its records only in parts."""
-    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite)
+    `running` with its records only in parts. The launcher starts with the signal at its
+    default, as under a terminal: a test run under `nohup` would hand SIGHUP down ignored,
+    and a launcher honours what it inherited ignored (as `nohup hetbench run` asks)."""
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite,
+                                         preexec_fn=_defaulting(sig))
     flushed_before = collector.steps_done(run_dir, 2)
     proc.send_signal(sig)
     started = time.monotonic()
@@ -165,6 +168,15 @@ def test_a_terminating_signal_ends_the_run_like_ctrl_c(tmp_path: Path, write_sui
     assert (run.status, run.manifest["reason"]) == ("interrupted", f"interrupted by {name}")
     assert (run_dir / "steps.parquet").is_file()
     assert run.steps["step"].nunique() >= flushed_before
+
+
+def _defaulting(number: int) -> Callable[[], None]:
+    """A child that starts with this signal at its default, whatever its parent ignores."""
+
+    def default() -> None:
+        signal.signal(number, signal.SIG_DFL)
+
+    return default
 
 
 def _ignoring(*numbers: int) -> Callable[[], None]:
