@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from harness.spec.errors import UsageError
+from harness.spec.suite import name_matches, run_from_dict
 
 
 def ranked_remedies(job: dict[str, Any], target: dict[str, Any] | None,
@@ -71,7 +72,6 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
     the other runs given serve the statistical model. UsageError naming why when none can
     be fitted, or when the runs are of more than one workload."""
     from analysis import deviceclass
-    from harness.spec.suite import name_matches, run_from_dict
 
     workloads = {deviceclass.workload_name(m) for m, _ in loaded}
     if len(workloads) > 1:

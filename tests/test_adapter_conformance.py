@@ -19,6 +19,7 @@ Frameworks that are not installed are skipped, so the suite passes in a torch-on
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +67,7 @@ def framework(request: pytest.FixtureRequest) -> str:
 def adapter_for(framework: str, workload: str, dataset: str) -> tuple[Dataset, ModelSpec, Any]:
     """One adapter per (framework, model shape) for the whole module, reset to the initial
     weights: building and tracing a model costs seconds in TensorFlow."""
-    data = load_dataset(dataset, workload, SEED)
+    data = loaded(dataset, workload)
     prepare = get_workload(workload).prepare_heldout
     if prepare is not None:  # BERT's masking: the targets the model really trains on
         inputs, targets = prepare(data.inputs, data.targets, data.num_classes)
@@ -79,6 +80,16 @@ def adapter_for(framework: str, workload: str, dataset: str) -> tuple[Dataset, M
     adapter.load_parameters(start_values(spec))
     adapter.zero_grad()
     return data, spec, adapter
+
+
+@functools.cache
+def loaded(dataset: str, workload: str) -> Dataset:
+    """The data set, loaded once for the module (generating the scenes takes ~1 s), read-only
+    so that no test changes another's."""
+    data = load_dataset(dataset, workload, SEED)
+    data.inputs.setflags(write=False)
+    data.targets.setflags(write=False)
+    return data
 
 
 def start_values(spec: ModelSpec) -> dict[str, np.ndarray]:

@@ -42,6 +42,29 @@ def test_digits_are_the_real_scikit_learn_images() -> None:
     assert len(train_rows & heldout_rows) <= 5  # scikit-learn's digits hold a few duplicates
 
 
+def test_the_shipped_number_pairs_are_what_num2words_writes() -> None:
+    """workloads/numbers.npz (read at every worker's start) holds the pairs num2words
+    writes now, and reads back as the same int64 arrays; a few decoded against num2words
+    itself."""
+    from num2words import num2words
+
+    from workloads import numbers
+
+    assert numbers.SHIPPED.is_file()
+    for split in ("train", "heldout"):
+        shipped, made = numbers.corpus(split), numbers.generate(split)
+        for field in ("numbers", "inputs", "targets"):
+            got, want = getattr(shipped, field), getattr(made, field)
+            assert got.dtype == want.dtype == np.int64 and np.array_equal(got, want), field
+        for row in (0, 1, len(made.numbers) - 1):
+            number = int(shipped.numbers[row])
+            english = shipped.inputs[row, : numbers.SOURCE_LEN]
+            french = shipped.targets[row]
+            assert numbers.decode(english, numbers.SOURCE_VOCAB) == num2words(
+                number, lang="en").replace(",", "")
+            assert numbers.decode(french, numbers.TARGET_VOCAB) == num2words(number, lang="fr")
+
+
 @pytest.mark.parametrize(("name", "workload"), [("digits", "cnn"), ("text", "lstm"),
                                                 ("synthetic", "resnet"), ("scenes", "vgg")])
 def test_heldout_split_is_fixed_and_apart_from_training(name: str, workload: str) -> None:

@@ -4,6 +4,7 @@ dense kernels multiplied with transpose_b; adapters/tensorflow.py explains why).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 
@@ -14,6 +15,12 @@ from workloads.models import ModelSpec
 
 # TensorFlow's C++ INFO lines (CPU feature notes) would open every worker log; warnings stay
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# `import tensorflow` ends by importing Keras 3 (which imports scikit-learn): 3 of its 8 s on
+# two cores (docs/frameworks.md). It skips that where TF_USE_LEGACY_KERAS names tf_keras and
+# tf_keras is not installed. hetbench builds its models from tf ops and never uses tf.keras
+# (which would then fail), so it says so, unless the user chose, or tf_keras is there.
+if importlib.util.find_spec("tf_keras") is None:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
 

@@ -19,6 +19,8 @@ from typing import Any
 from harness.cli import arguments
 from harness.cli.simulate import load_runs
 from harness.spec.errors import UsageError
+from harness.spec.suite import load_suite
+from harness.spec.tables import run_table, suite_text
 
 SUITE = "advised"
 MAX_TOP = 20
@@ -103,8 +105,6 @@ def _advised(ranked: Any, top: int) -> list[str]:
 
 def _write_suite(path: Path, chosen: list[Any], args: argparse.Namespace,
                  meta: dict[str, Any]) -> None:
-    from harness.spec.suite import load_suite
-    from harness.spec.tables import run_table, suite_text
 
     text = suite_text(SUITE, f"the recorded job {meta['run']['name']} and the top "
                       f"{len(chosen) - 1} remedies hetbench advise predicted",

@@ -30,6 +30,7 @@ from harness.cli import arguments
 from harness.cli.compare import add_statistics_arguments, report, settings_from
 from harness.spec.builtin import builtin_text
 from harness.spec.errors import UsageError
+from harness.spec.suite import load_suite
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
@@ -67,7 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import compare_paths
     from harness.records.results import writable_folder
-    from harness.spec.suite import load_suite
 
     settings = settings_from(args)
     suite = load_suite(args.suite)

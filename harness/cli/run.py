@@ -12,9 +12,11 @@ from typing import Any
 
 from harness.cli import arguments, hosts
 from harness.records import manifest
+from harness.run import links
 from harness.spec import profiling
 from harness.spec.builtin import builtin_suites
 from harness.spec.errors import UsageError
+from harness.spec.suite import Overrides, load_suite
 
 DEFAULT_SUITE = "quick"
 
@@ -73,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
 def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     """`hetbench run`, each run's result (launcher.RunResult) added to `collected`."""
     from harness.records.results import writable_folder
-    from harness.run import links
-    from harness.spec.suite import Overrides, load_suite
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
     place = hosts.place(args, suite)

@@ -17,6 +17,7 @@ from analysis.simulated import SIMULATED
 from harness.cli import arguments
 from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
+from harness.spec.suite import name_matches
 from harness.system import environment
 
 SUITE = "simulate"
@@ -120,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
 def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
     """The runs at `paths` (RunData), those whose name matches `pattern` where given."""
     from harness.records.results import find_runs, load_run
-    from harness.spec.suite import name_matches
 
     loaded = [load_run(p) for p in find_runs(paths)]
     if pattern is not None:

@@ -66,7 +66,7 @@ from harness.exchange import (
     rendezvous,
     server_clocks,
 )
-from harness.spec.suite import RunSpec
+from harness.spec.suite import RunSpec, run_from_dict
 from harness.system import orphans
 from harness.system.exits import exit_after
 from harness.system.services import Services
@@ -263,7 +263,6 @@ def serve(run_dir: Path, index: int) -> int:
     """One server process: join the RPC group, answer until every worker has left."""
     global _run
     from harness.records import rundir
-    from harness.spec.suite import run_from_dict
 
     _run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
     placement.serving(_run)

@@ -43,6 +43,7 @@ from harness.spec.emulation import Stretcher
 from harness.spec.pipelines import vw_slices
 from harness.spec.suite import RunSpec
 from workloads import build_spec, get_workload
+from workloads.data import BatchOrder, load_dataset
 from workloads.models import builder
 from workloads.torch_layers import parameter_range
 
@@ -203,7 +204,6 @@ def make_evaluator(run: RunSpec, rank: int, adapter: TorchLayersAdapter, run_dir
     if not run.eval_every or rank != 0:
         return None
     from harness.training.evaluation import Evaluator
-    from workloads.data import load_dataset
 
     heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
     return Evaluator(run.eval_every, run.steps, run.global_batch,
@@ -387,7 +387,6 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     from harness.exchange import comm
     from harness.partition.layerprofile import profile_layers
     from harness.training.optim import Optimizer
-    from workloads.data import BatchOrder, load_dataset
 
     pipe = run.pipeline
     assert pipe is not None

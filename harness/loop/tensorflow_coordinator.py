@@ -60,6 +60,7 @@ from harness.records import collector, rundir
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.system import clocks
 from workloads import build_spec, get_workload
+from workloads.data import BatchOrder, load_dataset
 
 if TYPE_CHECKING:
     from harness.training.evaluation import Evaluator
@@ -222,7 +223,6 @@ def batch_tables(run: RunSpec, samples: int) -> tuple[np.ndarray, np.ndarray]:
     """Global batch k's sample indices (rows[k], hetbench's BatchOrder) and worker r's
     emulated slowdown at its k-th step (factors[r, k]), for k below the most steps a worker
     takes with equal slices (its pipeline repeats them after)."""
-    from workloads.data import BatchOrder
 
     most = run.steps * run.world_size
     order = BatchOrder(samples, run.global_batch, run.seed)
@@ -239,7 +239,6 @@ def train(run: RunSpec, run_dir: Path, store: Any) -> None:
     configure_threads(1)  # before TensorFlow's runtime starts
     from harness.exchange import tensorflow_ps_graph as graph
     from harness.training.evaluation import Evaluator
-    from workloads.data import load_dataset
 
     served.say_where(store, "chief", 0)  # its runtime serves the chief task there
     cluster = served.cluster_spec(store, run)

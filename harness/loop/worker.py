@@ -47,13 +47,14 @@ from harness.records import collector, rundir
 from harness.records.collector import Phase, RecordWriter
 from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
-from harness.spec.suite import RunSpec, run_from_dict
+from harness.spec.suite import RunSpec, load_suite, run_from_dict
 from harness.spec.workers import WorkerSpec
 from harness.system import interfaces, orphans
 from harness.system.exits import exit_after
 from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
 from workloads import build_spec, get_workload
+from workloads.data import BatchOrder, load_dataset
 
 if TYPE_CHECKING:
     import torch
@@ -305,7 +306,6 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Adapter, run_dir: Path, dev
         return None
     from harness.exchange import comm
     from harness.training.evaluation import Evaluator
-    from workloads.data import load_dataset
 
     lockstep = aggregators.kind(run.aggregator.name).lockstep
     if not lockstep and rank != 0:
@@ -347,7 +347,6 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapt
     import torch
 
     from harness.training.optim import Optimizer
-    from workloads.data import BatchOrder, load_dataset
 
     worker = run.workers[rank]
     data = load_dataset(run.dataset, run.workload, run.seed)
@@ -624,7 +623,6 @@ def _load_run(args: argparse.Namespace) -> tuple[RunSpec, str]:
         return run_from_dict(data["run"]), data["suite"]
     if not args.suite or not args.run_name:
         raise UsageError("arguments", "give --run-dir, or --suite and --run-name (torchrun mode)")
-    from harness.spec.suite import load_suite
 
     suite = load_suite(args.suite)
     for run in suite.runs:
