@@ -117,7 +117,7 @@ def ship(path: Path = SHIPPED) -> None:
     """Write both splits as `generate` makes them (token ids fit a byte) to `path`; run
     `python -m workloads.numbers` after a change to the corpus or to num2words
     (tests/test_data.py compares the file with `generate`)."""
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for split in ("train", "heldout"):
         pairs = generate(split)
         arrays |= {f"{split}_numbers": pairs.numbers.astype(np.int32),
