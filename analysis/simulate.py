@@ -15,7 +15,8 @@ Schemes (names as the aggregators'):
   runs);
 - backup:B: each round ends when N - B gradients have arrived; a late worker's gradient is
   dropped and it starts its next step from the parameters of the moment it arrives;
-- ssp:S: a worker's push of clock c is answered once every worker has pushed c - S;
+- ssp:S: pushes served first come first served; a worker's push of clock c is answered
+  once every worker has pushed c - S; the run ends as ps-async's does;
 - ps-async: every push answered at once; the run ends when K global batches of samples
   have been applied, so fast workers take more steps;
 - local-sgd:H: H local steps, then an all-reduce average.
@@ -26,6 +27,7 @@ large N the servers, not the workers, set the pace.
 
 from __future__ import annotations
 
+import heapq
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -236,8 +238,9 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
         raise ValueError(f"global batch {global_batch} < {len(workers)} workers")
     rng = np.random.default_rng(seed)
     # ps-async: fast workers take more steps than K; draw enough for the fastest
-    rows = {"ps-async": _async_rows(workers, steps, comm),
-            "backup": steps + 1}.get(scheme.name, steps)
+    # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
+    rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
+            "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
     residual, after, gap, ratio = draw(workers, rows, rng, first=seed)
     factor = slowdowns(workers, rows, rng)
     a, b = lines(workers)
@@ -262,7 +265,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     if scheme.name == "backup":
         return _backup(common, gap, server, scheme.value)
     if scheme.name == "ssp":
-        return _ssp(common, gap, server, scheme.value)
+        return _ssp(common, gap, server, scheme.value, steps)
     return _async(common, gap, server, steps)
 
 
@@ -461,32 +464,64 @@ def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: in
                       kept=kept, asynchronous=np.ones_like(dropped), **common)
 
 
-def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int
-         ) -> Simulation:
-    """A push of clock k is answered once it is served and every worker's push of clock
-    k - S has been. The server takes the pushes clock by clock (a fast worker's push of a
-    later clock queues behind the slow ones' earlier clock: FIFO only within a clock)."""
-    compute, after = common["compute"], common["after"]
-    steps, n = compute.shape
+def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int,
+         global_steps: int) -> Simulation:
+    """As the parameter server runs ssp: every push is applied as it is served, first come
+    first served whatever its clock (a fast worker's clock k+1 can be served before a slow
+    one's clock k), and the push of clock c is answered once it is served and every worker
+    has pushed clock c - S; the run ends once the pushes served carry `global_steps` global
+    batches of samples (the pushes not made then are not kept). An exact event loop over
+    the pushes, one outstanding a worker."""
+    compute, after, sizes = common["compute"], common["after"], common["sizes"]
+    rows, n = compute.shape
     latency, service = server.latency, server.service
-    begin, ready, arrive, reduced = (np.empty_like(compute) for _ in range(4))
-    served = np.empty_like(compute)
-    latest = np.empty(steps)  # when the last push of clock k had been served
-    start, free = np.zeros(n), -np.inf
-    for k in range(steps):
-        begin[k] = start
-        ready[k] = start + compute[k]
-        arrive[k] = ready[k] + latency[k]
-        served[k] = serve(arrive[k], service[k], free)
-        free = latest[k] = served[k].max()
-        answered = np.maximum(served[k], latest[k - bound]) if k >= bound else served[k]
-        reduced[k] = answered + latency[k]
-        start = reduced[k] + after[k] + gap[k]
+    begin, arrive, served, answered = (np.zeros((rows, n)) for _ in range(4))
+    arrive[0] = compute[0] + latency[0]
+    pending = [(float(arrive[0, w]), w) for w in range(n)]  # (arrival, worker)
+    heapq.heapify(pending)
+    held: list[tuple[int, int, int]] = []  # (clock everyone must have pushed, clock, worker)
+    at_clock = np.zeros(rows + 1, int)  # workers by pushes served
+    at_clock[0] = n
+    slowest, free, carried = 0, -np.inf, 0.0
+    target = float(global_steps * common["global_batch"])
+    clock = np.zeros(n, int)
+    sequence: list[int] = []  # flat indices (clock * n + worker), in the order served
+
+    def answer(c: int, w: int, when: float) -> None:
+        answered[c, w] = when
+        if c + 1 < rows:
+            begin[c + 1, w] = when + latency[c, w] + after[c, w] + gap[c, w]
+            arrive[c + 1, w] = begin[c + 1, w] + compute[c + 1, w] + latency[c + 1, w]
+            heapq.heappush(pending, (float(arrive[c + 1, w]), w))
+
+    while pending and carried < target:
+        when, w = heapq.heappop(pending)
+        c = int(clock[w])
+        free = served[c, w] = max(when, free) + service[c, w]
+        sequence.append(c * n + w)
+        carried += sizes[c, w]
+        clock[w] = c + 1
+        at_clock[c] -= 1
+        at_clock[c + 1] += 1
+        while at_clock[slowest] == 0:
+            slowest += 1
+        heapq.heappush(held, (c + 1 - bound, c, w))
+        while held and held[0][0] <= slowest:  # every worker has pushed c - S
+            _, c_held, w_held = heapq.heappop(held)
+            answer(c_held, w_held, free)
+    kept = np.zeros((rows, n), bool)
+    kept.ravel()[sequence] = True
+    begin[~kept] = 0.0
+    ready = begin + compute
+    # a push held when the run ended is answered then (the servers say: done)
+    answered = np.where(kept & (answered == 0), free, answered)
+    done = np.where(kept, served, arrive + service)
+    reduced = np.where(kept, answered, done) + latency
     return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
-                      push=latency, wait=served - service - arrive + (reduced - latency
-                                                                      - served),
-                      pull=latency + service, staleness=_staleness(served, begin),
-                      asynchronous=np.ones((steps, n), bool), **common)
+                      push=latency, wait=np.where(kept, answered - service - arrive, 0.0),
+                      pull=latency + service,
+                      staleness=_staleness_in_order(done, begin, np.array(sequence)),
+                      kept=kept, asynchronous=np.ones((rows, n), bool), **common)
 
 
 def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps: int

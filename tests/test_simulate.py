@@ -176,6 +176,25 @@ def test_ssp_with_bound_zero_waits_for_the_slow_worker_and_async_does_not() -> N
     assert simulate.summarise(ssp1)["samples_per_s"] >= simulate.summarise(ssp)["samples_per_s"]
 
 
+@pytest.mark.parametrize("bound", [0, 1, 2, 4])
+def test_ssp_serves_pushes_as_they_come_and_holds_the_fast_worker_s_clocks_ahead(
+        bound: int) -> None:
+    """As the real server: a push of clock c is answered once every worker has pushed
+    c - S, pushes of any clock served as they arrive. So when the slow worker (3x) pushes
+    clock c, the fast one has pushed clocks 0 .. c + S and no more; the run ends once 40
+    global batches are served, the fast worker having taken more steps once S > 0."""
+    run = steady_pair()
+    _, _, comm = classes_of(run)
+    sim = simulate.simulate(workers("rank0:1,rank1:1", [run]), comm,
+                            simulate.Scheme("ssp", bound), 40, 64)
+    slow, fast = (sim.ready[:, r][sim.kept[:, r]] for r in (0, 1))
+    ahead = [int((fast < t).sum()) - c for c, t in enumerate(slow)]  # fast pushes - c
+    assert max(ahead) == bound + 1 and ahead[-1] == bound + 1
+    steps = sim.kept.sum(axis=0)
+    assert steps.sum() == 80  # two equal slices of 32: 40 global batches
+    assert (steps[1] > steps[0]) == (bound > 0)
+
+
 def test_backup_workers_drop_the_slowest_and_none_without_backups() -> None:
     run = recorded(steps_frame(64, lambda r, s: [6.0, 2.0, 2.0, 2.0][r], world=4),
                    slowdowns=(3.0, 1.0, 1.0, 1.0))
