@@ -43,7 +43,7 @@ from tests.test_mixed_frameworks import installed
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(),
                                 reason="reads Linux's /proc")
 
-READY_S = 120  # until every worker has flushed a step (TensorFlow's start is the slowest: CI once took over 45 s)
+READY_S = 120  # until every worker has flushed a step (TensorFlow starts slowest; CI took > 45 s)
 SAMPLE_S = 1.0  # listeners are collected over this long, once the run trains
 STOP_S = 30  # Ctrl-C until the launcher and everything under it are gone
 
