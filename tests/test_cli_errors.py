@@ -155,6 +155,20 @@ def test_cli_imports_no_framework(tmp_path: Path, spawn: Spawn) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_a_command_loads_only_its_own_module(tmp_path: Path, spawn: Spawn) -> None:
+    """Each subcommand's module costs ~0.4 s of every start: `hetbench --debug suites`
+    defines the suites command's arguments and loads no other command's module."""
+    code = ("import sys; import harness.cli.main as m\n"
+            "m.build_parser(m.named_command(['--debug', 'suites', 'quick']))\n"
+            "loaded = sorted(n for n in sys.modules if n.startswith('harness.cli.')\n"
+            "                and n not in ('harness.cli.main', 'harness.cli.suites'))\n"
+            "assert 'harness.cli.suites' in sys.modules\n"
+            "assert not {f'harness.cli.{c}' for c in m.SUBCOMMANDS} & set(loaded), loaded")
+    result = spawn.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.usefixtures("cuda_7_missing")
 def test_missing_gpu_is_a_usage_error(tmp_path: Path, write_suite, hetbench) -> None:
     suite = write_suite(GPU_SUITE)
