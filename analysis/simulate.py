@@ -562,8 +562,10 @@ def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps
 
 def _staleness_in_order(applied: np.ndarray, begin: np.ndarray, sequence: np.ndarray
                         ) -> np.ndarray:
-    """_staleness of the pushes made (flat indices in the order served, `sequence`; 0 for
-    the others), from that order: applied in it, the pushes' times are sorted already."""
+    """Per push made (flat indices in the order served, `sequence`; 0 for the others): the
+    updates applied before it minus those applied when its worker took the parameters it
+    computed on (about its step's begin), the server's version at apply minus the version
+    computed on, as the parameter server records it."""
     pushes = applied.ravel()[sequence]
     index = np.arange(pushes.size)
     # the pushes applied before each: the first of those applied at the same instant
@@ -572,16 +574,6 @@ def _staleness_in_order(applied: np.ndarray, begin: np.ndarray, sequence: np.nda
     out = np.zeros(applied.size)
     out[sequence] = np.maximum(before - at_pull, 0)
     return out.reshape(applied.shape)
-
-
-def _staleness(applied: np.ndarray, begin: np.ndarray) -> np.ndarray:
-    """Updates applied before this push's minus those applied when its worker took the
-    parameters it computed on (about its step's begin): the server's version at apply
-    minus the version computed on, as the parameter server records it."""
-    pushes = np.sort(applied, axis=None)
-    applied_at_push = np.searchsorted(pushes, applied, side="left")
-    applied_at_pull = np.searchsorted(pushes, begin, side="right")
-    return np.maximum(applied_at_push - applied_at_pull, 0).astype(float)
 
 
 # -- summary ------------------------------------------------------------------------------
