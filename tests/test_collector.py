@@ -237,3 +237,42 @@ def test_counters_flows_and_idle_are_where_the_records_put_them(tmp_path: Path) 
     idle = {e["args"]["step"]: e["dur"] for e in events["X"]
             if e["name"] == "idle" and e["pid"] == 1}
     assert idle == {0: 0.0, 1: 0.05, 2: 0.0, 3: 0.05, 4: 0.0, 5: 0.05}
+
+
+def test_the_writer_lays_rows_out_as_numpy_does_whatever_values_they_hold(tmp_path: Path
+                                                                          ) -> None:
+    """Rows are packed by struct, not numpy (faster): the bytes must be numpy's for every
+    table's dtype, also for numpy scalars, NaN, negatives and extremes; a value struct
+    refuses (a float in an integer field) falls back to numpy's conversion."""
+    rng = np.random.default_rng(3)
+    for dtype in (RECORD_DTYPE, collector.MICRO_DTYPE, collector.BUCKET_DTYPE):
+        packer = collector.row_packer(dtype)
+        assert packer is not None, dtype
+        rows = []
+        for i in range(40):
+            row: list[Any] = []
+            for name in dtype.names or ():
+                kind, size = dtype[name].kind, dtype[name].itemsize
+                if kind == "b":
+                    row.append([True, False, np.bool_(True)][i % 3])
+                elif kind == "f":
+                    row.append([float("nan"), -1.5, np.float64(rng.normal()), 1e300][i % 4])
+                else:
+                    top = np.iinfo(f"i{size}").max
+                    row.append([-1, top, -top - 1, np.int64(rng.integers(0, 2**30)),
+                                int(rng.integers(-2**31, 2**31))][i % 5])
+            rows.append(tuple(row))
+        path = tmp_path / f"{dtype.itemsize}.bin"
+        writer = RecordWriter(path, flush_every=7, dtype=dtype)
+        for row in rows:
+            writer.append(row)
+        writer.close()
+        as_numpy = np.array(rows, dtype=dtype).tobytes()
+        assert b"".join(packer.pack(*row) for row in rows) == as_numpy  # no fallback
+        assert path.read_bytes() == as_numpy
+    with_float = tuple(2.7 if RECORD_DTYPE[f].kind == "i" else 0 for f in RECORD_FIELDS)
+    writer = RecordWriter(tmp_path / "float.bin")
+    writer.append(with_float)
+    writer.close()
+    assert (tmp_path / "float.bin").read_bytes() == \
+        np.array([with_float], dtype=RECORD_DTYPE).tobytes()

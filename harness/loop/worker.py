@@ -44,7 +44,7 @@ from harness.partition.policies import (
     slice_bounds,
 )
 from harness.records import collector, rundir
-from harness.records.collector import Phase, RecordWriter
+from harness.records.collector import RecordWriter
 from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, load_suite, run_from_dict
@@ -55,6 +55,11 @@ from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
 from workloads import build_spec, get_workload
 from workloads.data import BatchOrder, load_dataset
+
+# The phases as module constants: an enum member read through its class costs ~0.15 us (the
+# metaclass's lookup), 8 of them a step, several times that right after the compute
+# (benchmarks/overhead.py)
+LOAD, TO_DEVICE, FORWARD, BACKWARD, PACK, ALLREDUCE, UNPACK, APPLY = collector.PHASES
 
 if TYPE_CHECKING:
     import torch
@@ -142,26 +147,26 @@ class Trainer:
         timer (begun by the caller)."""
         adapter, timer = self.adapter, self.timer
         x, y = self.fetch(step, lo, hi)
-        timer.end(Phase.LOAD)
+        timer.end(LOAD)
         batch = adapter.to_device(x, y)
-        timer.end(Phase.TO_DEVICE)
+        timer.end(TO_DEVICE)
         loss = adapter.forward(batch)
-        timer.end(Phase.FORWARD)
+        timer.end(FORWARD)
         overlap = self.overlap
         if overlap is not None:
             overlap.backward_begins(loss, timer.marks[-1])
         adapter.backward(loss)  # an overlapped exchange's buckets are summed when it returns
         handed = None if overlap is None else overlap.backward_ended()
         if handed is None:  # no exchange during the backward (or computed alone)
-            timer.end(Phase.BACKWARD)
+            timer.end(BACKWARD)
             adapter.pack(loss)
-            timer.end(Phase.PACK)
+            timer.end(PACK)
             return loss
         # ready: the last bucket handed over; the wait for the all-reduces after it is the
         # exchange's (exposed communication)
         adapter.pack(loss)
-        timer.end_at(Phase.BACKWARD, handed)
-        timer.end_at(Phase.PACK, handed)
+        timer.end_at(BACKWARD, handed)
+        timer.end_at(PACK, handed)
         return loss
 
     def step(self, step: int, lo: int, hi: int, counters: Counters
@@ -178,14 +183,14 @@ class Trainer:
         compute_cpu = counters.compute_cpu()
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
-        timer.end(Phase.ALLREDUCE)
+        timer.end(ALLREDUCE)
         loss = self.read_loss() / exchange.samples
         scale = self.take(step, exchange)
-        timer.end(Phase.UNPACK)
+        timer.end(UNPACK)
         if scale is not None:
             self.adapter.apply(scale)
         self.adapter.zero_grad()
-        timer.end(Phase.APPLY)
+        timer.end(APPLY)
         return loss, local_loss, compute_cpu, exchange
 
     def take(self, step: int, exchange: Exchange) -> float | None:
