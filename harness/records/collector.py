@@ -170,10 +170,10 @@ def row_packer(dtype: np.dtype) -> struct.Struct | None:
     """A struct that packs a row of `dtype` byte for byte as numpy lays it out (packed
     fields of the kinds the records use, little-endian), or None where it cannot."""
     names = dtype.names or ()
-    codes = [_STRUCT_CODES.get(dtype[name].str) for name in names]
-    if not names or None in codes:
+    if not names or any(dtype[name].str not in _STRUCT_CODES for name in names):
         return None
-    packer = struct.Struct("<" + "".join(codes))  # type: ignore[arg-type]
+    codes = [_STRUCT_CODES[dtype[name].str] for name in names]
+    packer = struct.Struct("<" + "".join(codes))
     offsets = [dtype.fields[name][1] for name in names]  # type: ignore[index]
     expected = [struct.calcsize("<" + "".join(codes[:i])) for i in range(len(codes))]
     return packer if packer.size == dtype.itemsize and offsets == expected else None
