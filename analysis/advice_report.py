@@ -30,6 +30,11 @@ def verdict(ranked: Any) -> dict[str, Any]:
     tau = kendalltau(both[predicted], both[measured]).statistic if len(both) > 1 \
         else float("nan")
     error = (both[predicted] / both[measured] - 1).abs().median()
+    resolved, pairs = float("nan"), 0
+    if f"{measured}_low" in verified:
+        known = verified.dropna(subset=[predicted])
+        resolved, pairs = resolved_tau(known[predicted], known[f"{measured}_low"],
+                                       known[f"{measured}_high"])
     # each against the recorded job measured in the same launch: what the machine's drift
     # between the recording and the check leaves out
     ratio_error = float("nan")
@@ -39,10 +44,43 @@ def verdict(ranked: Any) -> dict[str, Any]:
         ratio_error = ((others[predicted] / base[predicted]) /
                        (others[measured] / base[measured]) - 1).abs().median()
     return {"pick": pick["label"], "best": best["label"], "tau": float(tau),
+            "resolved_tau": resolved, "resolved_pairs": pairs,
             "regret": float(times[pick.name] / times[best.name] - 1),
             "right": pick["remedy"] == best["remedy"], "verified": len(verified),
             "error": float(error), "compared": len(both), "ratio_error": float(ratio_error),
             "on": "time to target" if predicted != "seconds" else "time of the work"}
+
+
+def resolved_text(v: dict[str, Any]) -> str:
+    if not v["resolved_pairs"]:
+        return "no pair of remedies whose repeats the measurement orders"
+    return (f"{v['resolved_tau']:.2f} over the {v['resolved_pairs']} pair(s) whose repeats "
+            "do not overlap")
+
+
+def resolved_tau(predicted: Any, low: Any, high: Any) -> tuple[float, int]:
+    """Kendall's tau over the pairs that the measurement itself orders: one's every repeat
+    below every repeat of the other (their ranges apart). Pairs whose repeats overlap are
+    left out: their measured order is the machine's noise, which no prediction can match.
+    Predicted ties count as neither agreeing nor disagreeing. Returns (tau, pairs), tau NaN
+    where no pair is ordered. A remedy with one repeat has no range: give it none."""
+    concordant = discordant = pairs = 0
+    values = list(zip(predicted, low, high, strict=True))
+    for i, (p_i, low_i, high_i) in enumerate(values):
+        for p_j, low_j, high_j in values[i + 1:]:
+            if high_i < low_j:
+                measured = 1  # i measured below j
+            elif high_j < low_i:
+                measured = -1
+            else:
+                continue
+            if math.isnan(p_i) or math.isnan(p_j):
+                continue
+            pairs += 1
+            agreement = measured * ((p_j > p_i) - (p_j < p_i))
+            concordant += agreement > 0
+            discordant += agreement < 0
+    return ((concordant - discordant) / pairs if pairs else float("nan")), pairs
 
 
 def table(ranked: Any, target: dict[str, Any] | None) -> str:
@@ -101,7 +139,8 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
         v = verdict(ranked)
         lines += ["## Verified", "",
                   f"{v['verified']} remedies run, compared on {v['on']}: Kendall's tau "
-                  f"{v['tau']:.2f} between the predicted and measured rankings, median error "
+                  f"{v['tau']:.2f} between the predicted and measured rankings "
+                  f"({resolved_text(v)}), median error "
                   f"{v['error']:.1%} ({v['compared']} predicted and measured; "
                   f"{v['ratio_error']:.1%} on each one's time over the recorded job's); "
                   "the pick "

@@ -28,6 +28,7 @@ from scipy.stats import kendalltau
 
 from analysis import statistical
 from analysis.advice_fit import fitted_job, fitted_remedies
+from analysis.advice_report import resolved_tau
 from analysis.convergence import time_to_target
 from analysis.metrics import run_summary
 from harness.records.results import find_runs, load_run
@@ -50,7 +51,14 @@ def measured(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
         rows.append({"run": name, "samples_per_s": summary["samples_per_s"],
                      "time_to_target_s": time_to_target(r.evals, metric, value)[
                          "time_to_target_s"]})
-    return pd.DataFrame(rows).groupby("run").mean()
+    table = pd.DataFrame(rows)
+    out = table.groupby("run").mean()  # time to target: over the repeats that reached it
+    table["time_to_target_s"] = table["time_to_target_s"].fillna(np.inf)  # not reached
+    grouped = table.groupby("run")
+    for column in ("samples_per_s", "time_to_target_s"):  # the ranges of the repeats
+        out[f"{column}_low"], out[f"{column}_high"] = grouped[column].min(), \
+            grouped[column].max()
+    return out
 
 
 def predicted(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
@@ -76,14 +84,20 @@ def predicted(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("run")
 
 
-def compare(real: pd.DataFrame, model: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """The two side by side with each error, and Kendall's tau of each ranking."""
+def compare(real: pd.DataFrame, model: pd.DataFrame
+            ) -> tuple[pd.DataFrame, dict[str, tuple[float, float, int]]]:
+    """The two side by side with each error, and per measure Kendall's tau of the two
+    rankings: over every scheme predicted, and over the pairs whose repeats do not overlap
+    (with their number)."""
     table = real.join(model, lsuffix="", rsuffix="_predicted")
     taus = {}
     for column in ("samples_per_s", "time_to_target_s"):
         table[f"{column}_error"] = table[f"{column}_predicted"] / table[column] - 1
         both = table.dropna(subset=[column, f"{column}_predicted"])
-        taus[column] = float(kendalltau(both[column], both[f"{column}_predicted"]).statistic)
+        resolved, pairs = resolved_tau(both[f"{column}_predicted"], both[f"{column}_low"],
+                                       both[f"{column}_high"])
+        taus[column] = (float(kendalltau(both[column], both[f"{column}_predicted"]).statistic),
+                        resolved, pairs)
     return table, taus
 
 
@@ -98,10 +112,12 @@ def main() -> None:
             if r.status == "completed"]
     table, taus = compare(measured(runs, "accuracy", args.target),
                           predicted(runs, "accuracy", args.target))
-    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
-    for column, tau in taus.items():
+    shown = [c for c in table.columns if not c.endswith(("_low", "_high"))]
+    print(table[shown].to_string(float_format=lambda v: f"{v:.3f}"))
+    for column, (tau, resolved, pairs) in taus.items():
         errors = table[f"{column}_error"].abs()
-        print(f"{column}: Kendall's tau {tau:.2f}; error {errors.median():.1%} median, "
+        print(f"{column}: Kendall's tau {tau:.2f}, {resolved:.2f} over the {pairs} pairs "
+              f"whose repeats do not overlap; error {errors.median():.1%} median, "
               f"{errors.max():.1%} largest")
 
 

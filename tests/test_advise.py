@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import advisor, deviceclass
+from analysis.advice_report import resolved_tau
 from analysis.simulate import Scheme, parse_scheme
 from harness.cli.main import main
 from harness.records import collector, manifest
@@ -263,6 +264,7 @@ def test_verify_runs_the_advised_suite(tmp_path: Path, hetbench) -> None:  # typ
     advice = (tmp_path / "adv" / "advice.md").read_text()
     line = next(x for x in advice.splitlines() if x.startswith("3 remedies run"))
     assert "compared on time to target" in line and "Kendall's tau" in line
+    assert "whose repeats do not overlap" in line or "no pair of remedies" in line
     assert "reached by the recorded job in 20 steps" in advice
     assert ("was the fastest measured" in line) != ("was wrong" in line)
     assert line in result.stdout
@@ -273,3 +275,20 @@ def test_verify_runs_the_advised_suite(tmp_path: Path, hetbench) -> None:  # typ
 def advisor_regret(line: str) -> float:
     """The regret a verdict line states, as a fraction."""
     return float(line.rsplit("(regret ", 1)[1].split("%")[0]) / 100
+
+
+def test_the_ranking_is_scored_on_the_pairs_the_repeats_order() -> None:
+    """Four remedies measured over repeats: a and b overlap (their order is noise), c and
+    d are apart from both and from each other. A prediction that swaps a and b still
+    agrees on every ordered pair; one that swaps c and d disagrees on one of five."""
+    low, high = [1.0, 1.1, 2.0, 3.0], [1.2, 1.3, 2.2, 3.5]  # a, b, c, d
+    assert resolved_tau([1.2, 1.0, 2.1, 3.2], low, high) == (1.0, 5)
+    tau, pairs = resolved_tau([1.0, 1.1, 3.2, 2.1], low, high)
+    assert pairs == 5 and tau == pytest.approx((4 - 1) / 5)
+    # reversed everywhere: -1; a remedy with no prediction takes its pairs out
+    assert resolved_tau([4.0, 3.0, 2.0, 1.0], low, high) == (-1.0, 5)
+    assert resolved_tau([1.0, 1.1, float("nan"), 3.2], low, high) == (1.0, 2)
+    # one repeat each (no range: -inf, inf) orders nothing
+    inf = math.inf
+    tau, pairs = resolved_tau([1.0, 2.0], [-inf, -inf], [inf, inf])
+    assert pairs == 0 and math.isnan(tau)

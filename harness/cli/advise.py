@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,17 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
         print(f"hetbench: --verify: the advised suite did not complete (status {status}): "
               f"nothing verified; its runs are in {out / SUITE}", file=sys.stderr)
         return None
-    return pd.DataFrame(rows).groupby("remedy", as_index=False).median()
+    measured = pd.DataFrame(rows)
+    grouped = measured.groupby("remedy")
+    out = grouped.median()
+    # each compared measure's range over the repeats (a target never reached: +inf), for
+    # the pairs the measurement orders (advice_report.resolved_tau); one repeat has none
+    for column in ("measured_s", "measured_to_target_s"):
+        if column in measured:
+            values = measured[column].fillna(math.inf).groupby(measured["remedy"])
+            several = grouped.size() > 1
+            out[f"{column}_low"] = values.min().where(several, -math.inf)
+            out[f"{column}_high"] = values.max().where(several, math.inf)
+    return out.reset_index()
 
 
