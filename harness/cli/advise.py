@@ -152,15 +152,15 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
         return None
     measured = pd.DataFrame(rows)
     grouped = measured.groupby("remedy")
-    out = grouped.median()
+    medians = grouped.median()
     # each compared measure's range over the repeats (a target never reached: +inf), for
     # the pairs the measurement orders (advice_report.resolved_tau); one repeat has none
     for column in ("measured_s", "measured_to_target_s"):
         if column in measured:
             values = measured[column].fillna(math.inf).groupby(measured["remedy"])
             several = grouped.size() > 1
-            out[f"{column}_low"] = values.min().where(several, -math.inf)
-            out[f"{column}_high"] = values.max().where(several, math.inf)
-    return out.reset_index()
+            medians[f"{column}_low"] = values.min().where(several, -math.inf)
+            medians[f"{column}_high"] = values.max().where(several, math.inf)
+    return medians.reset_index()
 
 
