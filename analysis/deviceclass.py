@@ -60,6 +60,11 @@ class Source:
     # this worker's own exchange over the step's median, per step: its place in the ring
     # and its own luck (one finishes earlier than another, and starts its next step earlier)
     comm_deviation: np.ndarray | None = None
+    # the held-out evaluation after this step (the part of the gap it took; 0 on the steps
+    # after which none ran): kept apart from the loop's gap, as only a lockstep run's
+    # workers all wait for it (under an asynchronous scheme worker 0 evaluates alone and
+    # the others go on), and the training clock (train_s) leaves it out
+    eval_ns: np.ndarray | None = None
 
     def ratios(self) -> np.ndarray:
         return self.comm_ratio if self.comm_ratio is not None else np.ones(len(self.residual))
@@ -67,6 +72,9 @@ class Source:
     def deviations(self) -> np.ndarray:
         return self.comm_deviation if self.comm_deviation is not None else \
             np.ones(len(self.residual))
+
+    def evaluations(self) -> np.ndarray:
+        return self.eval_ns if self.eval_ns is not None else np.zeros(len(self.residual))
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,24 @@ def _bytes(manifest: dict[str, Any]) -> int:
     return 4 * (parameters + 1)
 
 
+def loop_gaps(begins: np.ndarray, ends: np.ndarray, steps: np.ndarray, eval_every: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """One lockstep worker's time from each step's end to the next one's begin, split into
+    the loop's own gap and the held-out evaluation that ran there: after step s where
+    s + 1 is a multiple of `eval_every` (harness.training.evaluation.Evaluator.due), that
+    gap less the median of the others. The last step's gap is the median of the loop's."""
+    gaps = np.maximum(np.append(begins[1:] - ends[:-1], 0), 0).astype(float)
+    evaluated = np.zeros(len(gaps), bool)
+    if eval_every > 0:
+        evaluated[:-1] = (steps[:-1] + 1) % eval_every == 0
+    others = gaps[:-1][~evaluated[:-1]]
+    typical = float(np.median(others)) if len(others) else 0.0
+    evaluation = np.where(evaluated, np.maximum(gaps - typical, 0.0), 0.0)
+    gaps = np.where(evaluated, typical, gaps)
+    gaps[-1] = typical
+    return gaps, evaluation
+
+
 def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, str]]:
     """Device classes from recorded runs (one per distinct worker label, pooled over the
     runs and repeats that have it), and the names each answers to (module docstring)."""
@@ -195,16 +221,17 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
             mine = d[d["rank"] == rank]
             begins = mine["begin_ns"].to_numpy()
             ends = mine["end_ns"].to_numpy()
-            gaps = np.append(begins[1:] - ends[:-1], 0)
-            gaps[-1] = np.median(gaps[:-1]) if len(gaps) > 1 else 0
+            gaps, evaluation = loop_gaps(begins, ends, mine["step"].to_numpy(),
+                                         int(meta["run"].get("eval_every") or 0))
             per_step = d.groupby("step")["comm_ns"].median().clip(lower=1.0)
             step_comm = per_step.reindex(mine["step"]).to_numpy(float)
             sources.setdefault(label, []).append(Source(
                 residual=rows["residual"].to_numpy(float),
                 after_ns=(mine["end_ns"] - mine["reduced_ns"]).to_numpy(float),
-                gap_ns=np.maximum(gaps, 0).astype(float), run_id=str(meta["run_id"]),
+                gap_ns=gaps, run_id=str(meta["run_id"]),
                 rank=rank, comm_ratio=step_comm / float(typical.iloc[index]),
-                comm_deviation=mine["comm_ns"].to_numpy(float) / step_comm))
+                comm_deviation=mine["comm_ns"].to_numpy(float) / step_comm,
+                eval_ns=evaluation))
             phases = mine[[f"{p.value}_ns" for p in COMPUTE_PHASES]].to_numpy(float)
             shares.setdefault(label, []).append(phases.sum(axis=0) / max(phases.sum(), 1.0))
             if index == 0:
@@ -436,6 +463,7 @@ def profile_json(cls: DeviceClass, comm: CommModel, workload: str,
                      "residual": [round(float(x), 5) for x in src.residual],
                      "after_ns": [round(float(x)) for x in src.after_ns],
                      "gap_ns": [round(float(x)) for x in src.gap_ns],
+                     "eval_ns": [round(float(x)) for x in src.evaluations()],
                      "comm_ratio": [round(float(x), 5) for x in src.ratios()],
                      "comm_deviation": [round(float(x), 5) for x in src.deviations()]}
                     for src in cls.sources],
@@ -448,7 +476,8 @@ def from_profile(data: dict[str, Any]) -> tuple[DeviceClass, CommModel]:
     sources = tuple(Source(np.asarray(s["residual"], float), np.asarray(s["after_ns"], float),
                            np.asarray(s["gap_ns"], float), str(s["run_id"]), int(s["rank"]),
                            np.asarray(s["comm_ratio"], float),
-                           np.asarray(s["comm_deviation"], float))
+                           np.asarray(s["comm_deviation"], float),
+                           np.asarray(s["eval_ns"], float) if "eval_ns" in s else None)
                     for s in data["sources"])
     cls = DeviceClass(name=str(data["name"]), label=str(data["name"]),
                       line=Line(float(data["a_ns"]), float(data["b_ns"])),

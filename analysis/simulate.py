@@ -96,6 +96,9 @@ class Simulation:
     reduced: np.ndarray
     end: np.ndarray
     after: np.ndarray  # (unpack + apply) time
+    # the held-out evaluation in each worker's gap after the step (part of the wall time,
+    # not of the training clock: summarise's train_fraction)
+    evaluation: np.ndarray = field(default_factory=lambda: np.zeros(0))
     push: np.ndarray = field(default_factory=lambda: np.zeros(0))
     wait: np.ndarray = field(default_factory=lambda: np.zeros(0))
     pull: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -107,7 +110,7 @@ class Simulation:
 
     def __post_init__(self) -> None:
         shape = self.begin.shape
-        for name in ("push", "wait", "pull", "staleness"):
+        for name in ("push", "wait", "pull", "staleness", "evaluation"):
             if getattr(self, name).shape != shape:
                 setattr(self, name, np.zeros(shape))
         for name in ("asynchronous", "dropped"):
@@ -135,7 +138,8 @@ def assigned_sources(workers: Sequence[DeviceClass], first: int = 0) -> list[int
 
 def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
          first: int = 0) -> tuple[np.ndarray, ...]:
-    """Residual, after-exchange, gap and communication-ratio arrays (steps x workers).
+    """Residual, after-exchange, gap, evaluation and communication-ratio arrays (steps x
+    workers).
 
     Each worker keeps to one of its class's recorded workers (in turn), whose series are
     block-bootstrapped together. Workers recorded in one run shared a host and its load:
@@ -176,7 +180,8 @@ def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
     residual, after, gap = (gathered(operator.attrgetter(name))
                             for name in ("residual", "after_ns", "gap_ns"))
     ratio = sources[0].ratios()[position[0]][:, None]  # the exchange's draw: the first's
-    return residual, after, gap, ratio * gathered(Source.deviations)
+    return (residual, after, gap, gathered(Source.evaluations),
+            ratio * gathered(Source.deviations))
 
 
 def slowdowns(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator
@@ -241,7 +246,9 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
     rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
             "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
-    residual, after, gap, ratio = draw(workers, rows, rng, first=seed)
+    residual, after, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
+    evaluation = evaluation_pauses(scheme, evaluation, workers, comm)
+    gap = gap + evaluation
     factor = slowdowns(workers, rows, rng)
     a, b = lines(workers)
     slices = np.broadcast_to(static_sizes(scheme, workers, global_batch, sizes, seed),
@@ -254,7 +261,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
         compute = (a + b * slices) * factor * residual
     common = dict(scheme=scheme, workers=workers, comm=comm, global_batch=global_batch,
                   sizes=slices, compute=compute, slowdown=factor, after=after,
-                  partition_history=history)
+                  evaluation=evaluation, partition_history=history)
     # each worker's exchange: the model's, times its recorded worker's ratio that step
     allreduce = comm.allreduce_ns(len(workers)) * ratio
     server = Server(comm.alpha_ns * ratio, comm.service_ns(servers) * ratio)
@@ -272,10 +279,33 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
 def _async_rows(workers: Sequence[DeviceClass], steps: int, comm: CommModel) -> int:
     """Rows to draw for ps-async: the fastest worker's share of the pushes, with margin
     (it takes more steps than the slowest), at least the global steps."""
+    share = _push_shares(workers, comm).max() * len(workers)
+    return int(steps * max(share, 1.0) * 1.5) + 16
+
+
+def _push_shares(workers: Sequence[DeviceClass], comm: CommModel) -> np.ndarray:
+    """Each worker's expected share of ps-async's pushes, from its typical step."""
     a, b = lines(workers)
     typical = np.array([typical_slowdown(c) for c in workers]) * (a + b) + comm.round_trip_ns()
-    share = (1 / typical).max() / (1 / typical).sum() * len(workers)
-    return int(steps * max(share, 1.0) * 1.5) + 16
+    return (1 / typical) / (1 / typical).sum()
+
+
+def evaluation_pauses(scheme: Scheme, evaluation: np.ndarray, workers: Sequence[DeviceClass],
+                      comm: CommModel) -> np.ndarray:
+    """Where the held-out evaluations pause the workers (the loop's, harness/loop/worker.py
+    make_evaluator): under a lockstep scheme (local SGD's too) every worker waits for each,
+    worker 0's drawn pauses for all; otherwise worker 0 evaluates alone while the others go
+    on, and under ps-async as often as the global steps reach the multiples, not its own:
+    its recorded pauses (one per eval_every of its steps) scaled by its share of the
+    pushes."""
+    if scheme.lockstep or scheme.name == "local-sgd":
+        return np.repeat(evaluation[:, :1], evaluation.shape[1], axis=1)
+    alone = np.zeros_like(evaluation)
+    scale = 1.0
+    if scheme.name == "ps-async":
+        scale = 1.0 / (_push_shares(workers, comm)[0] * len(workers))
+    alone[:, 0] = evaluation[:, 0] * scale
+    return alone
 
 
 @dataclass(frozen=True)
@@ -542,7 +572,8 @@ def _async(common: dict[str, Any], gap: np.ndarray, server: Server, global_steps
     # the rows drawn beyond the fastest worker's last push (a margin) are not kept
     rows = int(np.flatnonzero(kept.any(axis=1))[-1]) + 1
     common = {**common, **{name: common[name][:rows]
-                           for name in ("sizes", "compute", "slowdown", "after")}}
+                           for name in ("sizes", "compute", "slowdown", "after",
+                                        "evaluation")}}
     compute, after, latency, service, gap = (x[:rows] for x in (common["compute"],
                                                                  common["after"], latency,
                                                                  service, gap))
@@ -610,6 +641,10 @@ def summarise(sim: Simulation) -> dict[str, float]:
         "comm_share": float(np.where(kept, comm, 0).sum() / busy) if busy else np.nan,
         "mean_staleness": float(sim.staleness[kept].mean()),
         "dropped_fraction": float(sim.dropped[kept].mean()),
+        # the training clock's share of the wall time: the evaluation's pauses of worker 0
+        # (which keeps that clock, harness/training/evaluation.py) left out
+        "train_fraction": float(1 - sim.evaluation[np.flatnonzero(kept[:, 0])[:-1], 0].sum()
+                                / wall) if wall > 0 else np.nan,
     }
 
 

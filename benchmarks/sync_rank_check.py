@@ -80,7 +80,8 @@ def predicted(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
             multiplier = np.nan if model is None else model.steps(
                 p["mean_staleness"], p["dropped_fraction"], p["period"]) / model.bsp_steps
         rows.append({"run": run_name, "samples_per_s": p["samples_per_s"],
-                     "time_to_target_s": p["seconds"] / steps * bsp_steps * multiplier})
+                     "time_to_target_s": p["train_seconds"] / steps * bsp_steps
+                     * multiplier})
     return pd.DataFrame(rows).set_index("run")
 
 

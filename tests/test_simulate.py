@@ -385,3 +385,47 @@ def test_every_simulated_scheme_is_named_in_the_registries() -> None:
         assert simulated.policy is None or simulated.policy in POLICIES, name
         assert simulated.key is None or simulated.key in AGGREGATORS[simulated.aggregator].keys
         assert bool(simulated.key) == bool(simulated.letter), name
+
+
+def evaluated_pair(pause_ms: float = 20.0) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The steady pair (6 and 2 ms) with a held-out evaluation of `pause_ms` after every
+    tenth step (eval_every = 10), which both workers wait for, as a lockstep run does."""
+    def pause(rows: np.ndarray) -> None:
+        shift = (rows["step"] // 10) * int(pause_ms * MS)
+        for field in ("begin_ns", "ready_ns", "reduced_ns", "end_ns"):
+            rows[field] += shift
+
+    meta, frame = recorded(steps_frame(60, lambda r, s: [6.0, 2.0][r], edit=pause))
+    meta["run"]["eval_every"] = 10
+    return meta, frame
+
+
+def test_the_evaluations_are_kept_apart_from_the_loop_gap() -> None:
+    classes, _, _ = classes_of(evaluated_pair())
+    for cls in classes.values():
+        source = cls.sources[0]
+        after = np.flatnonzero(source.evaluations() > 0)
+        assert list(after) == [9, 19, 29, 39, 49]  # step s where s + 1 is a multiple of 10
+        assert source.evaluations()[after] == pytest.approx(20 * MS, rel=1e-6)
+        assert source.gap_ns == pytest.approx(MS // 100, abs=1)  # the loop's own 10 us
+
+
+def test_a_lockstep_scheme_waits_for_each_evaluation_and_ps_async_only_worker_0() -> None:
+    """BSP: every worker pauses alike; ps-async: worker 0 alone (the others go on). The
+    training clock leaves worker 0's pauses out of the wall time."""
+    classes, names, comm = classes_of(evaluated_pair())
+    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    bsp = simulate.simulate(pair, comm, simulate.Scheme("bsp"), 200, 64)
+    assert (bsp.evaluation[:, 0] > 0).sum() >= 5
+    assert np.array_equal(bsp.evaluation[:, 0], bsp.evaluation[:, 1])
+    free = simulate.simulate(pair, comm, simulate.Scheme("ps-async"), 200, 64)
+    kept = free.kept
+    assert (free.evaluation[kept[:, 0], 0] > 0).any()
+    assert not free.evaluation[:, 1].any()
+    fast = np.flatnonzero(kept[:, 1])
+    assert (free.begin[fast[1:], 1] - free.end[fast[:-1], 1]).max() < MS  # never paused
+    for sim in (bsp, free):
+        s = simulate.summarise(sim)
+        wall = sim.end[sim.kept].max() - sim.begin[sim.kept].min()
+        paused = sim.evaluation[np.flatnonzero(sim.kept[:, 0])[:-1], 0].sum()
+        assert paused > 0 and s["train_fraction"] == pytest.approx(1 - paused / wall)
