@@ -65,6 +65,10 @@ class Source:
     # workers all wait for it (under an asynchronous scheme worker 0 evaluates alone and
     # the others go on), and the training clock (train_s) leaves it out
     eval_ns: np.ndarray | None = None
+    # the apply phase alone (the update added to the model, the gradients zeroed): what is
+    # left after the exchange where a parameter server makes the update (the worker loads
+    # the server's parameters, a copy of the same size); None: the whole time after
+    apply_ns: np.ndarray | None = None
 
     def ratios(self) -> np.ndarray:
         return self.comm_ratio if self.comm_ratio is not None else np.ones(len(self.residual))
@@ -72,6 +76,9 @@ class Source:
     def deviations(self) -> np.ndarray:
         return self.comm_deviation if self.comm_deviation is not None else \
             np.ones(len(self.residual))
+
+    def applies(self) -> np.ndarray:
+        return self.apply_ns if self.apply_ns is not None else self.after_ns
 
     def evaluations(self) -> np.ndarray:
         return self.eval_ns if self.eval_ns is not None else np.zeros(len(self.residual))
@@ -105,7 +112,8 @@ class DeviceClass:
 class CommModel:
     """All-reduce as a ring: 2(N-1) messages of latency alpha and 2(N-1)/N x bytes sent per
     worker at beta ns per byte. A parameter server round trip: the gradient up, the
-    parameters back (2 alpha + 2 bytes beta) when no other push queues at the servers."""
+    parameters back (2 alpha + 2 bytes beta), the update between (analysis.simulate
+    server_model)."""
 
     alpha_ns: float
     beta_ns_per_byte: float
@@ -120,11 +128,6 @@ class CommModel:
 
     def round_trip_ns(self) -> float:
         return 2 * self.alpha_ns + 2 * self.bytes * self.beta_ns_per_byte
-
-    def service_ns(self, servers: int = 1) -> float:
-        """The servers' time for one push: its gradient in, the parameters out, each of
-        the `servers` moving its shard of both."""
-        return 2 * self.bytes * self.beta_ns_per_byte / max(servers, 1)
 
     def describe(self) -> dict[str, Any]:
         return {"model": "ring all-reduce; server round trip", "alpha_ns": self.alpha_ns,
@@ -231,7 +234,7 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
                 gap_ns=gaps, run_id=str(meta["run_id"]),
                 rank=rank, comm_ratio=step_comm / float(typical.iloc[index]),
                 comm_deviation=mine["comm_ns"].to_numpy(float) / step_comm,
-                eval_ns=evaluation))
+                eval_ns=evaluation, apply_ns=mine["apply_ns"].to_numpy(float)))
             phases = mine[[f"{p.value}_ns" for p in COMPUTE_PHASES]].to_numpy(float)
             shares.setdefault(label, []).append(phases.sum(axis=0) / max(phases.sum(), 1.0))
             if index == 0:
@@ -464,6 +467,7 @@ def profile_json(cls: DeviceClass, comm: CommModel, workload: str,
                      "after_ns": [round(float(x)) for x in src.after_ns],
                      "gap_ns": [round(float(x)) for x in src.gap_ns],
                      "eval_ns": [round(float(x)) for x in src.evaluations()],
+                     "apply_ns": [round(float(x)) for x in src.applies()],
                      "comm_ratio": [round(float(x), 5) for x in src.ratios()],
                      "comm_deviation": [round(float(x), 5) for x in src.deviations()]}
                     for src in cls.sources],
@@ -477,7 +481,8 @@ def from_profile(data: dict[str, Any]) -> tuple[DeviceClass, CommModel]:
                            np.asarray(s["gap_ns"], float), str(s["run_id"]), int(s["rank"]),
                            np.asarray(s["comm_ratio"], float),
                            np.asarray(s["comm_deviation"], float),
-                           np.asarray(s["eval_ns"], float) if "eval_ns" in s else None)
+                           np.asarray(s["eval_ns"], float) if "eval_ns" in s else None,
+                           np.asarray(s["apply_ns"], float) if "apply_ns" in s else None)
                     for s in data["sources"])
     cls = DeviceClass(name=str(data["name"]), label=str(data["name"]),
                       line=Line(float(data["a_ns"]), float(data["b_ns"])),

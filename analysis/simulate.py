@@ -20,9 +20,9 @@ Schemes (names as the aggregators'):
 - ps-async: every push answered at once; the run ends when K global batches of samples
   have been applied, so fast workers take more steps;
 - local-sgd:H: H local steps, then an all-reduce average.
-Parameter server schemes pay the latency both ways and queue at the servers, which serve
-pushes one at a time (first come first served) at 2 x bytes x beta / servers each: at
-large N the servers, not the workers, set the pace.
+Parameter server schemes send the gradient and take the parameters back side by side
+with the other workers (server_model) and queue at the servers, which apply pushes one at
+a time (first come first served): at large N the servers, not the workers, set the pace.
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def assigned_sources(workers: Sequence[DeviceClass], first: int = 0) -> list[int
 
 def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
          first: int = 0) -> tuple[np.ndarray, ...]:
-    """Residual, after-exchange, gap, evaluation and communication-ratio arrays (steps x
-    workers).
+    """Residual, after-exchange, apply, gap, evaluation and communication-ratio arrays
+    (steps x workers).
 
     Each worker keeps to one of its class's recorded workers (in turn), whose series are
     block-bootstrapped together. Workers recorded in one run shared a host and its load:
@@ -180,7 +180,7 @@ def draw(workers: Sequence[DeviceClass], steps: int, rng: np.random.Generator,
     residual, after, gap = (gathered(operator.attrgetter(name))
                             for name in ("residual", "after_ns", "gap_ns"))
     ratio = sources[0].ratios()[position[0]][:, None]  # the exchange's draw: the first's
-    return (residual, after, gap, gathered(Source.evaluations),
+    return (residual, after, gathered(Source.applies), gap, gathered(Source.evaluations),
             ratio * gathered(Source.deviations))
 
 
@@ -246,7 +246,9 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
     rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
             "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
-    residual, after, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
+    residual, after, applied, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
+    if scheme.name in SERVED:  # the servers make the update; the worker loads it
+        after = applied
     evaluation = evaluation_pauses(scheme, evaluation, workers, comm)
     gap = gap + evaluation
     factor = slowdowns(workers, rows, rng)
@@ -264,7 +266,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
                   evaluation=evaluation, partition_history=history)
     # each worker's exchange: the model's, times its recorded worker's ratio that step
     allreduce = comm.allreduce_ns(len(workers)) * ratio
-    server = Server(comm.alpha_ns * ratio, comm.service_ns(servers) * ratio)
+    server = server_model(workers, comm, servers, ratio)
     if scheme.lockstep:
         return _bsp(common, gap, allreduce)
     if scheme.name == "local-sgd":
@@ -308,12 +310,29 @@ def evaluation_pauses(scheme: Scheme, evaluation: np.ndarray, workers: Sequence[
     return alone
 
 
+SERVED = ("ps-async", "ssp", "backup")  # the schemes whose exchange is a parameter server
+
+
+def server_model(workers: Sequence[DeviceClass], comm: CommModel, servers: int,
+                 ratio: np.ndarray) -> Server:
+    """The parameter servers as measured on this machine class: a push's transfers, the
+    gradient up and the parameters back (alpha + bytes x beta / servers each way), run
+    side by side with the other workers' (the ps-async runs of the `sync` suite waited
+    0.37 ms at the server, where transfers served one at a time would queue several
+    milliseconds); what a server does one push at a time is the update, which the fitted
+    workers apply after each all-reduce (their time after the exchange, the median),
+    each server its shard. The exchange's per-step factor `ratio` scales the transfers."""
+    update = float(np.median(np.concatenate([s.after_ns for c in workers
+                                             for s in c.sources])))
+    one_way = comm.alpha_ns + comm.bytes * comm.beta_ns_per_byte / max(servers, 1)
+    return Server(one_way * ratio, np.full_like(ratio, update / max(servers, 1)))
+
+
 @dataclass(frozen=True)
 class Server:
-    """Per (step, worker): the one-way latency to the servers and the servers' time for one
-    push (receive the gradient, send the parameters back: 2 x bytes x beta / servers). The
-    servers serve pushes one at a time, first come first served (their shards in
-    parallel)."""
+    """Per (step, worker): the one way to the servers (the latency and the transfer) and
+    the servers' time for one push (server_model). The servers serve pushes one at a time,
+    first come first served (their shards in parallel)."""
 
     latency: np.ndarray
     service: np.ndarray

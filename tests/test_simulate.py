@@ -162,13 +162,15 @@ def test_ssp_with_bound_zero_waits_for_the_slow_worker_and_async_does_not() -> N
     # the fast worker (rank 1) waits 4 ms for the slow one's push, every step
     assert np.median(ssp.wait[5:, 1]) == pytest.approx(4 * MS, rel=0.02)
     assert np.median(ssp.wait[5:, 0]) == pytest.approx(0, abs=1e3)
-    # a server that takes no time: each worker on its own clock, 50 us each way
+    # transfers that take no time: each worker on its own clock, 50 us each way
     instant = CommModel(50_000.0, 0.0, comm.bytes, "")
     free = simulate.simulate(pair, instant, simulate.Scheme("ps-async"), 40, 64)
     steps_taken = free.kept.sum(axis=0)
-    # compute, 0.1 ms round trip, 0.1 ms update, 10 us to the next step
-    assert steps_taken[1] / steps_taken[0] == pytest.approx(6.21 / 2.21, rel=0.05)
-    assert np.diff(free.begin[:20, 1]) == pytest.approx(np.full(19, 2.21 * MS))
+    # compute, 0.1 ms round trip, the server's update (0.1 ms: the fitted time after the
+    # all-reduce), the worker's load of the parameters (0.1 ms: its apply phase), 10 us to
+    # the next step
+    assert steps_taken[1] / steps_taken[0] == pytest.approx(6.31 / 2.31, rel=0.05)
+    assert np.median(np.diff(free.begin[:20, 1])) == pytest.approx(2.31 * MS)
     # between two of the slow worker's pushes the fast one pushes about 2.8 times
     assert simulate.summarise(free)["mean_staleness"] > 0.5
     # s = 1 lets the fast worker one step ahead: less waiting than s = 0
@@ -363,14 +365,17 @@ def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     many = workers("rank1:64", [run])  # 64 workers of 2 ms per 32 samples
     one = simulate.summarise(simulate.simulate(many, comm, simulate.Scheme("ps-async"), 30,
                                                32 * 64))
-    # one server serves a push in 2 x bytes x beta: at most 32 samples per service time
-    cap = 32 / comm.service_ns(1) * 1e9
+    # one server applies a push in the fitted time after the all-reduce (0.1 ms,
+    # tests/synthetic.py): at most 32 samples per update; the transfers go side by side
+    cap = 32 / (MS / 10) * 1e9
     assert one["samples_per_s"] <= cap * 1.01
     assert one["samples_per_s"] >= cap * 0.9  # 64 workers keep it busy
-    assert one["idle_fraction"] > 0.5  # the workers mostly queue
+    assert one["idle_fraction"] > 0.2  # they queue there (alone they would not wait at all)
     four = simulate.summarise(simulate.simulate(many, comm, simulate.Scheme("ps-async"), 30,
                                                 32 * 64, servers=4))
-    assert four["samples_per_s"] > 3 * one["samples_per_s"]
+    # four servers (each a quarter of the update) leave the workers' own pace to set it
+    assert four["samples_per_s"] > 1.5 * one["samples_per_s"]
+    assert four["idle_fraction"] < one["idle_fraction"] / 2
 
 
 def test_every_simulated_scheme_is_named_in_the_registries() -> None:
@@ -429,3 +434,25 @@ def test_a_lockstep_scheme_waits_for_each_evaluation_and_ps_async_only_worker_0(
         wall = sim.end[sim.kept].max() - sim.begin[sim.kept].min()
         paused = sim.evaluation[np.flatnonzero(sim.kept[:, 0])[:-1], 0].sum()
         assert paused > 0 and s["train_fraction"] == pytest.approx(1 - paused / wall)
+
+
+def test_under_a_parameter_server_the_server_makes_the_update_and_the_worker_loads_it() -> None:
+    """Recorded under BSP: 0.1 ms after the exchange, of which 0.03 ms the apply phase (the
+    optimizer's update the rest). Under ps-async the server applies each push for the whole
+    0.1 ms, one at a time, and the worker spends only its apply phase after its exchange;
+    the transfers (no time here but 50 us each way) go side by side."""
+    def short_apply(rows: np.ndarray) -> None:
+        rows["apply_ns"] = 30_000
+        rows["unpack_ns"] = MS // 10 - 30_000
+
+    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
+    classes, names, comm = classes_of((meta, frame))
+    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    instant = CommModel(50_000.0, 0.0, comm.bytes, "")
+    free = simulate.simulate(pair, instant, simulate.Scheme("ps-async"), 40, 64)
+    assert np.median(free.end - free.reduced) == pytest.approx(30_000)  # the worker's part
+    assert np.median(free.pull - free.push) == pytest.approx(MS / 10)  # the server's
+    # compute, 50 us up, the update, 50 us back, the worker's apply, 10 us to the next step
+    assert np.median(np.diff(free.begin[:20, 1])) == pytest.approx(2.24 * MS)
+    bsp = simulate.simulate(pair, instant, simulate.Scheme("bsp"), 40, 64)
+    assert np.median(bsp.end - bsp.reduced) == pytest.approx(MS / 10)  # all of it, BSP
