@@ -322,7 +322,8 @@ def server_model(workers: Sequence[DeviceClass], comm: CommModel, servers: int,
     milliseconds); what a server does one push at a time is the update, which the fitted
     workers apply after each all-reduce (their time after the exchange, the median),
     each server its shard. The exchange's per-step factor `ratio` scales the transfers."""
-    update = float(np.median(np.concatenate([s.after_ns for c in workers
+    classes = {id(c): c for c in workers}.values()  # thousands of workers, a few classes
+    update = float(np.median(np.concatenate([s.after_ns for c in classes
                                              for s in c.sources])))
     one_way = comm.alpha_ns + comm.bytes * comm.beta_ns_per_byte / max(servers, 1)
     return Server(one_way * ratio, np.full_like(ratio, update / max(servers, 1)))
