@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import struct
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -201,7 +200,7 @@ class RecordWriter:
         self._state: tuple[int, list[tuple[Any, ...]]] = (self._start, [])
         self._flush_every = flush_every
         self._interval_ns = int(flush_interval_s * 1e9)
-        self._last_flush = time.perf_counter_ns()
+        self._last_flush = perf_counter_ns()
 
     def append(self, record: tuple[Any, ...]) -> None:
         pending = self._state[1]
