@@ -106,6 +106,9 @@ class Simulation:
     asynchronous: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # the step number a real run records for the cell: its row, except under backup, whose
+    # workers number their steps by the version they computed on (a dropped worker skips)
+    step_number: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     partition_history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -118,6 +121,9 @@ class Simulation:
                 setattr(self, name, np.zeros(shape, bool))
         if self.kept.shape != shape:
             self.kept = np.ones(shape, bool)
+        if self.step_number.shape != shape:
+            self.step_number = np.repeat(np.arange(shape[0], dtype=np.int64)[:, None],
+                                         shape[1], axis=1)
 
 
 # -- drawing ------------------------------------------------------------------------------
@@ -477,6 +483,7 @@ def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: in
     latency, service = server.latency, server.service
     begin, ready, reduced, wait = (np.zeros_like(compute) for _ in range(4))
     dropped, kept = np.zeros((rows, n), bool), np.zeros((rows, n), bool)
+    computed_on = np.zeros((rows, n), np.int64)
     worker = np.arange(n)
     start, tag, step = np.zeros(n), np.zeros(n, int), np.zeros(n, int)
     arrive = compute[0] + latency[0]
@@ -489,6 +496,7 @@ def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: in
         reduced[k, who] = answered + latency[k, who]
         wait[k, who] = answered - arrive[who] - (0 if late else service[k, who])
         dropped[k, who], kept[k, who] = late, True
+        computed_on[k, who] = tag[who]
         start[who] = reduced[k, who] + after[k, who] + gap[k, who]
         step[who] = np.minimum(k + 1, rows - 1)
         tag[who] = version
@@ -511,7 +519,8 @@ def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: in
         finish(first, np.full(len(first), cut), False, v + 1)
     return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
                       push=latency, wait=wait, pull=latency + service, dropped=dropped,
-                      kept=kept, asynchronous=np.ones_like(dropped), **common)
+                      kept=kept, asynchronous=np.ones_like(dropped), step_number=computed_on,
+                      **common)
 
 
 def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int,
@@ -682,7 +691,7 @@ def records(sim: Simulation) -> np.ndarray:
 
     step, rank = np.nonzero(sim.kept)
     rows = np.zeros(len(step), dtype=RECORD_DTYPE)
-    rows["rank"], rows["step"] = rank, step
+    rows["rank"], rows["step"] = rank, sim.step_number[step, rank]
     sizes = sim.sizes
     rows["batch_size"] = sizes[step, rank]
     rows["slice_start"] = (np.cumsum(sizes, axis=1) - sizes)[step, rank]

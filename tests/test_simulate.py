@@ -12,7 +12,7 @@ import pytest
 
 from analysis import deviceclass, simulate
 from analysis.deviceclass import CommModel, Source
-from analysis.metrics import run_summary
+from analysis.metrics import run_summary, step_metrics
 from harness.records import collector
 from harness.spec.workers import WorkerSpec
 from tests.synthetic import MS, steps_frame
@@ -208,6 +208,17 @@ def test_backup_workers_drop_the_slowest_and_none_without_backups() -> None:
     assert one.dropped[one.kept][:, ].sum() > 0
     assert not one.dropped[:, 1:][one.kept[:, 1:]].any()  # only the slow worker is dropped
     assert simulate.summarise(one)["mean_step_ms"] < simulate.summarise(none)["mean_step_ms"]
+    # each worker numbers its steps by the version it computed on, as a real backup run
+    # does: the fast ones take every version, the slow one skips those it was dropped past
+    numbers = [one.step_number[one.kept[:, w], w] for w in range(4)]
+    for fast in numbers[1:]:
+        assert fast.tolist() == list(range(len(fast)))
+    assert (np.diff(numbers[0]) >= 1).all() and (np.diff(numbers[0]) > 1).any()
+    # so a step of the records spans the computes of one version (begun within a step of
+    # each other), not rows of the workers' own counts, ever further apart in time
+    frame = collector.records_frame([simulate.records(one)])
+    per_worker = (one.end - one.begin)[one.kept].max()
+    assert step_metrics(frame)["step_ms"].max() * 1e6 <= 2 * per_worker
 
 
 def test_local_sgd_all_reduces_every_h_steps() -> None:
