@@ -91,16 +91,22 @@ def test_the_simulators_errors_are_the_median_and_p90_of_their_sizes(monkeypatch
 def test_the_sync_ranking_check_compares_orders_and_errors(monkeypatch) -> None:
     """`sync_rank_check.py`'s comparison on rankings whose truth is known: a prediction in
     the measured order but half as fast everywhere has tau 1 and -50% errors; one scheme
-    swapped with its neighbour costs one discordant pair of three."""
+    swapped with its neighbour costs one discordant pair of three, unless the two overlap
+    in their repeats (then only the pairs the repeats order count, and agree)."""
     import pandas as pd
 
     module = script("sync_rank_check", monkeypatch)
     real = pd.DataFrame({"samples_per_s": [100.0, 200.0, 300.0],
-                         "time_to_target_s": [3.0, 2.0, 1.0]}, index=["a", "b", "c"])
+                         "samples_per_s_low": [90.0, 190.0, 280.0],
+                         "samples_per_s_high": [110.0, 210.0, 320.0],
+                         "time_to_target_s": [3.0, 2.0, 1.0],
+                         "time_to_target_s_low": [2.9, 1.5, 0.8],
+                         "time_to_target_s_high": [3.1, 2.5, 1.6]}, index=["a", "b", "c"])
     model = pd.DataFrame({"samples_per_s": [50.0, 100.0, 150.0],
                           "time_to_target_s": [3.0, 1.0, 2.0]}, index=["a", "b", "c"])
     table, taus = module.compare(real, model)
-    assert taus["samples_per_s"] == pytest.approx(1.0)
-    assert taus["time_to_target_s"] == pytest.approx(1 / 3)  # (2 concordant - 1) / 3
+    assert taus["samples_per_s"] == pytest.approx((1.0, 1.0, 3))
+    # (2 concordant - 1) / 3 over all; b and c overlap: 2 ordered pairs, both agree
+    assert taus["time_to_target_s"] == pytest.approx((1 / 3, 1.0, 2))
     assert table["samples_per_s_error"].tolist() == pytest.approx([-0.5] * 3)
     assert table.loc["b", "time_to_target_s_error"] == pytest.approx(-0.5)
