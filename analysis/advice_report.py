@@ -58,6 +58,14 @@ def resolved_text(v: dict[str, Any]) -> str:
             "do not overlap")
 
 
+def repeat_range(values: Any, groups: Any) -> tuple[Any, Any]:
+    """Each group's range over its repeats, (low, high), for resolved_tau: NaN (a target
+    never reached) counts as +inf; a group of one repeat has no range (-inf, +inf)."""
+    by = values.fillna(math.inf).groupby(groups)
+    several = by.size() > 1
+    return by.min().where(several, -math.inf), by.max().where(several, math.inf)
+
+
 def resolved_tau(predicted: Any, low: Any, high: Any) -> tuple[float, int]:
     """Kendall's tau over the pairs that the measurement itself orders: one's every repeat
     below every repeat of the other (their ranges apart). Pairs whose repeats overlap are

@@ -28,7 +28,7 @@ from scipy.stats import kendalltau
 
 from analysis import statistical
 from analysis.advice_fit import fitted_job, fitted_remedies
-from analysis.advice_report import resolved_tau
+from analysis.advice_report import repeat_range, resolved_tau
 from analysis.convergence import time_to_target
 from analysis.metrics import run_summary
 from harness.records.results import find_runs, load_run
@@ -53,11 +53,9 @@ def measured(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
                          "time_to_target_s"]})
     table = pd.DataFrame(rows)
     out = table.groupby("run").mean()  # time to target: over the repeats that reached it
-    table["time_to_target_s"] = table["time_to_target_s"].fillna(np.inf)  # not reached
-    grouped = table.groupby("run")
     for column in ("samples_per_s", "time_to_target_s"):  # the ranges of the repeats
-        out[f"{column}_low"], out[f"{column}_high"] = grouped[column].min(), \
-            grouped[column].max()
+        out[f"{column}_low"], out[f"{column}_high"] = repeat_range(table[column],
+                                                                  table["run"])
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,6 +119,7 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
     fraction and (with a target) time to target: medians over the suite's repeats."""
     import pandas as pd
 
+    from analysis.advice_report import repeat_range
     from analysis.convergence import time_to_target
     from analysis.metrics import run_summary
     from harness.cli import run as run_command
@@ -157,10 +157,8 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
     # the pairs the measurement orders (advice_report.resolved_tau); one repeat has none
     for column in ("measured_s", "measured_to_target_s"):
         if column in measured:
-            values = measured[column].fillna(math.inf).groupby(measured["remedy"])
-            several = grouped.size() > 1
-            medians[f"{column}_low"] = values.min().where(several, -math.inf)
-            medians[f"{column}_high"] = values.max().where(several, math.inf)
+            medians[f"{column}_low"], medians[f"{column}_high"] = repeat_range(
+                measured[column], measured["remedy"])
     return medians.reset_index()
 
 
