@@ -26,6 +26,7 @@ import pytest
 from harness.system.testbed import Link, Testbed, leftovers
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_cli_errors import error_line
+from tests.test_exactness import plain_torch_sgd
 
 TIMEOUT_S = 240
 
@@ -126,13 +127,15 @@ def on_testbed(bed: Testbed, spawn: Spawn, suite: Path, tmp_path: Path, *extra: 
 
 @pytest.mark.slow
 @needs_root
-def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn: Spawn,
-                                                         hetbench) -> None:
+def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn: Spawn
+                                                         ) -> None:
     """Both hosts run the same command; every run completes, node 0 holds the run
-    directories (with node 1's logs), node 1 keeps its parts, and the parameters equal the
-    same suite's on one host (unequal slices: weighted aggregation across hosts): all-reduce,
-    a parameter server on each host, a pipeline's stages on both (D = 0, and wsp). Node 1's
-    clock is 5 s ahead: the workers map the stamps of the servers across the link."""
+    directories (with node 1's logs), node 1 keeps its parts, and the parameters are SGD's
+    on the global batch, the textbook loop's that one host's runs equal
+    (tests/test_exactness.py, test_pipeline.py): unequal slices aggregated with weights
+    across hosts by all-reduce and by a parameter server on each host, a pipeline's stages on
+    both (D = 0, and wsp). Node 1's clock is 5 s ahead: the workers map the stamps of the
+    servers across the link."""
     suite = write(tmp_path, servers=True)
     with Testbed(2, {1: Link(rate="100mbit")}, clocks={1: 5.0}) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
@@ -142,12 +145,9 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
     assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
     assert "5 completed; node 0 holds the runs" in ends[1][0]
 
-    one = hetbench(tmp_path, "run", str(write(tmp_path, node="", name="one.toml", servers=True)),
-                   "--out", str(tmp_path / "one"), "--no-progress")
-    assert one.returncode == 0, one.stdout + one.stderr
-    across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
-    assert sorted(across) == sorted(alone) == ["allreduce", "host-buffer", "pipeline-d0",
-                                               "ps-sync", "wsp"]
+    across = run_dirs(tmp_path / "node0")
+    assert sorted(across) == ["allreduce", "host-buffer", "pipeline-d0", "ps-sync", "wsp"]
+    sgd = plain_torch_sgd(seed=0, steps=12, lr=0.1, batch=64)
     _servers_across_the_link(across["ps-sync"], across["wsp"], tmp_path)
     for name, run_dir in across.items():
         meta = manifest(run_dir)
@@ -159,11 +159,10 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
         share = tmp_path / "node1" / "hosts" / run_dir.name / "nodes" / "1"
         assert (share / "parts" / "rank1.bin").stat().st_size > 0
         assert json.loads((share / "node.json").read_text())["status"] == "completed"
-        with np.load(run_dir / "params.npz") as got, \
-                np.load(alone[name] / "params.npz") as want:
-            assert sorted(got.files) == sorted(want.files) and got.files
-            for key in want.files:
-                np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5,
+        with np.load(run_dir / "params.npz") as got:
+            assert sorted(got.files) == sorted(sgd)
+            for key, want in sgd.items():
+                np.testing.assert_allclose(got[key], want, rtol=0, atol=1e-5,
                                            err_msg=f"{name}: {key}")
 
 
@@ -196,10 +195,10 @@ NATIVE = {
 ORDER_DEPENDENT = ("kvstore-async", "ps")  # asynchronous: results follow the push order
 
 
-def native_suite(path: Path, framework: str, across: bool) -> Path:
+def native_suite(path: Path, framework: str) -> Path:
+    """The framework's exchanges, worker 1 on node 1."""
     path.write_text(NATIVE_SUITE.format(framework=framework) + "".join(
-        NATIVE_RUN.format(name=name, aggregator=aggregator, server=server if across else "",
-                          node=", node = 1" if across else "")
+        NATIVE_RUN.format(name=name, aggregator=aggregator, server=server, node=", node = 1")
         for name, aggregator, server in NATIVE[framework]))
     return path
 
@@ -208,28 +207,26 @@ def native_suite(path: Path, framework: str, across: bool) -> Path:
 @needs_root
 @pytest.mark.parametrize("framework", sorted(NATIVE))
 def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
-        tmp_path: Path, spawn: Spawn, hetbench, framework: str) -> None:
+        tmp_path: Path, spawn: Spawn, framework: str) -> None:
     """MXNet's ps-lite across two hosts: the scheduler on node 0 at the master's address,
     the server on node 1 (`server_nodes = [1]`), each started by its host's launcher.
     TensorFlow's ring all-reduce: each worker's TF server on a port its own host picked,
-    the addresses exchanged over torch.distributed. dist_sync's and the ring's sums equal
-    the same suite's on one host; dist_async (order-dependent, so not compared) completes
+    the addresses exchanged over torch.distributed. dist_sync's and the ring's parameters are SGD's
+    on the global batch (the textbook loop's, which one host's equal:
+    test_mixed_frameworks.py); dist_async (order-dependent, so not compared) completes
     too. TensorFlow's ParameterServerStrategy: a ps task on each host, the coordinator on
     node 0, every task's address met in the coordinator's store; node 1's clock 5 s ahead,
     which the coordinator's records (mapped from the workers' wall clocks) do not show."""
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"needs {framework}")
-    suite = native_suite(tmp_path / "across.toml", framework, across=True)
+    suite = native_suite(tmp_path / "across.toml", framework)
     with Testbed(2, clocks={1: 5.0} if framework == "tensorflow" else {}) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
         ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
         tag, addresses = bed.tag, (bed.host(0).address, bed.host(1).address)
     assert leftovers(tag) == []
     assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
-    one = native_suite(tmp_path / "one.toml", framework, across=False)
-    result = hetbench(tmp_path, "run", str(one), "--out", str(tmp_path / "one"), "--no-progress")
-    assert result.returncode == 0, result.stdout + result.stderr
-    across, alone = run_dirs(tmp_path / "node0"), run_dirs(tmp_path / "one")
+    across = run_dirs(tmp_path / "node0")
     assert sorted(across) == sorted(name for name, _, _ in NATIVE[framework])
     servers = {"mxnet": ["kvstore-server.log"], "ps": ["tf-ps1.log"]}  # no scheduler there
     for name, run_dir in across.items():
@@ -241,13 +238,12 @@ def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
         assert "warning: TensorFlow's servers listen on every interface of each host" \
             in ends[1][0]
         _tensorflow_ps_across_hosts(across["ps"], *addresses)
-    compared = [name for name in across if name not in ORDER_DEPENDENT]
-    for name in compared:
-        with np.load(across[name] / "params.npz") as got, \
-                np.load(alone[name] / "params.npz") as want:
-            assert sorted(got.files) == sorted(want.files) and got.files
-            for key in want.files:
-                np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5,
+    sgd = plain_torch_sgd(seed=0, steps=12, lr=0.1, batch=64)
+    for name in [name for name in across if name not in ORDER_DEPENDENT]:
+        with np.load(across[name] / "params.npz") as got:
+            assert sorted(got.files) == sorted(sgd)
+            for key, want in sgd.items():
+                np.testing.assert_allclose(got[key], want, rtol=0, atol=1e-5,
                                            err_msg=f"{name}: {key}")
 
 

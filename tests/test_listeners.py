@@ -36,6 +36,7 @@ import pytest
 
 from harness.exchange import rendezvous
 from harness.records import collector
+from harness.records.results import load_run
 from harness.system import netns
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_mixed_frameworks import installed
@@ -46,6 +47,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(),
 READY_S = 120  # until every worker has flushed a step (TensorFlow starts slowest; CI took > 45 s)
 SAMPLE_S = 1.0  # listeners are collected over this long, once the run trains
 STOP_S = 30  # Ctrl-C until the launcher and everything under it are gone
+QUICK_STOP_S = 15  # what the launcher takes at most after Ctrl-C (TensorFlow's servers too)
 
 SUITE = """
 [suite]
@@ -178,7 +180,8 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
     wait until every process seen is gone. Returns the listeners, each process's
     environment, the run directory, the workers' pids, the processes that lived where
     every interface is loopback, and per port listened on (reachable from here, from
-    inside)."""
+    inside). Ctrl-C must end the run (interrupted) within QUICK_STOP_S, every process
+    it started with it: this is the Ctrl-C test of every aggregator here."""
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.format(framework=framework, aggregator=aggregator))
     out = tmp_path / "out"
@@ -216,6 +219,7 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
         reach = {port: (reachable(spawn, port), reachable(spawn, port, pid))
                  for pid, _, port in found}
     finally:
+        stopping = time.monotonic()
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         try:
@@ -223,6 +227,7 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate(timeout=STOP_S)
+        stopped_in = time.monotonic() - stopping
         deadline = time.monotonic() + STOP_S
         while any(alive(p, s) for p, s in seen.items()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -231,6 +236,8 @@ def watch_run(spawn: Spawn, tmp_path: Path, framework: str, aggregator: str
             os.kill(pid, signal.SIGKILL)
     assert not leftover, f"processes left after the run: {leftover}"
     assert proc.returncode == 130, proc.returncode
+    assert stopped_in < QUICK_STOP_S, f"Ctrl-C took {stopped_in:.1f} s"
+    assert load_run(run_dir).status == "interrupted"
     return found, envs, run_dir, workers, isolated, reach
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from harness.spec.errors import UsageError
 from harness.spec.suite import load_suite, parse_suite
 from tests.conftest import Spawn
 from tests.test_exactness import plain_torch_sgd
-from tests.test_faults import alive, finish, start_long_run
+from tests.test_faults import alive
 from tests.test_sync_schemes import ATOL, kill_when
 from tests.trace_check import check_trace
 
@@ -131,19 +130,8 @@ def test_a_dead_ps_server_fails_the_run_and_stops_every_other(tmp_path: Path,
     assert not any(alive(p) for p in server_pids(result.run_dir))
 
 
-@needs_tensorflow
-def test_ctrl_c_leaves_no_tensorflow_server_behind(tmp_path: Path, write_suite,
-                                                   spawn: Spawn) -> None:
-    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, FAULT)
-    servers = server_pids(run_dir)
-    assert all(alive(p) for p in servers)
-    proc.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    code, err = finish(proc)
-    assert code == 130, err
-    assert time.monotonic() - started < 15
-    assert not any(alive(p) for p in [*pids, *servers])
-    assert load_run(run_dir).status == "interrupted"
+# Ctrl-C (every server and worker gone, the run interrupted, within 15 s): the tensorflow-ps
+# case of tests/test_listeners.py, which watches the same long run's processes.
 
 
 def suite_with(**run: object) -> dict[str, object]:
