@@ -14,13 +14,14 @@ from harness.spec.suite import name_matches, run_from_dict
 
 
 def ranked_remedies(job: dict[str, Any], target: dict[str, Any] | None,
-                    model: dict[str, Any] | None, repeats: int) -> tuple[Any, list[Any],
-                                                                         list[Any]]:
+                    model: dict[str, Any] | None, repeats: int, shape: Any = "no layer profile"
+                    ) -> tuple[Any, list[Any], list[Any]]:
     """Every remedy the job can run predicted and ranked (analysis.advisor); the remedies,
-    and those refused."""
+    and those refused. `shape`: the model's layers (analysis.pipeline_model.LayerShape) for
+    the pipelines, or why there is none."""
     from analysis import advisor
 
-    fitted = fitted_remedies(job)
+    fitted = fitted_remedies(job, shape)
     predictions = [fitted.predict(r, repeats) for r in fitted.remedies]
     ranked = advisor.rank(predictions, target["steps"] if target else None,
                           model["model"] if model else None)
@@ -37,20 +38,24 @@ class FittedRemedies:
     host: Any  # analysis.advisor.Host
     remedies: list[Any]
     refused: list[Any]
+    shape: Any = None  # the model's layers, for the pipelines (else why there is none)
 
     def predict(self, remedy: Any, repeats: int) -> dict[str, Any]:
         from analysis import advisor
 
         batch = self.recorded.global_batch
+        steps = self.recorded.steps - self.recorded.warmup_steps
+        if remedy.pipeline is not None:
+            return advisor.predict_pipeline(remedy, self.workers, self.host, self.comm,
+                                            self.shape, steps, batch, repeats)
         return advisor.predict(remedy, advisor.remedy_workers(remedy, self.workers,
                                                               self.host, batch),
-                               self.comm, self.recorded.steps - self.recorded.warmup_steps,
-                               batch, repeats)
+                               self.comm, steps, batch, repeats)
 
 
-def fitted_remedies(job: dict[str, Any]) -> FittedRemedies:
+def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile") -> FittedRemedies:
     """The job's device classes and exchange fitted on its runs, its host, and the
-    remedies it can run (analysis.advisor.remedies)."""
+    remedies it can run (analysis.advisor.remedies; `shape` as ranked_remedies')."""
     from analysis import advisor, deviceclass
     from analysis.simulate import parse_scheme
 
@@ -60,9 +65,9 @@ def fitted_remedies(job: dict[str, Any]) -> FittedRemedies:
                for w in sorted(meta["workers"], key=lambda w: int(w["rank"]))]
     text, sizes = deviceclass.recorded_scheme(*job["fitted"][0])
     found, refused = advisor.remedies(job["recorded"], parse_scheme(text), sizes,
-                                      [c.name for c in by_rank])
+                                      [c.name for c in by_rank], shape)
     return FittedRemedies(job["recorded"], by_rank, deviceclass.fit_comm(job["fitted"]),
-                          recorded_host(*job["fitted"][0]), found, refused)
+                          recorded_host(*job["fitted"][0]), found, refused, shape)
 
 
 def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
     """advice.md, advice.csv and figures/advice.png in `out`: `chosen` the runs of the
     advised suite (`suite`.toml), `repeats` the simulated repeats of each remedy, `top` the
     remedies explained."""
-    from analysis.advisor import explain
+    from analysis.advisor import UNVALIDATED, explain
     from analysis.figures import advice_figure
 
     recorded = ranked[ranked["kind"] == "recorded"].iloc[0]
@@ -139,8 +139,9 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
                   f"job in {target['steps']:g} steps (median of {target['runs']} run(s)).",
                   "", *model_lines(model), ""]
     lines += ["## Top remedies", ""]
+    advised = ranked[(ranked["kind"] != "recorded") & ranked["advised"]]
     lines += [f"{i}. " + explain(row, recorded) for i, (_, row) in enumerate(
-        ranked[ranked["kind"] != "recorded"].head(top).iterrows(), start=1)]
+        advised.head(top).iterrows(), start=1)]
     lines += ["", "## Ranking", "", markdown(ranked), "",
               f"The advised suite ({suite}.toml) runs: {', '.join(chosen)}.", ""]
     if "measured_s" in ranked:
@@ -158,6 +159,8 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
                   f" (regret {v['regret']:.1%}).", ""]
         print(lines[-2])
     lines += ["## Not advised", ""] + [f"- {r.label}: {r.reason}" for r in refused]
+    lines += [f"- {kind}s: {why}" for kind, why in UNVALIDATED.items()
+              if (ranked["kind"] == kind).any()]
     if job["left_out"]:
         lines += ["", "Runs not fitted: " + "; ".join(job["left_out"])]
     (out / "advice.md").write_text("\n".join(lines) + "\n")

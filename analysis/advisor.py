@@ -10,7 +10,12 @@ message is the reason given):
   finish fastest), else each worker alone and the slowest ones in turn;
 - the schemes: ps-async, ssp with bounds SSP_BOUNDS, backup with b up to MAX_BACKUP,
   local SGD with periods LOCAL_PERIODS.
-Pipelines and layer placements are refused: the simulator models data-parallel steps only.
+- pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
+  model's layers), allocated `spread` and `same-kind` (analysis/pipeline_model.py predicts
+  them from the model's layer shares, which the CLI measures), 1F1B over PIPE_MICRO_BATCHES
+  micro-batches (the most that divide the slice), wave bound D in PIPE_WAVE_BOUNDS;
+  predicted, but ranked last and not advised (UNVALIDATED: docs/howto/advise.md).
+Layer placements are refused: the simulator's parameter servers hold whole models.
 
 Where the recorded job's workers contended for the host's cores (more computing threads
 than cores, as the manifest's `load` records them), each remedy's workers are given the
@@ -42,25 +47,36 @@ import pandas as pd
 from analysis import contention
 from analysis.costmodel import Line
 from analysis.deviceclass import CommModel, DeviceClass
+from analysis.pipeline_model import LayerShape, Pipeline, simulate_pipeline
 from analysis.simulate import Scheme, simulate, static_sizes, summarise
 from analysis.simulated import SIMULATED
 from analysis.statistical import StepsModel
+from harness.partition.policies import equal_sizes
+from harness.partition.virtual import allocate
 from harness.spec.aggregators import AggregatorSpec
 from harness.spec.errors import UsageError
 from harness.spec.partitions import PartitionSpec
+from harness.spec.pipelines import PipelineSpec, exchange_of
 from harness.spec.suite import RunSpec, parse_run
 from harness.spec.tables import run_table
 
 SSP_BOUNDS = (1, 2, 4)
+PIPE_ALLOCATIONS = ("spread", "same-kind")
+PIPE_MICRO_BATCHES = (4, 2, 1)  # the first that divides a virtual worker's slice
+PIPE_WAVE_BOUNDS = (0, 2)
 MAX_BACKUP = 2
 LOCAL_PERIODS = (2, 4, 8)
 MAX_SUBSET_WORKERS = 8  # every proper subset below this many workers (2^8 - 2 = 254)
 # the simulator's partition schemes, by the policy a real run names
 POLICY_SCHEMES = {"equal": "bsp", "profiled": "bsp-profiled", "model": "bsp-adaptive"}
+PIPELINES = "pipelines (virtual workers, allocation, split, D)"
+# remedies predicted and shown, but ranked after the rest and never advised: their model
+# has not met its runs within a usable error yet (the kind -> why)
+UNVALIDATED = {
+    "pipeline": "predicted (the ranking's last rows) but not advised: the wave model "
+                "(analysis/pipeline_model.py) put the `pipeline` suite's pipelined runs "
+                "35-79% faster than they ran (docs/howto/advise.md)"}
 NOT_SIMULATED = {
-    "pipelines (virtual workers, allocation, split, D)":
-        "not simulated: the simulator models data-parallel steps only; the `pipeline` suite "
-        "measures them",
     "placements (sharded, fc-on-server)":
         "not simulated: the simulator's parameter servers hold whole models; the "
         "`study` suite measures placements",
@@ -76,10 +92,13 @@ class Remedy:
     ranks: tuple[int, ...]  # the recorded workers it keeps
     run: RunSpec
     sizes: tuple[int, ...] | None = None  # bsp's static slices (the recorded ones)
+    pipeline: Pipeline | None = None  # a pipelined remedy's virtual workers (by rank)
 
     @property
     def exact(self) -> bool:
         """Whether every step applies BSP's gradient of the whole global batch."""
+        if self.pipeline is not None:
+            return self.pipeline.wave_bound == 0
         return self.scheme.lockstep
 
 
@@ -90,10 +109,12 @@ class Refused:
 
 
 def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
-             names: Sequence[str]) -> tuple[list[Remedy], list[Refused]]:
+             names: Sequence[str], shape: LayerShape | str = "no layer profile"
+             ) -> tuple[list[Remedy], list[Refused]]:
     """The recorded job first, then every remedy it can run; the refused ones with why.
     `scheme` and `sizes` reproduce the recorded run (deviceclass.recorded_scheme);
-    `names` are the workers' class names in rank order."""
+    `names` are the workers' class names in rank order; `shape` the model's layers (for
+    the pipelines), or why there is none."""
     # a profiler window perturbs the steps it records: no advised run profiles
     recorded = dataclasses.replace(recorded, profile=None)
     n = len(recorded.workers)
@@ -130,6 +151,14 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
                        partition=PartitionSpec())
         candidates.append(Remedy(run.name, text, "scheme", Scheme(name, int(value or 0)),
                                  everyone, run))
+    if isinstance(shape, str):
+        refused.append(Refused(PIPELINES, shape))
+    else:
+        found_pipes = _pipelines(recorded, shape.layers)
+        candidates += found_pipes
+        if not found_pipes:
+            refused.append(Refused(PIPELINES, f"{n} worker(s), {shape.layers} layers: no "
+                                   "virtual worker of 2 or more stages"))
     for remedy in candidates:
         if _same_as_recorded(remedy, found[0]):
             continue
@@ -139,6 +168,36 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
         else:
             found.append(remedy)
     return found, refused
+
+
+def _pipelines(recorded: RunSpec, layers: int) -> list[Remedy]:
+    """Virtual workers of each size k (2..layers) that divides the workers, as each
+    allocation groups them (the same groups once), each D; 1F1B (GPipe's makespan is the
+    same in the model: analysis/pipeline_model.py), the most micro-batches that divide."""
+    n, out = len(recorded.workers), []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    for size in range(2, min(n, layers) + 1):
+        if n % size:
+            continue
+        slices = equal_sizes(recorded.global_batch, n // size)
+        micro = next((m for m in PIPE_MICRO_BATCHES
+                      if all(s % m == 0 and s >= m for s in slices)), 1)
+        for allocation in PIPE_ALLOCATIONS:
+            groups = allocate(recorded.workers, allocation, size)
+            if groups in seen:
+                continue
+            seen.add(groups)
+            for bound in PIPE_WAVE_BOUNDS if n // size > 1 else (0,):
+                spec = PipelineSpec(groups, "1f1b", micro, bound, allocation=allocation)
+                name = f"pipe-{allocation}{size}-d{bound}"
+                run = _changed(recorded, name, pipeline=spec, partition=PartitionSpec(),
+                               aggregator=exchange_of(spec) or AggregatorSpec())
+                label = (f"pipeline: {n // size} virtual worker(s) of {size} ({allocation}: "
+                         f"{', '.join('+'.join(map(str, g)) for g in groups)}), "
+                         f"{micro} micro-batches, D = {bound}")
+                out.append(Remedy(name, label, "pipeline", Scheme("bsp"), tuple(range(n)),
+                                  run, pipeline=Pipeline(groups, micro, bound)))
+    return out
 
 
 def _aggregator(scheme: str, value: int) -> AggregatorSpec:
@@ -152,7 +211,7 @@ def _changed(recorded: RunSpec, name: str, **changes: Any) -> RunSpec:
 
 
 def _same_as_recorded(remedy: Remedy, recorded: Remedy) -> bool:
-    return remedy.ranks == recorded.ranks and \
+    return remedy.run.pipeline == recorded.run.pipeline and remedy.ranks == recorded.ranks and \
         remedy.run.partition.policy == recorded.run.partition.policy and \
         remedy.run.aggregator == recorded.run.aggregator
 
@@ -204,8 +263,7 @@ def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
     if host.cores is None:
         return workers
     threads = np.array(host.threads, float)
-    recorded = np.array([c.line.at(n) for c, n in zip(classes, host.slices, strict=True)])
-    alone = contention.uncontended_work(recorded, threads, host.cores) / recorded
+    alone = uncontended_shares(classes, host)
     kept = list(remedy.ranks)
     scheme = Scheme("bsp-profiled") if remedy.scheme.name == "bsp-adaptive" else remedy.scheme
     slices = static_sizes(scheme, workers, global_batch, remedy.sizes)
@@ -215,17 +273,43 @@ def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
             for c, m in zip(workers, alone[kept] * shared, strict=True)]
 
 
+def uncontended_shares(classes: Sequence[DeviceClass], host: Host) -> np.ndarray:
+    """Each recorded worker's compute alone over its compute in the recorded job (1 where
+    no contention is modelled: analysis.contention)."""
+    if host.cores is None:
+        return np.ones(len(classes))
+    recorded = np.array([c.line.at(n) for c, n in zip(classes, host.slices, strict=True)])
+    return contention.uncontended_work(recorded, np.array(host.threads, float),
+                                       host.cores) / recorded
+
+
 def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, steps: int,
             global_batch: int, repeats: int, seed: int = 0) -> dict[str, Any]:
     """The remedy's predicted metrics over its `workers` (remedy_workers): the median over
     `repeats` simulations and, for the time of the work (`seconds`: `steps` global batches
     of samples applied), the range. Per-step compute, idle and exchange are each worker's
     mean share of the step."""
+    return _predicted(remedy, [summarise(simulate(
+        workers, comm, remedy.scheme, steps, global_batch, seed=seed + repeat,
+        sizes=remedy.sizes)) for repeat in range(repeats)], steps, global_batch)
+
+
+def predict_pipeline(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
+                     comm: CommModel, shape: LayerShape, steps: int, global_batch: int,
+                     repeats: int, seed: int = 0) -> dict[str, Any]:
+    """A pipelined remedy's predicted metrics (analysis/pipeline_model.py) over the recorded
+    workers `classes` (rank order), as predict's."""
+    assert remedy.pipeline is not None
+    alone = uncontended_shares(classes, host)
+    return _predicted(remedy, [simulate_pipeline(
+        classes, comm, remedy.pipeline, shape, steps, global_batch, host.cores, host.threads,
+        alone, seed=seed + repeat) for repeat in range(repeats)], steps, global_batch)
+
+
+def _predicted(remedy: Remedy, summaries: Sequence[dict[str, Any]], steps: int,
+               global_batch: int) -> dict[str, Any]:
     rows = []
-    for repeat in range(repeats):
-        sim = simulate(workers, comm, remedy.scheme, steps, global_batch, seed=seed + repeat,
-                       sizes=remedy.sizes)
-        s = summarise(sim)
+    for s in summaries:
         step = s["mean_step_ms"]
         seconds = steps * global_batch / s["samples_per_s"]
         rows.append({**s, "seconds": seconds,
@@ -235,8 +319,11 @@ def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, ste
                      "compute_ms": s["compute_share"] * step,
                      "idle_ms": s["idle_fraction"] * step, "comm_ms": s["comm_share"] * step})
     table = pd.DataFrame(rows)
+    pipe = remedy.pipeline
+    scheme = remedy.scheme.label if pipe is None else \
+        f"wsp:{pipe.wave_bound}" if pipe.wave_bound else "pipeline"
     out: dict[str, Any] = {"remedy": remedy.name, "label": remedy.label, "kind": remedy.kind,
-                           "scheme": remedy.scheme.label, "workers": len(remedy.ranks),
+                           "scheme": scheme, "workers": len(remedy.ranks),
                            "exact": remedy.exact, "steps": steps,
                            "period": remedy.scheme.value if remedy.scheme.name == "local-sgd"
                            else 1,
@@ -259,6 +346,7 @@ def rank(predictions: Sequence[dict[str, Any]], steps_to_target: float | None,
     table = pd.DataFrame(list(predictions))
     base = table.loc[table["kind"] == "recorded", "seconds"].iloc[0]
     table["vs_recorded"] = table["seconds"] / base - 1
+    table["advised"] = ~table["kind"].isin(list(UNVALIDATED))
     if steps_to_target is None:
         return _ranked(table.sort_values("seconds"))
     multiplier = table.apply(lambda r: 1.0 if r["exact"] else _multiplier(r, model), axis=1)
@@ -276,6 +364,8 @@ def _multiplier(row: pd.Series, model: StepsModel | None) -> float:
 
 
 def _ranked(table: pd.DataFrame) -> pd.DataFrame:
+    """Numbered in order, the remedies not advised (UNVALIDATED) after the rest."""
+    table = table.sort_values("advised", ascending=False, kind="stable")
     return table.reset_index(drop=True).assign(rank=lambda t: t.index + 1)
 
 

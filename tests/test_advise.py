@@ -13,6 +13,7 @@ import pytest
 
 from analysis import advisor, deviceclass
 from analysis.advice_report import resolved_tau
+from analysis.pipeline_model import LayerShape
 from analysis.simulate import Scheme, parse_scheme
 from harness.cli.main import main
 from harness.records import collector, manifest
@@ -101,7 +102,39 @@ def test_every_remedy_the_job_can_run_and_only_once() -> None:
     kept = next(r for r in found if r.name == "leave-out-0")
     assert kept.ranks == (1, 2) and len(kept.run.workers) == 2
     assert kept.run.global_batch == 96  # the whole batch, shared by those kept
-    assert {r.label for r in refused} == set(advisor.NOT_SIMULATED)
+    # no layer profile given: the pipelines refused with the reason, as placements are
+    assert {r.label for r in refused} == {*advisor.NOT_SIMULATED, advisor.PIPELINES}
+
+
+# four workers, 1 and 3 fast, 0 and 2 emulated 3x slower; the MLP's 3 layers
+FOUR = JOB.replace('global_batch = 96', 'global_batch = 128').replace(
+    'workers = [ { device = "cpu", slowdown = 3.0 }, { device = "cpu" }, { device = "cpu" } ]',
+    'workers = [ { device = "cpu", slowdown = 3.0 }, { device = "cpu" }, '
+    '{ device = "cpu", slowdown = 3.0 }, { device = "cpu" } ]')
+LAYERS = LayerShape((0.3, 0.5, 0.2), (1024.0, 1024.0, 40.0), (1e5, 2e5, 1e4))
+
+
+def test_pipelines_are_proposed_where_the_layers_allow_and_run_as_suites() -> None:
+    found, refused = advisor.remedies(spec(FOUR), Scheme("bsp"), None, ["s", "f", "s", "f"],
+                                      LAYERS)
+    pipes = {r.name: r for r in found if r.kind == "pipeline"}
+    # virtual workers of 2 (4 stages exceed the 3 layers), each allocation, D = 0 and 2
+    assert sorted(pipes) == ["pipe-same-kind2-d0", "pipe-same-kind2-d2", "pipe-spread2-d0",
+                             "pipe-spread2-d2"]
+    assert advisor.PIPELINES not in {r.label for r in refused}
+    # fastest first within each: a fast and a slow worker each, or two of a kind
+    assert pipes["pipe-spread2-d0"].pipeline.groups == ((1, 0), (3, 2))
+    assert pipes["pipe-same-kind2-d2"].pipeline.groups == ((1, 3), (0, 2))
+    assert pipes["pipe-spread2-d0"].exact and not pipes["pipe-spread2-d2"].exact
+    for remedy in pipes.values():
+        run = remedy.run
+        assert run.pipeline.micro_batches == 4  # slices of 64
+        assert run.aggregator.name == ("wsp" if run.pipeline.wave_bound else "torch")
+        assert advisor.why_not(run) == ""  # the suite loader takes it as it is written
+    _, refused = advisor.remedies(spec(FOUR), Scheme("bsp"), None, ["s", "f", "s", "f"],
+                                  "'lstm' has no layer sequence to pipeline")
+    assert (advisor.PIPELINES, "'lstm' has no layer sequence to pipeline") in {
+        (r.label, r.reason) for r in refused}
 
 
 def test_partitions_and_leave_outs_keep_the_jobs_exchange() -> None:
@@ -202,8 +235,16 @@ def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: igno
     assert suite.runs[1].name == table[table["kind"] != "recorded"]["remedy"].iloc[0]
     assert suite.runs[0].workers == spec().workers
     advice = (out / "advice.md").read_text()
-    assert "## Top remedies" in advice and "pipelines (virtual workers" in advice
+    assert "## Top remedies" in advice and "placements (sharded" in advice
     assert (out / "figures" / "advice.png").is_file()
+    # the MLP's layers profiled here: one virtual worker of the three, predicted
+    pipe = table.set_index("remedy").loc["pipe-spread3-d0"]
+    assert pipe["kind"] == "pipeline" and pipe["scheme"] == "pipeline" and pipe["exact"]
+    assert math.isfinite(pipe["seconds"]) and pipe["seconds"] > 0
+    # ... but, its model not yet validated, ranked after every other and never advised
+    assert not pipe["advised"] and pipe["rank"] > table[table["advised"]]["rank"].max()
+    assert "pipe-spread3-d0" not in [r.name for r in suite.runs]
+    assert "- pipelines: predicted (the ranking's last rows) but not advised" in advice
 
 
 def write_other_workload(folder: Path) -> Path:

@@ -1,5 +1,6 @@
 """`hetbench advise RESULTS [--target ...] [--top K] [--verify] --out DIR`: fit the devices of
-a recorded job, predict every remedy it can run with the simulator, rank them, and write
+a recorded job, predict every remedy it can run with the simulator (a pipeline from the
+model's layers, timed here: layer_shape), rank them, and write
 advice.md (the ranking, a sentence on each of the top ones, what was refused and why),
 advice.csv, figures/advice.png and advised.toml: a suite of the top K remedies and the
 recorded job, ready for `hetbench run`. `--verify` runs that suite and sets what was
@@ -21,6 +22,9 @@ from harness.cli.simulate import load_runs
 from harness.spec.errors import UsageError
 from harness.spec.suite import load_suite
 from harness.spec.tables import run_table, suite_text
+from workloads import build_spec, get_workload
+from workloads.data import load_dataset
+from workloads.models import builder
 
 SUITE = "advised"
 MAX_TOP = 20
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         job["recorded"] = dataclasses.replace(job["recorded"], steps=args.steps)
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
-    ranked, found, refused = advice_fit.ranked_remedies(job, target, model, args.repeats)
+    ranked, found, refused = advice_fit.ranked_remedies(job, target, model, args.repeats,
+                                                        layer_shape(job["recorded"]))
     out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
@@ -97,9 +102,43 @@ def run(args: argparse.Namespace) -> int:
     return 1 if args.verify and measured is None else 0
 
 
+PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
+
+
+def layer_shape(run: Any) -> Any:
+    """The model's layers for the pipelined remedies (analysis.pipeline_model.LayerShape):
+    each layer's share of a forward + backward, timed here on the micro-batch a virtual
+    worker of two stages would take in 4 micro-batches, as a pipelined run profiles them
+    (harness/partition/layerprofile.py); or why there is none (a str)."""
+    if get_workload(run.workload).layers is None:
+        return f"{run.workload!r} has no layer sequence to pipeline"
+    if any(w.framework != "pytorch" for w in run.workers):
+        return "virtual workers run PyTorch stages only; the recorded job is not PyTorch's"
+    import torch
+
+    from analysis.pipeline_model import LayerShape
+    from harness.partition.layerprofile import profile_layers
+
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    module = builder(run.workload, "pytorch")
+    model = module.build(spec)
+    micro = max(1, run.global_batch * 2 // len(run.workers) // 4)
+    torch.set_num_threads(max(1, run.workers[0].threads))  # as a worker computes
+    with torch.random.fork_rng():
+        profile = profile_layers(module.layers(model), torch.from_numpy(data.inputs[:micro]),
+                                 PROFILE_PASSES)
+    total = sum(profile.time_ns)
+    return LayerShape(tuple(t / total for t in profile.time_ns),
+                      tuple(b / micro for b in profile.activation_bytes),
+                      tuple(profile.parameter_bytes))
+
+
 def _advised(ranked: Any, top: int) -> list[str]:
-    """The recorded job and the top remedies (the recorded one not counted among them)."""
-    others = [n for n in ranked["remedy"] if n != "recorded"]
+    """The recorded job and the top remedies advised (the recorded one not counted among
+    them; the unvalidated kinds, analysis.advisor.UNVALIDATED, never)."""
+    others = [n for n, advised in zip(ranked["remedy"], ranked["advised"], strict=True)
+              if n != "recorded" and advised]
     return ["recorded", *others[:top]]
 
 

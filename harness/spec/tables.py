@@ -1,8 +1,10 @@
 """A run as the [[runs]] table a suite file gives it, and a suite written as TOML: what
 `hetbench advise` writes, so that what it proposes is a suite `hetbench run` reads like any
 other. Only what differs from the defaults is written; `parse_run` turns the table back
-into the same RunSpec (tests/test_tables.py holds every built-in data-parallel run to it).
-Pipelined runs are not written (their table's keys are not their spec's fields)."""
+into the same RunSpec (tests/test_tables.py holds every built-in run to it). A pipelined
+run's table is what a suite says (`virtual_workers` as the allocation that made them, or
+the ranks; `pipeline` without the groups), not its spec's fields; its exchange follows from
+the wave bound (pipelines.exchange_of), so no aggregator is written."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from harness.spec.aggregators import AGGREGATORS, AggregatorSpec
 from harness.spec.loaders import LoaderSpec
 from harness.spec.optimizers import OptimizerSpec
 from harness.spec.partitions import PartitionSpec
+from harness.spec.pipelines import PipelineSpec
 from harness.spec.suite import RUN_DEFAULTS, RunSpec
 from harness.spec.workers import WorkerSpec
 
@@ -25,10 +28,7 @@ _PLAIN = ("framework", "workload", "dataset", "steps", "warmup_steps", "global_b
 
 
 def run_table(run: RunSpec) -> dict[str, Any]:
-    """The [[runs]] table that parse_run reads back as `run`; ValueError for a pipelined
-    run."""
-    if run.pipeline is not None:
-        raise ValueError(f"run {run.name!r} is pipelined: its table is not written")
+    """The [[runs]] table that parse_run reads back as `run`."""
     out: dict[str, Any] = {"name": run.name}
     for key in _PLAIN:
         value = getattr(run, key)
@@ -41,12 +41,10 @@ def run_table(run: RunSpec) -> dict[str, Any]:
     out["workers"] = [_worker(w, run.framework) for w in run.workers]
     if partition := _changed(run.partition, PartitionSpec()):
         out["partition"] = partition
-    aggregator = _changed(run.aggregator, AggregatorSpec(name=""))
-    kind = AGGREGATORS[run.aggregator.name]
-    if set(aggregator) - {"name"}:  # its options beyond the name, only those it takes
-        out["aggregator"] = {k: v for k, v in aggregator.items() if k == "name" or k in kind.keys}
-    elif run.aggregator.name != AggregatorSpec.name:
-        out["aggregator"] = run.aggregator.name
+    if run.pipeline is not None:  # its exchange follows from the wave bound
+        out.update(_pipeline(run.pipeline))
+    elif (aggregator := _aggregator(run.aggregator)) is not None:
+        out["aggregator"] = aggregator
     if optimizer := _changed(run.optimizer, OptimizerSpec()):
         optimizer = {"name": run.optimizer.name, **optimizer}
         out["optimizer"] = optimizer if len(optimizer) > 1 else optimizer["name"]
@@ -59,6 +57,26 @@ def run_table(run: RunSpec) -> dict[str, Any]:
         out["profile"] = {"steps": f"{profile.first}-{profile.last}",
                           "ranks": list(profile.ranks) if profile.ranks is not None else "all"}
     return out
+
+
+def _aggregator(spec: AggregatorSpec) -> Any:
+    """Its name, or its name and the options it takes that differ; None: the default."""
+    changed = _changed(spec, AggregatorSpec(name=""))
+    if set(changed) - {"name"}:
+        kind = AGGREGATORS[spec.name]
+        return {k: v for k, v in changed.items() if k == "name" or k in kind.keys}
+    return spec.name if spec.name != AggregatorSpec.name else None
+
+
+def _pipeline(pipe: PipelineSpec) -> dict[str, Any]:
+    """`virtual_workers` and `pipeline` as a suite gives them."""
+    if pipe.allocation == "given":
+        groups: Any = [list(g) for g in pipe.virtual_workers]
+    else:
+        groups = {"allocation": pipe.allocation, "size": len(pipe.virtual_workers[0])}
+    table = {k: v for k, v in _changed(pipe, PipelineSpec(())).items()
+             if k not in ("virtual_workers", "allocation")}
+    return {"virtual_workers": groups, "pipeline": table}
 
 
 def _changed(spec: Any, default: Any) -> dict[str, Any]:
