@@ -43,7 +43,7 @@ from analysis.simulate import draw, slowdowns
 from harness.partition.policies import equal_sizes
 from harness.partition.stages import Links, Profile, split_layers
 
-STRETCH_ITERATIONS = 8  # the contention's fixed point: settles to < 1e-3 in 3-5 here
+STRETCH_ITERATIONS = 8  # at most, to the contention's fixed point (2 in the tests' case)
 
 
 @dataclass(frozen=True)
