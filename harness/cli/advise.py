@@ -110,6 +110,8 @@ def layer_shape(run: Any) -> Any:
     each layer's share of a forward + backward, timed here on the micro-batch a virtual
     worker of two stages would take in 4 micro-batches, as a pipelined run profiles them
     (harness/partition/layerprofile.py); or why there is none (a str)."""
+    if len(run.workers) < 2:
+        return "one worker: no virtual worker of 2 or more stages"
     if get_workload(run.workload).layers is None:
         return f"{run.workload!r} has no layer sequence to pipeline"
     if any(w.framework != "pytorch" for w in run.workers):
