@@ -133,14 +133,15 @@ pipeline = {{ schedule = "gpipe", micro_batches = 1, split = [2, 1] }}
 [[runs]]
 name = "1f1b-4"
 workers = [ {{}}, {{ slowdown = 2.0 }}, {{}}, {{ slowdown = 2.0 }} ]
-virtual_workers = [[0, 1], [2, 3]]
+# stages out of rank order (torch.distributed.pipelining finds peers by the group's rank)
+virtual_workers = [[1, 0], [3, 2]]
 pipeline = {{ schedule = "1f1b", micro_batches = 4 }}
 
 [[runs]]
 name = "wsp-one"
 eval_every = 3
 workers = [ {{}}, {{}} ]
-virtual_workers = [[0, 1]]
+virtual_workers = [[1, 0]]
 pipeline = {{ micro_batches = 2, split = [2, 1], wave_bound = 1 }}
 
 [[runs]]

@@ -450,6 +450,12 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
 
     stage = PipelineStage(nn.Sequential(*stage_layers), stage_index, n_stages, device,
                           group=pipe_groups[vw])
+    # torch finds a stage's peers by stage index, as the group's rank of that number, and
+    # dist.new_group numbers a group's ranks in ascending order: where a virtual worker's
+    # stages are not in rank order (its faster worker first, a higher rank), say which
+    members = sorted(pipe.virtual_workers[vw])
+    stage.stage_index_to_group_rank = {s: members.index(r)
+                                       for s, r in enumerate(pipe.virtual_workers[vw])}
     schedule_cls = ScheduleGPipe if pipe.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_cls(stage, pipe.micro_batches,
                             loss_fn=lambda out, y: loss_sum(spec, out, y), scale_grads=False)
