@@ -12,9 +12,9 @@ message is the reason given):
   local SGD with periods LOCAL_PERIODS.
 - pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
   model's layers), allocated `spread` and `same-kind` (analysis/pipeline_model.py predicts
-  them from the model's layer shares, which the CLI measures), 1F1B over PIPE_MICRO_BATCHES
-  micro-batches (the most that divide the slice), wave bound D in PIPE_WAVE_BOUNDS;
-  predicted, but ranked last and not advised (UNVALIDATED: docs/howto/advise.md).
+  them op by op from the model's layer shares, which the CLI times on this host), 1F1B over
+  PIPE_MICRO_BATCHES micro-batches (the most that divide the slice), wave bound D in
+  PIPE_WAVE_BOUNDS; ranked last and not advised (UNVALIDATED: docs/howto/advise.md).
 Layer placements are refused: the simulator's parameter servers hold whole models.
 
 Where the recorded job's workers contended for the host's cores (more computing threads
@@ -73,9 +73,10 @@ PIPELINES = "pipelines (virtual workers, allocation, split, D)"
 # remedies predicted and shown, but ranked after the rest and never advised: their model
 # has not met its runs within a usable error yet (the kind -> why)
 UNVALIDATED = {
-    "pipeline": "predicted (the ranking's last rows) but not advised: the wave model "
-                "(analysis/pipeline_model.py) put the `pipeline` suite's pipelined runs "
-                "35-79% faster than they ran (docs/howto/advise.md)"}
+    "pipeline": "predicted op by op (analysis/pipeline_model.py), ranked last and not "
+                "advised: the `pipeline` suite's pipelined runs came out 45-51% faster "
+                "than they ran (median; the stages' waits for their inputs are not "
+                "modelled: docs/howto/advise.md)"}
 NOT_SIMULATED = {
     "placements (sharded, fc-on-server)":
         "not simulated: the simulator's parameter servers hold whole models; the "

@@ -3,30 +3,26 @@ from the recorded data-parallel job's devices and the model's layers.
 
 A virtual worker is a group of the recorded workers that pipelines the model: stage s
 holds consecutive layers on its s-th worker, and the group takes an equal slice of the
-global batch in M micro-batches (harness/partition/virtual.py). Each worker's time for a
-micro-batch of m samples through layers [a, b) is its class's line at m (the whole model's
-forward + backward, analysis.deviceclass) times those layers' share of the model's time
-(`LayerShape`, measured by the CLI on this host), times the step's emulated slowdown and
-recorded residual (analysis.simulate's draws). The split is the one the run's partitioner
-picks from such per-layer times (harness.partition.stages.split_layers).
+global batch in M micro-batches (harness/partition/virtual.py). A worker's forward and
+backward of each layer on a micro-batch of m samples, alone, are its fitted line at m (the
+whole model, analysis.deviceclass), made uncontended (analysis.contention: on a host with
+fewer cores than computing threads the recorded lines hold the data-parallel job's wait
+for a core), shared out by the layers' shares of the time and their forwards' shares of
+that (`LayerShape`, timed by the CLI on this host), times the step's recorded residual
+(analysis.simulate's draws); the emulated slowdown stretches each op as the run does. The
+split is the one the run's partitioner picks from such per-layer times
+(harness.partition.stages.split_layers).
 
-A wave of one virtual worker, stage times t_s per micro-batch (each stage sends its last
-layer's activations on, and their gradients back, over the fitted link):
-    wave = sum_s t_s + (M - 1) x max_s t_s
-(fill and drain, then the slowest stage's pace: GPipe's and 1F1B's makespan alike). Wave
-bound D = 0: after every wave each stage's gradients are all-reduced among the virtual
-workers (a ring of the stage's bytes), so a global step lasts the slowest wave plus the
-largest stage's all-reduce; the idle is a worker's wait for the slowest wave. D > 0: each
-virtual worker pushes its stage gradients to a server and pulls the parameters (a round
-trip of the stage's bytes) and starts wave k once every virtual worker has finished wave
-k - D - 1; its staleness is the other virtual workers' updates applied between its pull
-and its push.
-
-Contention: on a host with fewer cores than computing threads, the recorded lines hold the
-data-parallel job's wait for a core (every worker computing at once); they are made
-uncontended (analysis.contention) and stretched again by the pipeline's own demand, the
-workers' real compute per wave over the cores' time in it (processor sharing on average:
-pipelined stages do not all compute at once).
+The waves run op by op (analysis/stage_sharing.py): each forward and backward of each
+micro-batch in its schedule's order, after its input has come over the fitted link, its
+real work sharing the host's cores with whatever else computes at that moment, then its
+emulated stretch. Wave bound D = 0: after every wave each
+stage's gradients are all-reduced among the virtual workers (a ring of the stage's bytes),
+and a stage begins the next wave when its all-reduce is done; the idle is a stage's wait
+for the other virtual workers. D > 0: each stage pushes its gradients to a server and
+pulls the parameters (a round trip of the stage's bytes) and a virtual worker starts wave
+k once every virtual worker has finished wave k - D - 1; its staleness is the other
+virtual workers' updates applied between its pull and its push.
 """
 
 from __future__ import annotations
@@ -34,16 +30,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from analysis.deviceclass import CommModel, DeviceClass
 from analysis.simulate import draw, slowdowns
+from analysis.stage_sharing import Stage, WaveGate, run_waves
 from harness.partition.policies import equal_sizes
 from harness.partition.stages import Links, Profile, split_layers
 
-STRETCH_ITERATIONS = 8  # at most, to the contention's fixed point (2 in the tests' case)
+# a layer's forward share of its forward + backward where it was not measured: the usual
+# rule, the backward computes two products (the input's gradient and the weights') for
+# the forward's one
+FORWARD_SHARE = 1 / 3
+# waves simulated at most, taken evenly over a longer run's steps (op by op in Python:
+# 0.1-0.3 s for 150 waves of 4 stages, 2.9 s for 1,000 of 8; advise simulates each
+# pipeline `--repeats` times)
+MAX_WAVES = 300
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,10 @@ class LayerShape:
     fractions: tuple[float, ...]
     activation_bytes: tuple[float, ...]
     parameter_bytes: tuple[float, ...]
+    forward: tuple[float, ...] = ()  # each layer's forward share of its time (FORWARD_SHARE)
+    def __post_init__(self) -> None:
+        if not self.forward:
+            object.__setattr__(self, "forward", (FORWARD_SHARE,) * len(self.fractions))
 
     @property
     def layers(self) -> int:
@@ -65,19 +72,15 @@ class Pipeline:
     groups: tuple[tuple[int, ...], ...]  # the workers of each virtual worker, stage order
     micro_batches: int
     wave_bound: int
+    schedule: str = "1f1b"  # or gpipe (analysis.stage_sharing.schedule)
 
 
-def stage_bounds(shape: LayerShape, stage_ns: Sequence[float]) -> tuple[int, ...]:
-    """The split the run's partitioner picks: `stage_ns[s]` the s-th worker's time for the
-    whole model on one micro-batch (the layers' shares of it: its per-layer profile)."""
-    times = [[f * t for f in shape.fractions] for t in stage_ns]
-    profile = Profile(times, list(shape.activation_bytes), list(shape.parameter_bytes))
+def stage_bounds(shape: LayerShape, layer_ns: Sequence[Sequence[float]]) -> tuple[int, ...]:
+    """The split the run's partitioner picks: `layer_ns[s][i]` the s-th worker's time for
+    layer i on one micro-batch (its per-layer profile, its emulated slowdown included)."""
+    profile = Profile([list(t) for t in layer_ns], list(shape.activation_bytes),
+                      list(shape.parameter_bytes))
     return split_layers(profile, Links()).bounds
-
-
-def wave_ns(stage_ns: np.ndarray, micro_batches: int) -> np.ndarray:
-    """Fill and drain, then the slowest stage's pace; `stage_ns` (waves, stages)."""
-    return stage_ns.sum(axis=1) + (micro_batches - 1) * stage_ns.max(axis=1)
 
 
 def simulate_pipeline(workers: Sequence[DeviceClass], comm: CommModel, plan: Pipeline,
@@ -91,90 +94,115 @@ def simulate_pipeline(workers: Sequence[DeviceClass], comm: CommModel, plan: Pip
     rng = np.random.default_rng(seed)
     residual, _, _, gap, evaluation, ratio = draw(workers, steps, rng, first=seed)
     factor = slowdowns(workers, steps, rng)
+    if steps > MAX_WAVES:  # the measures are per step: waves spread over the run tell them
+        taken = np.linspace(0, steps - 1, MAX_WAVES).round().astype(int)
+        residual, gap, evaluation, ratio, factor = (
+            a[taken] for a in (residual, gap, evaluation, ratio, factor))
+        steps = MAX_WAVES
     slices = equal_sizes(global_batch, len(plan.groups))
-    ranks, base, send, stage_bytes, group_of = [], [], [], [], []
+    stages, ranks, forward, backward, link, stage_bytes = [], [], [], [], [], []
     for v, group in enumerate(plan.groups):
         micro = slices[v] // plan.micro_batches
-        whole = [workers[r].line.at(micro) * alone[r] for r in group]
-        bounds = stage_bounds(shape, [w * float(np.median(factor[:, r]))
-                                      for w, r in zip(whole, group, strict=True)])
+        # each worker's forward and backward of each layer on one micro-batch, alone
+        ops = [_layer_ops(shape, workers[r].line.at(micro) * alone[r]) for r in group]
+        bounds = stage_bounds(shape, [[(f + b) * float(np.median(factor[:, r]))
+                                       for f, b in layer_ops]
+                                      for layer_ops, r in zip(ops, group, strict=True)])
         for s, r in enumerate(group):
-            layers = slice(bounds[s], bounds[s + 1])
+            layers = range(bounds[s], bounds[s + 1])
+            stages.append(Stage(v, s, len(group), threads[r] if cores is not None else 0))
             ranks.append(r)
-            group_of.append(v)
-            base.append(whole[s] * sum(shape.fractions[layers]))
+            forward.append(sum(ops[s][i][0] for i in layers))
+            backward.append(sum(ops[s][i][1] for i in layers))
             last = s == len(group) - 1
             sent = 0.0 if last else shape.activation_bytes[bounds[s + 1] - 1] * micro
-            send.append(0.0 if last else 2 * (comm.alpha_ns + sent * comm.beta_ns_per_byte))
-            stage_bytes.append(sum(shape.parameter_bytes[layers]))
-    ranks_a = np.array(ranks)
-    real = np.array(base) * residual[:, ranks_a]  # (steps, workers in stage order)
-    emulated = factor[:, ranks_a]
-    stretch = 1.0
-    for _ in range(STRETCH_ITERATIONS):
-        stage_ns = real * stretch * emulated + np.array(send)
-        timeline = _timeline(stage_ns, plan, group_of, stage_bytes, comm, ratio[:, 0],
-                             gap[:, 0])
-        if cores is None:
-            break
-        # processor sharing on average: the threads busy at once, s x W / P for the real
-        # work W of a step (uncontended) stretched by s, share the cores: s = max(1, that
-        # / cores), a fixed point (s = 1, or the cores busy all the time: W = cores x P)
-        work = (real * plan.micro_batches * np.array([threads[r] for r in ranks])).sum()
-        wanted = max(1.0, stretch * float(work / (cores * timeline["period"].sum())))
-        if abs(wanted - stretch) < 1e-4:
-            break
-        stretch = wanted
-    busy = stage_ns * plan.micro_batches  # each worker's wave, its own stages' part
-    period = timeline["period"]
-    step = period + evaluation[:, 0]
-    total_s = step.sum() / 1e9
-    return {"mean_step_ms": float(step.mean() / 1e6),
-            "p99_step_ms": float(np.percentile(step, 99) / 1e6),
-            "samples_per_s": steps * global_batch / total_s,
-            "train_fraction": float(period.sum() / step.sum()),
-            "compute_share": float((busy / period[:, None]).mean()),
-            "idle_fraction": float((timeline["idle"] / period[:, None]).mean()),
-            "comm_share": float((timeline["exchange"] / period).mean()),
-            "mean_staleness": float(timeline["staleness"]), "dropped_fraction": 0.0,
-            "contention_stretch": stretch}
-
-
-def _timeline(stage_ns: np.ndarray, plan: Pipeline, group_of: Sequence[int],
-              stage_bytes: Sequence[float], comm: CommModel, ratio: np.ndarray,
-              gap: np.ndarray) -> dict[str, Any]:
-    """Each global step's period, exchange, each worker's idle (waiting for the other
-    virtual workers) and the mean staleness, from the stage times (steps, workers)."""
-    steps = len(stage_ns)
-    groups = len(plan.groups)
-    column = np.array(group_of)
-    waves = np.stack([wave_ns(stage_ns[:, column == v], plan.micro_batches)
-                      for v in range(groups)], axis=1)  # (steps, virtual workers)
+            link.append(0.0 if last else comm.alpha_ns + sent * comm.beta_ns_per_byte)
+            stage_bytes.append(sum(shape.parameter_bytes[i] for i in layers))
+    column = np.array(ranks)
+    work = np.stack([np.array(forward) * residual[:, column],
+                     np.array(backward) * residual[:, column]], axis=2)
     per_stage = [dataclasses.replace(comm, bytes=int(b)) for b in stage_bytes]
+    groups = len(plan.groups)
+    if plan.wave_bound == 0:  # each stage's gradients all-reduced among the virtual workers
+        exchange = np.array([c.allreduce_ns(groups) for c in per_stage])
+    else:  # each virtual worker's stages push to a server and pull
+        exchange = np.array([c.round_trip_ns() for c in per_stage])
+    exchanged = exchange[None, :] * ratio[:, :1]  # (steps, stages)
+    after = exchanged + (gap[:, :1] + evaluation[:, :1])
+    gate = _gate(stages, plan.wave_bound, after)
+    begin, end, busy = run_waves(stages, work, factor[:, column], link, plan.schedule,
+                                 plan.micro_batches, cores, gate)
+    # a stage's wait after its wave for the others (D = 0: their all-reduce; D > 0: the
+    # wave bound), as a run records idle: the wait at the exchange, not the bubble
+    idle = np.zeros_like(end)
+    for k in range(steps - 1):
+        idle[k] = [gate(p, k + 1, end) - after[k, p] - end[k, p] for p in range(len(stages))]
+    return _summary(plan, begin, end, busy, idle.clip(min=0), exchanged.max(axis=1),
+                    after, evaluation[:, 0], global_batch, stages)
+
+
+def _layer_ops(shape: LayerShape, whole_ns: float) -> list[tuple[float, float]]:
+    """Each layer's forward and backward for a worker whose whole model takes `whole_ns`."""
+    return [(whole_ns * f * share, whole_ns * f * (1 - share))
+            for f, share in zip(shape.fractions, shape.forward, strict=True)]
+
+
+def _gate(stages: Sequence[Stage], wave_bound: int, after: np.ndarray) -> WaveGate:
+    """When a stage may begin wave k (`after[k - 1, p]`: stage p's exchange, the loop's gap
+    and any held-out evaluation after wave k - 1). D = 0: once every virtual worker's same
+    stage has ended wave k - 1 and their all-reduce is done. D > 0: once its own stage has
+    pushed and pulled after wave k - 1, and every virtual worker has ended wave
+    k - D - 1."""
+    same = [np.array([q for q, t in enumerate(stages) if t.index == s.index]) for s in stages]
+
+    def gate(p: int, k: int, end: np.ndarray) -> float:
+        if k == 0:
+            return 0.0
+        if wave_bound == 0:
+            return float(end[k - 1, same[p]].max() + after[k - 1, p])
+        # numpy's max: NaN (a wave not ended yet) stays NaN, where Python's max drops it
+        bound = end[k - wave_bound - 1].max() if k > wave_bound else 0.0
+        return float(np.maximum(end[k - 1, p] + after[k - 1, p], bound))
+
+    return gate
+
+
+def _summary(plan: Pipeline, begin: np.ndarray, end: np.ndarray, busy: np.ndarray,
+             idle: np.ndarray, exchange: np.ndarray, after: np.ndarray,
+             evaluation: np.ndarray, global_batch: int, stages: Sequence[Stage]
+             ) -> dict[str, float]:
+    """The advisor's step measures from the stages' waves (waves, stages): a step is a wave
+    of every virtual worker, from the first stage's begin to the next step's (the last
+    step: to its last exchange's end); at D > 0 the virtual workers drift apart, and a step
+    is the run's time over its steps."""
+    steps = len(begin)
+    finish = float((end[-1] + after[-1]).max())
     if plan.wave_bound == 0:
-        exchange = max(c.allreduce_ns(groups) for c in per_stage) * ratio
-        slowest = waves.max(axis=1)
-        idle = slowest[:, None] - waves[:, column]
-        return {"period": slowest + exchange + gap, "exchange": exchange, "idle": idle,
-                "staleness": 0.0}
-    trips = np.array([max(c.round_trip_ns() for c, g in zip(per_stage, group_of, strict=True)
-                          if g == v) for v in range(groups)])
-    start, end = np.zeros((steps, groups)), np.zeros((steps, groups))
-    for k in range(steps):
-        ready = end[k - 1] if k else np.zeros(groups)
-        allowed = end[k - plan.wave_bound - 1].max() if k > plan.wave_bound else 0.0
-        start[k] = np.maximum(ready, allowed)
-        end[k] = start[k] + waves[k] + trips * ratio[k] + gap[k]
-    finished = np.sort(end.ravel())
-    # the others' updates applied while a wave computed, its versions behind at its push:
-    # the ends in (its pull, its push], its own not counted (an end at the same instant as
-    # its push is taken as before it: two alike virtual workers are 1 behind, as wsp's
-    # runs of alike devices record, not 0)
-    applied = np.searchsorted(finished, end, side="right") \
-        - np.searchsorted(finished, start, side="right") - 1
-    staleness = float(applied.mean())
-    span = end[-1].max() / steps
-    waited = (start - np.vstack([np.zeros(groups), end[:-1]])).clip(min=0)
-    period = np.full(steps, span)
-    return {"period": period, "exchange": (trips * ratio[:, None]).mean(axis=1),
-            "idle": waited[:, column], "staleness": staleness}
+        period = np.diff(np.append(begin.min(axis=1), finish))
+    else:
+        period = np.full(steps, (finish - float(begin[0].min())) / steps)
+    total_s = period.sum() / 1e9
+    return {"mean_step_ms": float(period.mean() / 1e6),
+            "p99_step_ms": float(np.percentile(period, 99) / 1e6),
+            "samples_per_s": steps * global_batch / total_s,
+            "train_fraction": float(1 - evaluation.sum() / period.sum()),
+            "compute_share": float((busy / period[:, None]).mean()),
+            "idle_fraction": float((idle / period[:, None]).mean()),
+            "comm_share": float((exchange / period).clip(max=1).mean()),
+            "mean_staleness": 0.0 if plan.wave_bound == 0 else _staleness(stages, begin, end),
+            "dropped_fraction": 0.0}
+
+
+def _staleness(stages: Sequence[Stage], begin: np.ndarray, end: np.ndarray) -> float:
+    """The other virtual workers' updates applied while a wave computed, its versions
+    behind at its push: the wave ends in (its begin, its end], its own not counted (an end
+    at the same instant as its push is taken as before it: two alike virtual workers are 1
+    behind, as wsp's runs of alike devices record, not 0)."""
+    groups = max(s.group for s in stages) + 1
+    column = np.array([s.group for s in stages])
+    starts = np.stack([begin[:, column == v].min(axis=1) for v in range(groups)], axis=1)
+    ends = np.stack([end[:, column == v].max(axis=1) for v in range(groups)], axis=1)
+    finished = np.sort(ends.ravel())
+    applied = np.searchsorted(finished, ends, side="right") \
+        - np.searchsorted(finished, starts, side="right") - 1
+    return float(applied.mean())

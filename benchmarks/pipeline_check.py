@@ -2,11 +2,13 @@
 of the `pipeline` suite from its data-parallel job (issue 29)?
 
 From a `pipeline` suite result: the devices and the exchange are fitted on the `dp` runs
-alone (as `hetbench advise --job dp` does), the model's layer shares are timed here (as
-advise does), and each pipelined run recorded beside them (its virtual workers, micro-
-batches and wave bound, read from its manifest) is predicted and set against its
-measurement: samples/s, mean step and idle, means over its repeats; the data-parallel job's
-own replay beside them. The measured side's spread over its repeats is shown too.
+and dp-adaptive's (the same workers under another partition), as `hetbench advise --job
+dp` does; the model's layers are timed here, as advise times them (each one's share of the
+time and its forward's share of that); and each pipelined run recorded beside them (its
+virtual workers, schedule, micro-batches and wave bound, read from its manifest) is
+predicted and set against its measurement: samples/s, mean step and idle, means over its
+repeats; the data-parallel job's own replay beside them. The measured side's spread over
+its repeats is shown too.
 
     hetbench run pipeline -k "dp" --repeats 2 --out results
     hetbench run pipeline -k "hetpipe-*" --repeats 2 --out results
@@ -60,7 +62,8 @@ def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
                  if r.manifest["run"].get("pipeline")}
     for name, pipe in pipelined.items():
         plan = Pipeline(tuple(tuple(g) for g in pipe["virtual_workers"]),
-                        int(pipe["micro_batches"]), int(pipe["wave_bound"]))
+                        int(pipe["micro_batches"]), int(pipe["wave_bound"]),
+                        str(pipe["schedule"]))
         remedy = advisor.Remedy(name, name, "pipeline", fitted.remedies[0].scheme,
                                 tuple(range(len(fitted.workers))), job["recorded"],
                                 pipeline=plan)

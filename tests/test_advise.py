@@ -15,6 +15,7 @@ from analysis import advisor, deviceclass
 from analysis.advice_report import resolved_tau
 from analysis.pipeline_model import LayerShape
 from analysis.simulate import Scheme, parse_scheme
+from harness.cli.advise import layer_shape
 from harness.cli.main import main
 from harness.records import collector, manifest
 from harness.spec.suite import _parse_toml, load_suite, parse_suite
@@ -244,7 +245,14 @@ def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: igno
     # ... but, its model not yet validated, ranked after every other and never advised
     assert not pipe["advised"] and pipe["rank"] > table[table["advised"]]["rank"].max()
     assert "pipe-spread3-d0" not in [r.name for r in suite.runs]
-    assert "- pipelines: predicted (the ranking's last rows) but not advised" in advice
+    assert "- pipelines: predicted op by op" in advice
+
+
+def test_the_layers_are_timed_here_with_each_ones_forward() -> None:
+    shape = layer_shape(spec())
+    assert shape.layers == 3 and sum(shape.fractions) == pytest.approx(1.0)
+    assert all(0 < f < 1 for f in shape.forward)  # each layer's forward, measured
+    assert shape.activation_bytes[-1] == 10 * 4  # the MLP's 10 logits, float32, a sample
 
 
 def write_other_workload(folder: Path) -> Path:

@@ -107,9 +107,10 @@ PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
 
 def layer_shape(run: Any) -> Any:
     """The model's layers for the pipelined remedies (analysis.pipeline_model.LayerShape):
-    each layer's share of a forward + backward, timed here on the micro-batch a virtual
-    worker of two stages would take in 4 micro-batches, as a pipelined run profiles them
-    (harness/partition/layerprofile.py); or why there is none (a str)."""
+    each layer's share of a forward + backward and its forward's share of that, timed here
+    on the micro-batch a virtual worker of two stages would take in 4 micro-batches, as a
+    pipelined run profiles them (harness/partition/layerprofile.py); or why there is none
+    (a str)."""
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
     if get_workload(run.workload).layers is None:
@@ -133,7 +134,9 @@ def layer_shape(run: Any) -> Any:
     total = sum(profile.time_ns)
     return LayerShape(tuple(t / total for t in profile.time_ns),
                       tuple(b / micro for b in profile.activation_bytes),
-                      tuple(profile.parameter_bytes))
+                      tuple(profile.parameter_bytes),
+                      tuple(f / t for f, t in zip(profile.forward_ns, profile.time_ns,
+                                                  strict=True)))
 
 
 def _advised(ranked: Any, top: int) -> list[str]:
