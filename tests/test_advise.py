@@ -302,13 +302,16 @@ def test_verify_runs_the_advised_suite(tmp_path: Path, hetbench) -> None:  # typ
     recorded = hetbench(tmp_path, "run", "tiny.toml", "--out", "rec", "--no-progress")
     assert recorded.returncode == 0, recorded.stderr
     result = hetbench(tmp_path, "advise", "rec/tiny", "--top", "2", "--repeats", "2",
-                      "--verify", "--out", "adv")
+                      "--verify", "--no-figures", "--out", "adv")
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(tmp_path / "adv" / "advice.csv")
     verified = table.dropna(subset=["measured_s"])
     # the recorded job and the two best remedies, each run and measured
     assert len(verified) == 3 and "recorded" in set(verified["remedy"])
     runs = sorted(p.name.split("-r0-")[0] for p in (tmp_path / "adv" / "advised").glob("*-r0-*"))
+    # --no-figures: the advised suite's runs drew none; advice's own figure is there
+    assert not list((tmp_path / "adv" / "advised").glob("figures/*.png"))
+    assert (tmp_path / "adv" / "figures" / "advice.png").is_file()
     assert runs == sorted(verified["remedy"])
     advice = (tmp_path / "adv" / "advice.md").read_text()
     line = next(x for x in advice.splitlines() if x.startswith("3 remedies run"))

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default 5)")
     parser.add_argument("--suite-repeats", type=int, default=1,
                         help="repeats of each run of the advised suite (default 1)")
+    parser.add_argument("--no-figures", action="store_true",
+                        help="with --verify: draw no figures of the advised suite's runs "
+                        "(hetbench run's --no-figures; advice's own figure is still drawn)")
     parser.add_argument("--steps", type=int,
                         help="steps of the advised runs (default: the recorded run's)")
     parser.add_argument("-k", dest="runs", metavar="PATTERN",
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     suite_path = out / f"{SUITE}.toml"
     _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
     print(advice_report.table(ranked, target))
-    measured = verify(suite_path, out, target) if args.verify else None
+    measured = verify(suite_path, out, target, args.no_figures) if args.verify else None
     if measured is not None:
         ranked = ranked.merge(measured, on="remedy", how="left")
     advice_report.write_advice(out, ranked, refused, job, target, SUITE, chosen,
@@ -158,7 +161,8 @@ def _write_suite(path: Path, chosen: list[Any], args: argparse.Namespace,
     load_suite(str(path))  # what was written is a suite hetbench runs
 
 
-def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
+def verify(suite_path: Path, out: Path, target: dict[str, Any] | None,
+           no_figures: bool = False) -> Any:
     """Run the advised suite; each remedy's measured time of the work, step time, idle
     fraction and (with a target) time to target: medians over the suite's repeats."""
     import pandas as pd
@@ -171,7 +175,8 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None) -> Any:
 
     parser = argparse.ArgumentParser()
     run_command.add_arguments(parser)
-    run_args = parser.parse_args([str(suite_path), "--out", str(out), "--no-progress"])
+    run_args = parser.parse_args([str(suite_path), "--out", str(out), "--no-progress",
+                                  *(["--no-figures"] if no_figures else [])])
     print(f"\n--verify: running {suite_path}")
     results: list[Any] = []
     status = run_command.run_and_collect(run_args, results)
