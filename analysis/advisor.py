@@ -74,7 +74,7 @@ PIPELINES = "pipelines (virtual workers, allocation, split, D)"
 # has not met its runs within a usable error yet (the kind -> why)
 UNVALIDATED = {
     "pipeline": "predicted op by op (analysis/pipeline_model.py), ranked last and not "
-                "advised: the `pipeline` suite's pipelined runs came out 45-51% faster "
+                "advised: the `pipeline` suite's pipelined runs came out 41-62% faster "
                 "than they ran (median; the stages' waits for their inputs are not "
                 "modelled: docs/howto/advise.md)"}
 NOT_SIMULATED = {
