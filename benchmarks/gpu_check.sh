@@ -14,16 +14,20 @@
 # 6. a cuda:0 worker beside CPU workers for each framework (benchmarks/gpu.toml).
 # Each part goes on when one before it fails or runs out of its time (PART_TIMEOUT
 # seconds, default 900); the exit status is the number that failed. REPEATS overrides the
-# suites' repeats; BLOCKS is overhead.py's rounds (default 2000).
+# suites' repeats; BLOCKS is overhead.py's rounds (default 2000); ONLY="tests choi-sizes"
+# runs just the parts named (a lease too short for all of them, split over calls).
 set -u
 out=${1:-results/gpu-check}
 repeats=${REPEATS:+--repeats $REPEATS}
 mkdir -p "$out"
 failed=0
 part() {  # part NAME COMMAND...: run it, its output also in $out/NAME.log
-    echo "== $1 ($(date +%T))"
     local name=$1
     shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
+        return 0
+    fi
+    echo "== $name ($(date +%T))"
     if ! timeout -k 20 "${PART_TIMEOUT:-900}" "$@" 2>&1 | tee "$out/$name.log"; then
         echo "== $name FAILED (log: $out/$name.log)"
         failed=$((failed + 1))

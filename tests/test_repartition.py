@@ -256,6 +256,20 @@ def test_a_worker_that_costs_more_than_it_brings_is_left_out() -> None:
     assert membership_update(r, sizes, lines, float("nan")) is None
 
 
+def test_workers_that_pay_only_together_with_the_exchange_are_left_out_together() -> None:
+    # A GPU-like worker (3 ms fixed, 20 us per sample) and two CPU-like ones (5 ms + 400 us):
+    # leaving out one CPU keeps the 3 ms exchange (5.54 + 3 ms against 5.51 + 3 ms with
+    # both), leaving out both saves it (6.56 ms: the GPU's 128 samples on its line through
+    # the origin, beyond the slices it was measured on)
+    lines = [(3e6, 20_000.0), (5e6, 400_000.0), (5e6, 400_000.0)]
+    r = Repartitioner("model", 128, 3, Damping(), leave_out=True)
+    change = membership_update(r, (96, 16, 16), lines, 3e6)
+    assert change is not None
+    sizes, reason = change
+    assert sizes == (128, 0, 0)
+    assert "left out worker(s) [1, 2]" in reason and "predicted step 6.560 ms" in reason
+
+
 def test_a_worker_that_pays_for_itself_is_kept() -> None:
     # a 2x (not 10x) slower worker and a 0.1 ms exchange: 0.85 ms + 0.1 ms against 1.28 ms
     lines = [(0.0, 20_000.0), (0.0, 40_000.0)]
