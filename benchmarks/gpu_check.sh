@@ -38,12 +38,15 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no C
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 python -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)" \
     | tee -a "$out/gpu.txt"
-part tests python -m pytest -q -rs -m gpu -p no:cacheprovider tests/test_timer.py \
-    tests/test_device_allreduce.py tests/test_profiling.py
+# Kineto's INFO log (record counts, out-of-range drops) lands in each run's worker logs,
+# kept under $out/pytest: the first lease's profiled GPU worker traced no kernel.
+part tests env KINETO_LOG_LEVEL=1 python -m pytest -q -rs -m gpu -p no:cacheprovider \
+    --basetemp "$out/pytest" tests/test_timer.py tests/test_device_allreduce.py \
+    tests/test_profiling.py
 part choi-sizes python benchmarks/choi_sizes.py --out "$out/choi-sizes.csv"
 for workload in mlp cnn; do
     part "overhead-$workload" python benchmarks/overhead.py --workload "$workload" \
-        --device cuda:0 --blocks "${BLOCKS:-2000}"
+        --device cuda:0 --blocks "${BLOCKS:-2000}" --parts
 done
 # shellcheck disable=SC2086  # $repeats is empty or two words
 part choi-run hetbench run benchmarks/choi_strategies.toml $repeats --no-progress --out "$out"

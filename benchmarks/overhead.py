@@ -149,6 +149,7 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
     for k in range(args.blocks * args.steps_per_block):
         name = names[k % len(names)]
         trainer.step_bare(step, 0, args.batch)
+        trainer.adapter.synchronize()  # on a GPU, the part must not wait out the step's work
         step += 1
         start = time.perf_counter_ns()
         named[name]()
