@@ -59,7 +59,7 @@ framework = "{framework}"
 aggregator = "{aggregator}"
 workload = "mlp"
 dataset = "digits"
-steps = 10000  # outlasts the sampling; 100,000 took tensorflow-ps 27 s more to start
+steps = 10000  # outlasts the sampling; 100,000: tensorflow-ps 17 s more
 global_batch = 64
 timeout_s = 30
 workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
