@@ -49,10 +49,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def hta(run_dir: Path):  # type: ignore[no-untyped-def]
+    from hta.common.trace import Trace
     from hta.trace_analysis import TraceAnalysis
 
-    # every step of the window: HTA drops the last one unless told (it may be cut short)
-    return TraceAnalysis(trace_dir=str(run_dir / PROFILE_DIR), include_last_profiler_step=True)
+    class InProcess(TraceAnalysis):  # type: ignore[misc]
+        """TraceAnalysis parses the ranks in a forked pool, and a fork of this process
+        (threads of torch and of earlier tests) can hang: it did once in CI, for the
+        test's whole 300 s. Trace.load_traces parses them here instead."""
+
+        def __init__(self, trace_dir: str) -> None:
+            self.t = Trace(trace_dir=trace_dir)
+            # every step of the window: HTA drops the last one unless told (it may be cut
+            # short)
+            self.t.load_traces(include_last_profiler_step=True, use_multiprocessing=False)
+
+    return InProcess(str(run_dir / PROFILE_DIR))
 
 
 def named(analysis, rank: int, prefix: str) -> pd.DataFrame:  # type: ignore[no-untyped-def]
