@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +126,26 @@ def test_the_record_puts_each_value_in_its_named_field() -> None:
                              "cpu_system_ns", "rss_bytes", "gc_ns", "gc_collections")] == \
         list(counters)
     assert [row[f] for f in collector.EXCHANGE_FIELDS] == [2, 11, 12, 13, True, False]
+
+
+def test_a_timed_steps_parts_become_its_row_when_the_writer_flushes(tmp_path: Path) -> None:
+    """A worker leaves a timed step's parts; the writer builds the row as it flushes, and
+    writes the rows it was given whole (a step sat out) as they are, in order."""
+    marks = [1000 + 10 * i * i for i in range(len(PHASES) + 1)]
+    parts = (3, 42, 16, 32, marks, 99, (1234, 5678), 0.5, 0.25, (1, 2, 300, 400, 5, 6, 7),
+             Exchanged())
+    assert len(parts) == collector.TIMED_STEP_PARTS and parts[collector.TIMED_MARKS] is marks
+    path = tmp_path / "rank3.bin"
+    writer = collector.RecordWriter(path, flush_every=2)
+    writer.append(parts)
+    writer.append(collector.left_out_record(3, 43))
+    writer.append(parts)
+    writer.close()
+    written = collector.read_part(path)
+    assert written["step"].tolist() == [42, 43, 42]
+    made = np.array([collector.timed_record(*parts)], dtype=RECORD_DTYPE)[0]
+    assert written[0].tobytes() == written[2].tobytes() == made.tobytes()
+    assert written[1]["batch_size"] == 0
 
 
 def test_an_untimed_record_has_its_instants_and_nothing_measured() -> None:

@@ -67,6 +67,10 @@ class Counters:
         self._usage: Any = None
         self._rss = 0
         self._rss_at = -self.RSS_EVERY
+        # an unsampled step's counters when the collector did not run: built once per RSS
+        # read, not at every step (each Python operation right after a step costs several
+        # times its cost in a loop of its own: benchmarks/overhead.py)
+        self._quiet = (*_UNMEASURED_USAGE, 0, 0, 0)
         self.gc = GcTimer()
 
     def start(self) -> None:
@@ -86,13 +90,17 @@ class Counters:
         """Context switches (voluntary, involuntary), user and system CPU since start() (or
         UNMEASURED), RSS, the garbage collector's time and collections since the last
         take()."""
-        gc_ns, gc_count = self.gc.take()
         if not self._sampled:
+            if not self.gc.collections:  # most steps: nothing new, the row made before
+                return self._quiet
+            gc_ns, gc_count = self.gc.take()
             return (*_UNMEASURED_USAGE, self._rss, gc_ns, gc_count)
+        gc_ns, gc_count = self.gc.take()
         now, last = resource.getrusage(resource.RUSAGE_SELF), self._usage
         if self._steps - self._rss_at >= self.RSS_EVERY:
             self._rss_at = self._steps
             self._rss = int(os.pread(self._statm, 64, 0).split()[1]) * self._page
+            self._quiet = (*_UNMEASURED_USAGE, self._rss, 0, 0)
         return (now.ru_nvcsw - last.ru_nvcsw, now.ru_nivcsw - last.ru_nivcsw,
                 int((now.ru_utime - last.ru_utime) * 1e9),
                 int((now.ru_stime - last.ru_stime) * 1e9), self._rss, gc_ns, gc_count)

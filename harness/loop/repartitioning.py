@@ -19,7 +19,7 @@ from harness.loop.engine import Turn
 from harness.loop.membership import CHANGE, END, EVAL, Membership, members_of
 from harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
 from harness.records import collector
-from harness.records.collector import BEGIN_FIELD, READY_FIELD, REDUCED_FIELD
+from harness.records.collector import MARK_READY, MARK_REDUCED
 from harness.spec.suite import RunSpec
 
 
@@ -50,8 +50,9 @@ class Repartitioning:
         if self.first_at_size:
             self.first_at_size = False
             return
-        self.window.add(size, record[READY_FIELD] - record[BEGIN_FIELD])
-        self.synchronized_sum += record[REDUCED_FIELD] - record[BEGIN_FIELD]
+        marks = record[collector.TIMED_MARKS]  # a timed step's parts (worker.timed_step)
+        self.window.add(size, marks[MARK_READY] - marks[0])
+        self.synchronized_sum += marks[MARK_REDUCED] - marks[0]
 
     def between_steps(self, step: int) -> None:
         assert self.repartitioner is not None
