@@ -111,14 +111,13 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
     """Each part of a timed step's instrumentation, timed alone right after a bare step, in
     microseconds, one value per round (the parts' order rotates)."""
     from harness.exchange import Exchange, Holds
-    from harness.records import collector
     from harness.records.collector import PHASES
 
     timer = trainer.timer
     exchange = Exchange(Holds.SUMS, args.batch, None)
     counters.start()
-    record = collector.timed_record(0, 0, args.batch, 0, list(range(len(PHASES) + 1)), 0,
-                                    counters.compute_cpu(), 0.0, 0.0, counters.take(), exchange)
+    record = (0, 0, args.batch, 0, list(range(len(PHASES) + 1)), 0, counters.compute_cpu(),
+              0.0, 0.0, counters.take(), exchange)  # a timed step's parts (worker.timed_step)
 
     def phase_timer() -> None:
         timer.begin()
@@ -133,17 +132,22 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
         counters.compute_cpu()
         counters.take()
 
-    def make_record() -> None:
-        collector.timed_record(0, 0, args.batch, 0, timer.marks, 0, (-1, -1), 0.0, 0.0,
-                               (-1, -1, -1, -1, 0, 0, 0), exchange)
+    unsampled = Counters(10**9)
+    unsampled.start()
+    unsampled.take()  # its one sampled step
+
+    def step_parts() -> tuple[Any, ...]:  # a timed step's record: its parts (worker.timed_step)
+        unsampled.start()
+        return (0, 0, args.batch, 0, timer.marks, 0, unsampled.compute_cpu(), 0.0, 0.0,
+                unsampled.take(), exchange)
 
     named = {"nothing (the floor of this measurement)": lambda: None,
              "phase timer (begin and 8 marks)": phase_timer,
              "all threads' CPU clocks (a window)": thread_clocks,
              "a sampled step's counters (clocks, 2 getrusage, rss every 8, gc)":
                  sampled_counters,
-             "record (unsampled counters)": make_record,
-             "writer append (flush every 16)": lambda: writer.append(record)}
+             "an unsampled step's counters and record": step_parts,
+             "writer append (rows built and written every 16)": lambda: writer.append(record)}
     costs: dict[str, list[float]] = {name: [] for name in named}
     names = list(named)
     for k in range(args.blocks * args.steps_per_block):
