@@ -17,14 +17,15 @@ def burn(seconds: float) -> None:
 
 def test_one_step_in_every_reads_the_clocks_and_getrusage_the_others_hold_unmeasured() -> None:
     counters = Counters(every=4)
-    rows = []
-    for _ in range(9):
-        counters.start()
+    rows, said = [], []
+    for step in range(9):
+        if counters.start():
+            said.append(step)
         burn(0.002)
         cpu = counters.compute_cpu()
         rows.append((cpu, counters.take()))
     sampled = [i for i, (cpu, _) in enumerate(rows) if cpu != (UNMEASURED, UNMEASURED)]
-    assert sampled == [0, 4, 8]
+    assert sampled == said == [0, 4, 8]
     for i, ((main, every), usage) in enumerate(rows):
         if i in sampled:
             assert every >= main >= 2_000_000  # the burn, on this thread's own clock

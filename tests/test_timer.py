@@ -20,12 +20,13 @@ from harness.spec.emulation import Stretcher
 COMPUTE = [p for p in PHASES if RULES[p].stretched]
 
 
-def run_phases(timer: StepTimer, work_s: float = 0.0) -> None:
+def run_phases(timer: StepTimer | HostTimer, work_s: float = 0.0) -> None:
+    """A step as the loop marks it: the host clock read at each phase's end, in order."""
     timer.begin()
-    for phase in PHASES:
+    for _ in PHASES:
         if work_s:
             time.sleep(work_s)
-        timer.end(phase)
+        timer.end(time.perf_counter_ns())
 
 
 def test_marks_follow_the_phases_and_the_device_is_waited_for_where_it_may_be_busy() -> None:
@@ -43,12 +44,34 @@ def test_marks_follow_the_phases_and_the_device_is_waited_for_where_it_may_be_bu
     assert len(host_only.marks) == len(PHASES) + 1
 
 
-def test_a_phase_out_of_order_is_refused() -> None:
+def test_a_phase_beyond_the_last_is_refused_and_one_ended_at_an_instant_out_of_order_too(
+        ) -> None:
     timer = StepTimer(Stretcher(1.0))
+    run_phases(timer)
+    with pytest.raises(RuntimeError, match="a step marked more than its 8 phases"):
+        timer.end(time.perf_counter_ns())
     timer.begin()
-    timer.end(Phase.LOAD)
-    with pytest.raises(RuntimeError, match="phase forward ended where to_device was due"):
-        timer.end(Phase.FORWARD)
+    timer.end(time.perf_counter_ns())  # load
+    with pytest.raises(RuntimeError, match="phase backward ended where to_device was due"):
+        timer.end_at(Phase.BACKWARD, time.perf_counter_ns())
+
+
+def test_the_host_timer_keeps_the_loops_instants_and_a_record_missing_one_is_refused(
+        ) -> None:
+    timer = HostTimer()
+    timer.begin()
+    instants = [timer.marks[0] + 10 * (i + 1) for i in range(len(PHASES))]
+    for instant in instants:
+        timer.end(instant)
+    assert timer.marks[1:] == instants
+    timer.begin()
+    first = timer.marks
+    timer.end(first[0] + 5)
+    timer.begin()  # a new list: the last step's record still holds its own
+    assert first == [first[0], first[0] + 5] and timer.marks is not first
+    with pytest.raises(RuntimeError, match="a step marked 0 phase ends, not 8"):
+        collector.timed_record(0, 0, 1, 0, timer.marks, 0, (-1, -1), 0.0, 0.0,
+                               (-1,) * 7, Exchanged())
 
 
 def test_the_slowdown_stretches_the_compute_phases_only() -> None:
@@ -249,12 +272,12 @@ def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: floa
 def test_the_host_timer_marks_each_phase_and_an_instant_no_earlier_than_the_last() -> None:
     timer = HostTimer()
     timer.begin()
-    for phase in PHASES[:3]:
-        timer.end(phase)
+    for _ in PHASES[:3]:
+        timer.end(time.perf_counter_ns())
     timer.end_at(PHASES[3], timer.marks[0])  # an instant before the last mark: clamped
     timer.end_at(PHASES[4], timer.marks[-1] + 5)
-    for phase in PHASES[5:]:
-        timer.end(phase)
+    for _ in PHASES[5:]:
+        timer.end(time.perf_counter_ns())
     marks = timer.marks
     assert len(marks) == len(PHASES) + 1 and marks == sorted(marks)
     assert marks[4] == marks[3] and marks[5] == marks[4] + 5

@@ -23,7 +23,7 @@ from typing import Any
 from harness.records.collector import UNMEASURED
 from harness.system.cputime import ThreadsCpuClock
 
-_UNMEASURED_CPU = (UNMEASURED, UNMEASURED)
+UNMEASURED_CPU = (UNMEASURED, UNMEASURED)  # compute_cpu() of a step not sampled
 _UNMEASURED_USAGE = (UNMEASURED,) * 4
 
 
@@ -73,18 +73,21 @@ class Counters:
         self._quiet = (*_UNMEASURED_USAGE, 0, 0, 0)
         self.gc = GcTimer()
 
-    def start(self) -> None:
-        """A step begins: on a sampled step, the CPU clocks and getrusage are read."""
+    def start(self) -> bool:
+        """A step begins: on a sampled step, the CPU clocks and getrusage are read. Returns
+        whether it is sampled (if not, compute_cpu() is UNMEASURED_CPU: a caller may skip
+        the call, ~1 us right after a step's compute)."""
         steps = self._steps
         self._steps = steps + 1
         self._sampled = sampled = not steps % self.every
         if sampled:
             self._usage = resource.getrusage(resource.RUSAGE_SELF)
             self._cpu = self.clock.start()
+        return sampled
 
     def compute_cpu(self) -> tuple[int, int]:
         """The CPU time of the main thread and of all threads since start(), or UNMEASURED."""
-        return self.clock.stop(self._cpu) if self._sampled else _UNMEASURED_CPU
+        return self.clock.stop(self._cpu) if self._sampled else UNMEASURED_CPU
 
     def take(self) -> tuple[int, int, int, int, int, int, int]:
         """Context switches (voluntary, involuntary), user and system CPU since start() (or

@@ -6,10 +6,17 @@ has issued the phase (a CUDA stream, MXNet's engine: wait for it before the mark
 mark says when the work was queued, not done) and whether the emulated slowdown stretches it
 (the compute phases).
 
+The loop reads the host clock at the end of each phase and hands the instant to the timer
+(`end(now)`, the phases in PHASES order): for the common CPU worker that instant is the
+mark, and `end` is the marks list's own append, so a mark runs no Python function. Right
+after a phase's compute, with the caches cold, a mark through a Python method cost ~1 us
+(9 a step: ~9 us), the append ~0.4 (benchmarks/overhead.py --parts; issue 28's budget for
+all of a step's instrumentation is 30 us).
+
 Three timers:
 - `HostTimer` (a worker whose device is the host and whose phases nothing stretches: the
-  common CPU worker) only reads the clock at each mark: no wait, no stretch, no check of
-  the phase's rules, as each costs microseconds inside a step (benchmarks/overhead.py).
+  common CPU worker) keeps the loop's instants: no wait, no stretch, no check of the
+  phase's rules (the record checks that every phase was marked).
 - `StepTimer` waits for the device before each such mark (`synchronize`, the adapter's).
   Simple and exact on the host clock, but on a GPU each wait drains the queue: a short
   phase is inflated by the launch latency and the next phase cannot overlap it.
@@ -52,14 +59,16 @@ _ORDERED = tuple((phase, RULES[phase]) for phase in PHASES)
 
 
 class PhaseTimer(Protocol):
-    """What the loop asks of a phase timer: a begin, then each phase's end in PHASES order;
-    `marks` are then the record's instants (begin, each phase's end) on the host clock."""
+    """What the loop asks of a phase timer: a begin, then each phase's end in PHASES order,
+    `end(now)` with `now` the host clock (perf_counter_ns) as the loop read it; `marks`
+    are then the record's instants (begin, each phase's end) on the host clock."""
 
     marks: list[int]
 
     def begin(self) -> None: ...
 
-    def end(self, phase: Phase) -> None: ...
+    @property
+    def end(self) -> Callable[[int], object]: ...
 
     def end_at(self, phase: Phase, instant: int) -> None: ...
 
@@ -80,15 +89,16 @@ class StepTimer:
     def begin(self) -> None:
         self.marks = [perf_counter_ns()]
 
-    def end(self, phase: Phase) -> None:
-        """The end of `phase`, which must be the next phase in PHASES order."""
+    def end(self, now: int) -> None:
+        """The end of the next phase in PHASES order, the loop's clock reading `now`; where
+        the device may be busy, read again once it is done."""
         marks = self.marks
-        expected, rule = _ORDERED[len(marks) - 1]
-        if phase is not expected:
-            raise RuntimeError(f"phase {phase.value} ended where {expected.value} was due")
+        if len(marks) > len(_ORDERED):
+            raise RuntimeError(f"a step marked more than its {len(PHASES)} phases")
+        rule = _ORDERED[len(marks) - 1][1]
         if rule.device and self.synchronize is not None:
             self.synchronize()
-        now = perf_counter_ns()
+            now = perf_counter_ns()
         marks.append(self.stretch(marks[-1], now) if rule.stretched else now)
 
     def end_at(self, phase: Phase, instant: int) -> None:
@@ -115,12 +125,12 @@ class HostTimer:
 
     def __init__(self) -> None:
         self.marks: list[int] = []
+        self.end: Callable[[int], object] = self.marks.append
 
     def begin(self) -> None:
-        self.marks = [perf_counter_ns()]
-
-    def end(self, phase: Phase) -> None:
-        self.marks.append(perf_counter_ns())
+        # a new list each step: a record keeps its marks until the writer builds its row
+        self.marks = marks = [perf_counter_ns()]
+        self.end = marks.append
 
     def end_at(self, phase: Phase, instant: int) -> None:
         marks = self.marks
@@ -151,17 +161,14 @@ class CudaEventTimer(StepTimer):
         raise RuntimeError("CUDA-event timing marks its own phases (an overlapped exchange "
                            "is timed by StepTimer: harness.loop.worker.phase_timer)")
 
-    def end(self, phase: Phase) -> None:
+    def end(self, now: int) -> None:
         index = len(self.marks)
         if index >= len(self.events):  # exchange, unpack, apply: on the host clock
-            super().end(phase)
+            super().end(now)
             return
-        expected = _ORDERED[index - 1][0]
-        if phase is not expected:
-            raise RuntimeError(f"phase {phase.value} ended where {expected.value} was due")
         self.events[index].record()
         self.marks.append(-1)  # resolved once the pack is done
-        if phase is Phase.PACK:
+        if index == len(self.events) - 1:  # the pack
             self.events[index].synchronize()  # the host needs the gradients now
             first, begin = self.events[0], self.marks[0]
             for i in range(1, index + 1):

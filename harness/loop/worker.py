@@ -32,7 +32,7 @@ from adapters.base import Adapter, DeviceEvents, Loss
 from harness import exchange as aggregators
 from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, Unattached
 from harness.loop import engine, lifecycle
-from harness.loop.counters import Counters
+from harness.loop.counters import UNMEASURED_CPU, Counters
 from harness.loop.profiling import step_profiler
 from harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
 from harness.partition.policies import (
@@ -44,7 +44,7 @@ from harness.partition.policies import (
     slice_bounds,
 )
 from harness.records import collector, rundir
-from harness.records.collector import RecordWriter
+from harness.records.collector import Phase, RecordWriter
 from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, load_suite, run_from_dict
@@ -56,10 +56,12 @@ from harness.training.optim import Optimizer
 from workloads import build_spec, get_workload
 from workloads.data import BatchOrder, load_dataset
 
-# The phases as module constants: an enum member read through its class costs ~0.15 us (the
-# metaclass's lookup), 8 of them a step, several times that right after the compute
-# (benchmarks/overhead.py)
-LOAD, TO_DEVICE, FORWARD, BACKWARD, PACK, ALLREDUCE, UNPACK, APPLY = collector.PHASES
+# The phases an overlapped backward ends at an instant it measured, as module constants: an
+# enum member read through its class costs ~0.15 us (the metaclass's lookup), several times
+# that right after the compute (benchmarks/overhead.py). The other phases' ends are the
+# loop's clock readings, `timer.end(now())`, in PHASES order (harness/loop/timer.py).
+BACKWARD, PACK = Phase.BACKWARD, Phase.PACK
+now = time.perf_counter_ns  # a module global: one lookup less per mark than time.X
 
 if TYPE_CHECKING:
     import torch
@@ -119,7 +121,7 @@ class Trainer:
             # A memoryview reads the loss slot as a float in ~0.05 us, numpy's scalar path in
             # ~0.1 us and indexing the tensor ~5 us; right after the step's compute, with
             # caches cold, the memoryview costs a third of numpy's (benchmarks/overhead.py)
-            slot = memoryview(buffer.numpy())[-1:]
+            slot = buffer.numpy().data[-1:]  # numpy's memoryview of the buffer
             self.read_loss = lambda: slot[0]
         else:
             self.read_loss = lambda: float(buffer[-1].item())
@@ -149,20 +151,20 @@ class Trainer:
         timer (begun by the caller)."""
         adapter, timer = self.adapter, self.timer
         x, y = self.fetch(step, lo, hi)
-        timer.end(LOAD)
+        timer.end(now())  # load
         batch = adapter.to_device(x, y)
-        timer.end(TO_DEVICE)
+        timer.end(now())  # to_device
         loss = adapter.forward(batch)
-        timer.end(FORWARD)
+        timer.end(now())  # forward
         overlap = self.overlap
         if overlap is not None:
             overlap.backward_begins(loss, timer.marks[-1])
         adapter.backward(loss)  # an overlapped exchange's buckets are summed when it returns
         handed = None if overlap is None else overlap.backward_ended()
         if handed is None:  # no exchange during the backward (or computed alone)
-            timer.end(BACKWARD)
+            timer.end(now())  # backward
             adapter.pack(loss)
-            timer.end(PACK)
+            timer.end(now())  # pack
             return loss
         # ready: the last bucket handed over; the wait for the all-reduces after it is the
         # exchange's (exposed communication)
@@ -179,20 +181,20 @@ class Trainer:
         its threads (on the steps `counters` samples), and what the aggregator's exchange
         did."""
         timer = self.timer
-        counters.start()
+        sampled = counters.start()
         timer.begin()
         self.compute(step, lo, hi)
-        compute_cpu = counters.compute_cpu()
+        compute_cpu = counters.compute_cpu() if sampled else UNMEASURED_CPU
         local_loss = self.read_loss() / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
-        timer.end(ALLREDUCE)
+        timer.end(now())  # allreduce
         loss = self.read_loss() / exchange.samples
         scale = self.take(step, exchange)
-        timer.end(UNPACK)
+        timer.end(now())  # unpack
         if scale is not None:
             self.adapter.apply(scale)
         self.adapter.zero_grad()
-        timer.end(APPLY)
+        timer.end(now())  # apply
         return loss, local_loss, compute_cpu, exchange
 
     def take(self, step: int, exchange: Exchange) -> float | None:
