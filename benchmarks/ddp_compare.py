@@ -11,7 +11,8 @@ workers), `hetbench-bare` (the same with instrument = false: begin and end only)
 `hetbench-torchrun` (hetbench's workers started by torchrun, as DDP's are: no launcher),
 `hetbench-ddp` and `hetbench-ddp-overlap` (`hetbench run` with the `ddp` aggregator: DDP
 and a comm hook inside hetbench's loop, with DDP's buckets of the two below), `ddp`,
-`ddp-overlap`.
+`ddp-overlap`, `ddp-overlap-pyhook` (DDP with torch's own Python all-reduce hook,
+`default_hooks.allreduce_hook`: what a comm hook in Python costs, hetbench's or not).
 
 DDP without overlap: one bucket larger than the model, so its all-reduce starts after the
 whole backward, as hetbench's phase-separated step does (the target: hetbench at most 1.05x
@@ -95,8 +96,8 @@ def _toml(suite: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float
-                   ) -> tuple[np.ndarray, dict]:
+def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
+                   python_hook: bool = False) -> tuple[np.ndarray, dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", "2", str(REPO / "benchmarks" / "ddp_worker.py"),
@@ -104,6 +105,8 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float
                "--size", args.size, "--lr", str(args.lr), "--bucket-mb", str(bucket_mb)]
     if args.dataset:
         command += ["--dataset", args.dataset]
+    if python_hook:
+        command.append("--python-hook")
     subprocess.run(command, check=True, cwd=REPO, env=env, capture_output=True, timeout=1800)
     times = np.stack([np.load(out / f"times-rank{r}.npy") for r in range(2)])
     step_times = times[:, :, 1].max(axis=0) - times[:, :, 0].min(axis=0)
@@ -121,7 +124,7 @@ def model_mb(args: argparse.Namespace) -> float:
 
 
 VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "hetbench-ddp",
-            "hetbench-ddp-overlap", "ddp", "ddp-overlap")
+            "hetbench-ddp-overlap", "ddp", "ddp-overlap", "ddp-overlap-pyhook")
 
 
 def main() -> None:
@@ -158,6 +161,8 @@ def main() -> None:
             out, args, bucket_mb=buckets["ddp-overlap"]),
         "ddp": lambda out: ddp_step_times(out, args, buckets["ddp"]),
         "ddp-overlap": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"]),
+        "ddp-overlap-pyhook": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"],
+                                                         python_hook=True),
     }
     medians: dict[str, list[float]] = {v: [] for v in variants}
     spreads: dict[str, list[float]] = {v: [] for v in variants}
@@ -202,14 +207,15 @@ def ratio_lines(medians: dict[str, list[float]], fail_above: float | None
     times, its interval and each repeat's; and the pairs of a variant and its COUNTERPART
     whose interval lies wholly above `fail_above` (none when it is None)."""
     lines, slower = [], []
-    for ours in (v for v in medians if v.startswith("hetbench")):
-        for theirs in (v for v in medians if v.startswith("ddp")):
+    # hetbench's variants over DDP's, and DDP with a Python hook over DDP without
+    for ours in (v for v in medians if v.startswith("hetbench") or v == "ddp-overlap-pyhook"):
+        for theirs in (v for v in medians if v.startswith("ddp") and v != ours):
             ratios = [o / t for o, t in zip(medians[ours], medians[theirs], strict=True)]
             low, high = median_interval(np.array(ratios))
             lines.append(f"{ours} / {theirs}: ratio {np.median(ratios):.3f}, 95% interval "
                          f"{low:.3f}-{high:.3f} (per repeat "
                          f"{', '.join(f'{r:.3f}' for r in ratios)})")
-            if fail_above is not None and low > fail_above and COUNTERPART[ours] == theirs:
+            if fail_above is not None and low > fail_above and COUNTERPART.get(ours) == theirs:
                 slower.append(f"{ours} / {theirs} (interval from {low:.3f})")
     return lines, slower
 

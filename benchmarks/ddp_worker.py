@@ -37,6 +37,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bucket-mb", type=float, default=25.0)
+    parser.add_argument("--python-hook", action="store_true",
+                        help="torch's own Python allreduce comm hook (default_hooks."
+                        "allreduce_hook) instead of DDP's built-in C++ all-reduce")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -55,6 +58,9 @@ def main() -> None:
         for p in spec.params:
             params[names.get(p.name, p.name)].copy_(torch.from_numpy(init[p.name]))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    if args.python_hook:  # what a hook in Python costs, beside hetbench's own (exchange/ddp.py)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     order = BatchOrder(len(data), args.global_batch, args.seed)
     share = args.global_batch // world
