@@ -86,7 +86,7 @@ def prepare_process(worker: WorkerSpec) -> None:
 
 @dataclass
 class Trainer:
-    """Holds what one worker needs for a step; `step()` is the timed loop body."""
+    """Holds what one worker needs for a step; `timed_step()` is the timed loop body."""
 
     run: RunSpec
     rank: int
@@ -111,20 +111,19 @@ class Trainer:
     # (step, lo, hi) -> batch: the loader's, or batch() in line (set once built)
     fetch: Callable[[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default=lambda step, lo, hi: _no_batch_source())
-    read_loss: Callable[[], float] = field(default=lambda: float("nan"))
+    # the buffer's loss slot as the step reads it, `loss_slot[0]` (set from the buffer)
+    loss_slot: Any = None
     partition_history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         buffer = self.buffer
         self.grads = buffer[:-1]
-        if buffer.device.type == "cpu":
-            # A memoryview reads the loss slot as a float in ~0.05 us, numpy's scalar path in
-            # ~0.1 us and indexing the tensor ~5 us; right after the step's compute, with
-            # caches cold, the memoryview costs a third of numpy's (benchmarks/overhead.py)
-            slot = buffer.numpy().data[-1:]  # numpy's memoryview of the buffer
-            self.read_loss = lambda: slot[0]
-        else:
-            self.read_loss = lambda: float(buffer[-1].item())
+        # A memoryview of a host buffer reads the loss slot as a float in ~0.05 us, numpy's
+        # scalar path in ~0.1 us, indexing the tensor ~5 us; right after the step's compute,
+        # with caches cold, the memoryview read in line costs ~0.5 us, through a function
+        # (a lambda) ~1.2, numpy's ~3 (benchmarks/overhead.py)
+        self.loss_slot = (buffer.numpy().data[-1:] if buffer.device.type == "cpu"
+                          else DeviceSlot(buffer))
 
     def batch(self, step: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The slice [lo, hi) of step `step`'s global batch, as the workload prepares it."""
@@ -173,29 +172,33 @@ class Trainer:
         timer.end_at(PACK, handed)
         return loss
 
-    def step(self, step: int, lo: int, hi: int, counters: Counters
-             ) -> tuple[float, float, tuple[int, int], Exchange]:
-        """One step, its phases marked by the timer; returns the loss of the update and the
-        local loss, the CPU time during compute of the main thread (wall minus this is time
-        the worker was off the CPU: preempted, blocked, or stretched by slowdown) and of all
-        its threads (on the steps `counters` samples), and what the aggregator's exchange
-        did."""
+    def timed_step(self, step: int, lo: int, hi: int, counters: Counters
+                   ) -> tuple[tuple[Any, ...], Exchange]:
+        """One step, its phases marked by the timer, and its record (a timed step's parts,
+        collector.TIMED_STEP_PARTS: the writer builds the row): the loss of the update and
+        the local loss, the CPU time during compute of the main thread (wall minus this is
+        time the worker was off the CPU: preempted, blocked, or stretched by slowdown) and
+        of all its threads (on the steps `counters` samples), the counters, and what the
+        aggregator's exchange did. One function: each call costs ~1 us right after a step."""
         timer = self.timer
         sampled = counters.start()
         timer.begin()
         self.compute(step, lo, hi)
         compute_cpu = counters.compute_cpu() if sampled else UNMEASURED_CPU
-        local_loss = self.read_loss() / (hi - lo)
+        local_loss = self.loss_slot[0] / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         timer.end(now())  # allreduce
-        loss = self.read_loss() / exchange.samples
+        loss = self.loss_slot[0] / exchange.samples
         scale = self.take(step, exchange)
         timer.end(now())  # unpack
         if scale is not None:
             self.adapter.apply(scale)
         self.adapter.zero_grad()
         timer.end(now())  # apply
-        return loss, local_loss, compute_cpu, exchange
+        stretch = self.stretch
+        stretched, stretch.total_ns = stretch.total_ns, 0
+        return (self.rank, step, hi - lo, lo, timer.marks, stretched, compute_cpu, loss,
+                local_loss, counters.take(), exchange), exchange
 
     def take(self, step: int, exchange: Exchange) -> float | None:
         """The unpack phase: what the exchange left in the buffer goes into the framework.
@@ -227,16 +230,6 @@ class Trainer:
         adapter.zero_grad()
         return exchange
 
-    def timed_step(self, step: int, lo: int, hi: int, counters: Counters
-                   ) -> tuple[tuple[Any, ...], Exchange]:
-        """step() plus its record: timestamps, phase durations, losses, counters, and the
-        aggregator's part (a timed step's parts, collector.TIMED_STEP_PARTS: the writer
-        builds the row)."""
-        loss, local_loss, compute_cpu, ex = self.step(step, lo, hi, counters)
-        stretched, self.stretch.total_ns = self.stretch.total_ns, 0
-        return (self.rank, step, hi - lo, lo, self.timer.marks, stretched, compute_cpu, loss,
-                local_loss, counters.take(), ex), ex
-
     def untimed_step(self, step: int, lo: int, hi: int, counters: Counters
                      ) -> tuple[tuple[Any, ...], Exchange]:
         """step_bare() with only its begin and end recorded (instrument = false)."""
@@ -258,6 +251,17 @@ class Trainer:
                 self.adapter.zero_grad()
                 durations.append(self.timer.marks[-1] - self.timer.marks[0])
         return size / (statistics.median(durations[1:]) / 1e9)
+
+
+class DeviceSlot:
+    """A device buffer's loss slot read as a host buffer's memoryview is, `slot[0]`: the
+    value copied to the host (after the device's work that wrote it)."""
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self.buffer = buffer
+
+    def __getitem__(self, index: int) -> float:
+        return float(self.buffer[-1].item())
 
 
 def _no_batch_source() -> tuple[np.ndarray, np.ndarray]:
