@@ -111,8 +111,8 @@ class Trainer:
     # (step, lo, hi) -> batch: the loader's, or batch() in line (set once built)
     fetch: Callable[[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default=lambda step, lo, hi: _no_batch_source())
-    # the buffer's loss slot as the step reads it, `loss_slot[0]` (set from the buffer)
-    loss_slot: Any = None
+    # the buffer's loss slot as the step reads it, `loss_slot[0]` (made from the buffer)
+    loss_slot: memoryview | DeviceSlot = field(init=False)
     partition_history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
