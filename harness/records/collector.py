@@ -80,8 +80,6 @@ EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous",
 EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
                      "asynchronous": False, "dropped": False}
 RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
-BEGIN_FIELD, READY_FIELD, REDUCED_FIELD = (RECORD_FIELDS.index(f"{name}_ns")
-                                           for name in ("begin", "ready", "reduced"))
 RANK_FIELD = RECORD_FIELDS.index("rank")
 # A step a worker sat out (harness/loop/membership.py): batch size 0, no timestamps, no loss.
 # Every step keeps a row per worker, so a step missing a row still means a record lost.
