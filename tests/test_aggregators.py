@@ -13,8 +13,8 @@ import torch
 
 from harness.exchange import kind
 from harness.exchange.parameter_server import ShardServer
-from harness.exchange.placement import balanced_cuts as placement
-from harness.exchange.placement import segments
+from harness.partition.shards import balanced_cuts as placement
+from harness.partition.shards import segments
 from harness.spec.aggregators import AGGREGATORS
 from harness.spec.errors import UsageError
 from harness.spec.suite import parse_suite, run_from_dict

@@ -3,7 +3,7 @@
 hetbench starts S server processes (start_servers, from the launcher: on 127.0.0.1, or
 across hosts each on the node `server_nodes` names) and stops them after the workers. The
 flat parameter vector is cut into S contiguous shards on parameter boundaries, balanced by
-element count (`placement.balanced_cuts`, recorded in the manifest); each server holds its
+element count (`shards.balanced_cuts`, recorded in the manifest); each server holds its
 shard and runs the run's optimizer on it (harness/training/optim.py, the code the
 all-reduce path runs on the workers), so updates are the same mathematics. A worker
 pushes each shard of its gradient sums (the loss sum rides with the last shard) to its
@@ -66,6 +66,7 @@ from harness.exchange import (
     rendezvous,
     server_clocks,
 )
+from harness.partition import shards
 from harness.spec.suite import RunSpec, run_from_dict
 from harness.system import orphans
 from harness.system.exits import exit_after
@@ -301,9 +302,9 @@ class ParameterServerClient:
         self.tail = (TailClient(run, cast("TorchLayersAdapter", context.adapter),
                                 self.servers[-1])
                      if run.placement == "fc-on-server" else None)
-        self.segments = placement.segments(run.placement or "sharded", sizes, spec.servers,
+        self.segments = shards.segments(run.placement or "sharded", sizes, spec.servers,
                                  self.tail.first_tensor if self.tail else None)
-        starts = placement.offsets(sizes)
+        starts = shards.offsets(sizes)
         self.placement = [{"server": server, "parameters": [
             p.name for p, at in zip(params, starts, strict=False)
             if any(lo <= at < hi for lo, hi in pieces)],
@@ -435,7 +436,7 @@ class TailClient:
                                            layers[self.first_layer:],
                                            getattr(module, "PARAMETER_NAMES", {}))
 
-        starts = placement.offsets([p.size for p in adapter.spec.params])
+        starts = shards.offsets([p.size for p in adapter.spec.params])
         self.first_tensor = starts.index(self.lo)
         self.names = [p.name for p in adapter.spec.params[self.first_tensor:]]
         self.server, self.adapter = server, adapter

@@ -6,7 +6,7 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
   over the servers, as TensorFlow's replica_device_setter places variables (the busiest
   server is the one that drew the largest tensor);
 - sharded (the default): every layer computed on the workers; contiguous shards cut on
-  tensor boundaries, balanced by bytes (`balanced_cuts`);
+  tensor boundaries, balanced by bytes (`harness.partition.shards.balanced_cuts`);
 - fc-on-server: the convolutional layers computed on the workers, their parameters
   sharded over the servers but the last; the fully connected tail held *and computed* by
   the last server: a worker sends the activations entering it and the labels, the server
@@ -15,8 +15,9 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
   sums the tail's gradients over every worker's samples of the step and updates once all
   have come, with the run's optimizer: the all-reduce path's mathematics (tested).
 
-`segments` gives each server its pieces of the flat buffer; the RPC functions here run in
-the server processes (parameter_server.serve), called by the workers' client.
+`harness.partition.shards.segments` gives each server its pieces of the flat buffer; the
+RPC functions here run in the server processes (parameter_server.serve), called by the
+workers' client.
 """
 
 from __future__ import annotations
@@ -26,75 +27,10 @@ from typing import Any
 
 import torch
 
+from harness.partition.shards import Segments
 from harness.spec.suite import RunSpec
 from workloads import build_spec
 from workloads.models import builder
-
-Segments = list[tuple[int, int]]  # [lo, hi) pieces of the flat buffer
-
-
-def balanced_cuts(sizes: list[int], servers: int) -> list[tuple[int, int]]:
-    """Per server, the [first, last) parameter indices of its contiguous shard: the cuts on
-    parameter boundaries that make the largest shard smallest (its elements are what the
-    busiest server receives and sends every step), every server at least one parameter."""
-    if servers > len(sizes):
-        raise ValueError(f"{servers} servers for {len(sizes)} parameters: every server "
-                         "needs at least one parameter")
-
-    def greedy(capacity: int) -> list[int]:
-        """Cut points of the fewest shards of at most `capacity` elements each."""
-        cuts, load = [], 0
-        for i, size in enumerate(sizes):
-            if load and load + size > capacity:
-                cuts.append(i)
-                load = 0
-            load += size
-        return cuts
-
-    low, high = max(sizes), sum(sizes)
-    while low < high:  # the smallest capacity that needs no more than `servers` shards
-        middle = (low + high) // 2
-        if len(greedy(middle)) + 1 <= servers:
-            high = middle
-        else:
-            low = middle + 1
-    cuts = greedy(low)
-    # fewer shards than servers: split off single parameters (no shard grows)
-    spare = [i for i in range(1, len(sizes)) if i not in cuts]
-    cuts = sorted(cuts + spare[: servers - 1 - len(cuts)])
-    bounds = [0, *cuts, len(sizes)]
-    return list(zip(bounds, bounds[1:], strict=False))
-
-
-def offsets(sizes: list[int]) -> list[int]:
-    out = [0]
-    for size in sizes:
-        out.append(out[-1] + size)
-    return out
-
-
-def segments(policy: str, sizes: list[int], servers: int, tail_start: int | None = None
-             ) -> list[Segments]:
-    """Per parameter server, its pieces of the flat buffer (the last server that holds
-    parameters also takes the loss slot, one element past them). `tail_start`: under
-    fc-on-server, the index of the first tensor of the tail, which no shard holds."""
-    total = sum(sizes)
-    at = offsets(sizes)
-    placed = sizes if tail_start is None else sizes[:tail_start]
-    if policy == "data-parallel":
-        if servers > len(placed):
-            raise ValueError(f"{servers} servers for {len(placed)} tensors: every server "
-                             "needs at least one")
-        out: list[Segments] = [[] for _ in range(servers)]
-        for i in range(len(placed)):
-            out[i % servers].append((at[i], at[i + 1]))
-    else:
-        holders = servers - 1 if policy == "fc-on-server" and servers > 1 else servers
-        out = [[(at[a], at[b])] for a, b in balanced_cuts(placed, holders)]
-        out += [[] for _ in range(servers - holders)]
-    last = max(k for k, pieces in enumerate(out) if pieces)
-    out[last].append((total, total + 1))
-    return out
 
 
 def gather(buffer: torch.Tensor, pieces: Segments) -> torch.Tensor:
