@@ -8,14 +8,19 @@ message is the reason given):
 - leaving devices out: every proper subset of the workers up to MAX_SUBSET_WORKERS, the
   global batch shared by those kept (Sailor's question: which of the given devices
   finish fastest), else each worker alone and the slowest ones in turn;
-- the schemes: ps-async, ssp with bounds SSP_BOUNDS, backup with b up to MAX_BACKUP,
-  local SGD with periods LOCAL_PERIODS.
+- the schemes: ps-sync, ps-async, ssp with bounds SSP_BOUNDS, backup with b up to
+  MAX_BACKUP, local SGD with periods LOCAL_PERIODS;
+- layer placements: ps-sync on PLACEMENT_SERVERS servers with the parameters `sharded` and
+  dealt round-robin (`data-parallel`), cut as the servers cut them
+  (harness.partition.shards): the busiest server's share of the parameters sets the
+  transfers and the part of the update it makes (analysis.simulate.server_model);
 - pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
   model's layers), allocated `spread` and `same-kind` (analysis/pipeline_model.py predicts
   them op by op from the model's layer shares, which the CLI times on this host), 1F1B over
   PIPE_MICRO_BATCHES micro-batches (the most that divide the slice), wave bound D in
   PIPE_WAVE_BOUNDS; ranked last and not advised (UNVALIDATED: docs/howto/advise.md).
-Layer placements are refused: the simulator's parameter servers hold whole models.
+`fc-on-server` is refused: its tail is computed on a server, which the simulator's
+servers (transfers and an update) do not model.
 
 Where the recorded job's workers contended for the host's cores (more computing threads
 than cores, as the manifest's `load` records them), each remedy's workers are given the
@@ -52,8 +57,9 @@ from analysis.simulate import Scheme, simulate, static_sizes, summarise
 from analysis.simulated import SIMULATED
 from analysis.statistical import StepsModel
 from harness.partition.policies import equal_sizes
+from harness.partition.shards import busiest_share
 from harness.partition.virtual import allocate
-from harness.spec.aggregators import AggregatorSpec
+from harness.spec.aggregators import AggregatorSpec, places_layers
 from harness.spec.errors import UsageError
 from harness.spec.partitions import PartitionSpec
 from harness.spec.pipelines import PipelineSpec, exchange_of
@@ -66,6 +72,10 @@ PIPE_MICRO_BATCHES = (4, 2, 1)  # the first that divides a virtual worker's slic
 PIPE_WAVE_BOUNDS = (0, 2)
 MAX_BACKUP = 2
 LOCAL_PERIODS = (2, 4, 8)
+# the placements' servers (the recorded job's where it has more) and the placements modelled
+PLACEMENT_SERVERS = 2
+PLACED = ("sharded", "data-parallel")
+PLACEMENTS = "layer placements (sharded, data-parallel)"
 MAX_SUBSET_WORKERS = 8  # every proper subset below this many workers (2^8 - 2 = 254)
 # the simulator's partition schemes, by the policy a real run names
 POLICY_SCHEMES = {"equal": "bsp", "profiled": "bsp-profiled", "model": "bsp-adaptive"}
@@ -78,9 +88,10 @@ UNVALIDATED = {
                 "than they ran (median; the stages' waits for their inputs are not "
                 "modelled: docs/howto/advise.md)"}
 NOT_SIMULATED = {
-    "placements (sharded, fc-on-server)":
-        "not simulated: the simulator's parameter servers hold whole models; the "
-        "`study` suite measures placements",
+    "placement fc-on-server":
+        "not simulated: its fully connected tail is computed on a server, for every "
+        "worker in turn, and the simulator's servers only transfer and update; the "
+        "`pipeline` suite measures it",
 }
 
 
@@ -94,13 +105,15 @@ class Remedy:
     run: RunSpec
     sizes: tuple[int, ...] | None = None  # bsp's static slices (the recorded ones)
     pipeline: Pipeline | None = None  # a pipelined remedy's virtual workers (by rank)
+    servers: int = 1  # a parameter-server scheme's servers
+    busiest: float | None = None  # the busiest server's share of the parameters (placement)
 
     @property
     def exact(self) -> bool:
         """Whether every step applies BSP's gradient of the whole global batch."""
         if self.pipeline is not None:
             return self.pipeline.wave_bound == 0
-        return self.scheme.lockstep
+        return self.scheme.exact
 
 
 @dataclass(frozen=True)
@@ -110,12 +123,13 @@ class Refused:
 
 
 def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
-             names: Sequence[str], shape: LayerShape | str = "no layer profile"
-             ) -> tuple[list[Remedy], list[Refused]]:
+             names: Sequence[str], shape: LayerShape | str = "no layer profile",
+             tensors: Sequence[int] | None = None) -> tuple[list[Remedy], list[Refused]]:
     """The recorded job first, then every remedy it can run; the refused ones with why.
     `scheme` and `sizes` reproduce the recorded run (deviceclass.recorded_scheme);
     `names` are the workers' class names in rank order; `shape` the model's layers (for
-    the pipelines), or why there is none."""
+    the pipelines), or why there is none; `tensors` the model's parameter tensors' sizes
+    in elements (for the placements; None: not known)."""
     # a profiler window perturbs the steps it records: no advised run profiles
     recorded = dataclasses.replace(recorded, profile=None)
     n = len(recorded.workers)
@@ -143,15 +157,19 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
         who = ", ".join(f"{r} ({names[r]})" for r in left)
         candidates.append(Remedy(run.name, f"leave out worker{'s' * (len(left) > 1)} {who}",
                                  "leave-out", Scheme(POLICY_SCHEMES[policy]), kept, run))
-    for text in ("ps-async", *(f"ssp:{s}" for s in SSP_BOUNDS),
+    for text in ("ps-sync", "ps-async", *(f"ssp:{s}" for s in SSP_BOUNDS),
                  *(f"backup:{b}" for b in range(1, min(MAX_BACKUP, n - 1) + 1)),
                  *(f"local-sgd:{h}" for h in LOCAL_PERIODS)):
         name, _, value = text.partition(":")
         aggregator = _aggregator(name, int(value or 0))
         run = _changed(recorded, text.replace(":", ""), aggregator=aggregator,
-                       partition=PartitionSpec())
+                       partition=PartitionSpec(), placement=None)
         candidates.append(Remedy(run.name, text, "scheme", Scheme(name, int(value or 0)),
                                  everyone, run))
+    placed, why = _placements(recorded, tensors)
+    candidates += placed
+    if why:
+        refused.append(Refused(PLACEMENTS, why))
     if isinstance(shape, str):
         refused.append(Refused(PIPELINES, shape))
     else:
@@ -201,6 +219,30 @@ def _pipelines(recorded: RunSpec, layers: int) -> list[Remedy]:
     return out
 
 
+def _placements(recorded: RunSpec, tensors: Sequence[int] | None
+                ) -> tuple[list[Remedy], str]:
+    """ps-sync on PLACEMENT_SERVERS servers (the recorded job's, where its parameter
+    servers are more) with each placement of PLACED, each with its busiest server's share
+    of the parameters; or why there is none."""
+    if tensors is None:
+        return [], "the model's parameter tensors are not known"
+    own = recorded.aggregator.servers if recorded.aggregator.name in places_layers() else 1
+    servers = max(PLACEMENT_SERVERS, own)
+    if servers > len(tensors):
+        return [], (f"{len(tensors)} parameter tensor(s): too few to place on "
+                    f"{servers} servers")
+    out = []
+    for placement in PLACED:
+        run = _changed(recorded, f"ps-sync-{servers}-{placement}", partition=PartitionSpec(),
+                       aggregator=AggregatorSpec(name="ps-sync", servers=servers),
+                       placement=placement)
+        out.append(Remedy(run.name, f"ps-sync, {servers} servers, {placement}", "placement",
+                          Scheme("ps-sync"), tuple(range(len(recorded.workers))), run,
+                          servers=servers,
+                          busiest=busiest_share(placement, list(tensors), servers)))
+    return out, ""
+
+
 def _aggregator(scheme: str, value: int) -> AggregatorSpec:
     key = SIMULATED[scheme].key
     options: dict[str, Any] = {key: value} if key is not None else {}
@@ -214,7 +256,8 @@ def _changed(recorded: RunSpec, name: str, **changes: Any) -> RunSpec:
 def _same_as_recorded(remedy: Remedy, recorded: Remedy) -> bool:
     return remedy.run.pipeline == recorded.run.pipeline and remedy.ranks == recorded.ranks and \
         remedy.run.partition.policy == recorded.run.partition.policy and \
-        remedy.run.aggregator == recorded.run.aggregator
+        remedy.run.aggregator == recorded.run.aggregator and \
+        (remedy.run.placement or "sharded") == (recorded.run.placement or "sharded")
 
 
 def _subsets(n: int) -> list[tuple[int, ...]]:
@@ -292,7 +335,8 @@ def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, ste
     mean share of the step."""
     return _predicted(remedy, [summarise(simulate(
         workers, comm, remedy.scheme, steps, global_batch, seed=seed + repeat,
-        sizes=remedy.sizes)) for repeat in range(repeats)], steps, global_batch)
+        sizes=remedy.sizes, servers=remedy.servers, busiest=remedy.busiest))
+        for repeat in range(repeats)], steps, global_batch)
 
 
 def predict_pipeline(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,

@@ -13,6 +13,8 @@ Schemes (names as the aggregators'):
   proportion to each class's typical throughput (the `profiled` policy), or the `model`
   policy of harness.partition.policies run on the simulated compute times (the code a real run
   runs);
+- ps-sync: every worker pushes its gradient to the parameter servers, which update once
+  every push of the step is in (backup with no backup worker); the workers step together;
 - backup:B: each round ends when N - B gradients have arrived; a late worker's gradient is
   dropped and it starts its next step from the parameters of the moment it arrives;
 - ssp:S: pushes served first come first served; a worker's push of clock c is answered
@@ -27,6 +29,7 @@ a time (first come first served): at large N the servers, not the workers, set t
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import operator
 from collections.abc import Callable, Sequence
@@ -63,12 +66,17 @@ class Scheme:
     def lockstep(self) -> bool:
         return self.name.startswith("bsp")
 
+    @property
+    def exact(self) -> bool:
+        """Whether every step applies BSP's gradient of the whole global batch."""
+        return SIMULATED[self.name].exact
+
 
 def parse_scheme(text: str) -> Scheme:
     name, _, value = text.partition(":")
     if name not in SCHEMES:
         raise ValueError(f"{text!r} is not a scheme (allowed: bsp, bsp-profiled, "
-                         "bsp-adaptive, backup:B, ssp:S, ps-async, local-sgd:H)")
+                         "bsp-adaptive, ps-sync, backup:B, ssp:S, ps-async, local-sgd:H)")
     if name in PARAMETERISED:
         if not value.isdigit():
             raise ValueError(f"{text!r}: {name} takes {name}:{PARAMETERISED[name]} with "
@@ -238,10 +246,13 @@ def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
 
 def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, steps: int,
              global_batch: int, seed: int = 0, damping: Damping | None = None,
-             sizes: Sequence[int] | None = None, servers: int = 1) -> Simulation:
+             sizes: Sequence[int] | None = None, servers: int = 1,
+             busiest: float | None = None) -> Simulation:
     """Simulate `steps` steps (ps-async: global batches) of the workers under `scheme`
     (`sizes`: bsp's static slices, equal when None; `servers`: parameter servers sharing
-    the parameters, for the schemes that use them)."""
+    the parameters, for the schemes that use them; `busiest`: the largest share of the
+    parameters one of them holds and updates, as the run's placement cuts them
+    (harness.partition.shards; None: 1 / servers)."""
     workers = list(workers)
     if not workers:
         raise ValueError("no workers to simulate")
@@ -251,6 +262,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     # ps-async: fast workers take more steps than K; draw enough for the fastest
     # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
     rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
+            "ps-sync": steps + 1,
             "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
     residual, after, applied, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
     if scheme.name in SERVED:  # the servers make the update; the worker loads it
@@ -272,13 +284,15 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
                   evaluation=evaluation, partition_history=history)
     # each worker's exchange: the model's, times its recorded worker's ratio that step
     allreduce = comm.allreduce_ns(len(workers)) * ratio
-    server = server_model(workers, comm, servers, ratio)
+    server = server_model(workers, comm, 1 / servers if busiest is None else busiest, ratio)
     if scheme.lockstep:
         return _bsp(common, gap, allreduce)
     if scheme.name == "local-sgd":
         return _local_sgd(common, gap, allreduce, max(scheme.value, 1))
     if scheme.name == "backup":
         return _backup(common, gap, server, scheme.value)
+    if scheme.name == "ps-sync":
+        return _ps_sync(common, gap, server)
     if scheme.name == "ssp":
         return _ssp(common, gap, server, scheme.value, steps)
     return _async(common, gap, server, steps)
@@ -316,23 +330,27 @@ def evaluation_pauses(scheme: Scheme, evaluation: np.ndarray, workers: Sequence[
     return alone
 
 
-SERVED = ("ps-async", "ssp", "backup")  # the schemes whose exchange is a parameter server
+# the schemes whose exchange is a parameter server
+SERVED = ("ps-sync", "ps-async", "ssp", "backup")
 
 
-def server_model(workers: Sequence[DeviceClass], comm: CommModel, servers: int,
+def server_model(workers: Sequence[DeviceClass], comm: CommModel, busiest: float,
                  ratio: np.ndarray) -> Server:
-    """The parameter servers as measured on this machine class: a push's transfers, the
-    gradient up and the parameters back (alpha + bytes x beta / servers each way), run
-    side by side with the other workers' (the ps-async runs of the `sync` suite waited
-    0.37 ms at the server, where transfers served one at a time would queue several
-    milliseconds); what a server does one push at a time is the update, which the fitted
-    workers apply after each all-reduce (their time after the exchange, the median),
-    each server its shard. The exchange's per-step factor `ratio` scales the transfers."""
+    """The parameter servers as measured on this machine class. A push's transfers, the
+    whole gradient up and the parameters back (alpha + bytes x beta each way), are the
+    worker's, however many servers share them (benchmarks/placement_check.py: a VGG
+    worker's push and pull took as long to two servers as to one), and run side by side
+    with the other workers' (the ps-async runs of the `sync` suite waited 0.37 ms at the
+    server, where transfers served one at a time would queue several milliseconds). What
+    a server does one push at a time is the update, which the fitted workers apply after
+    each all-reduce (their time after the exchange, the median), each server on its
+    shard: the `busiest` one's share of it sets the pace. The exchange's per-step factor
+    `ratio` scales the transfers."""
     classes = {id(c): c for c in workers}.values()  # thousands of workers, a few classes
     update = float(np.median(np.concatenate([s.after_ns for c in classes
                                              for s in c.sources])))
-    one_way = comm.alpha_ns + comm.bytes * comm.beta_ns_per_byte / max(servers, 1)
-    return Server(one_way * ratio, np.full_like(ratio, update / max(servers, 1)))
+    one_way = comm.alpha_ns + comm.bytes * comm.beta_ns_per_byte
+    return Server(one_way * ratio, np.full_like(ratio, update * busiest))
 
 
 @dataclass(frozen=True)
@@ -521,6 +539,18 @@ def _backup(common: dict[str, Any], gap: np.ndarray, server: Server, backups: in
                       push=latency, wait=wait, pull=latency + service, dropped=dropped,
                       kept=kept, asynchronous=np.ones_like(dropped), step_number=computed_on,
                       **common)
+
+
+def _ps_sync(common: dict[str, Any], gap: np.ndarray, server: Server) -> Simulation:
+    """ps-sync is backup without a backup worker: version v is made once every push
+    computed on v has been served, and every worker starts the next step from it. Its
+    workers step together and a real run records them so (not asynchronous): summarise
+    reads idle as the wait for the last worker's gradient, as for bsp."""
+    sim = _backup(common, gap, server, 0)
+    made = sim.kept.all(axis=1)  # the versions made (backup draws a row more than it ends)
+    rows = {f.name: value[made] for f in dataclasses.fields(sim)
+            if isinstance(value := getattr(sim, f.name), np.ndarray) and value.ndim == 2}
+    return dataclasses.replace(sim, **{**rows, "asynchronous": np.zeros_like(rows["kept"])})
 
 
 def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int,

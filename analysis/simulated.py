@@ -14,19 +14,22 @@ class Simulated:
     """What a simulated scheme is in a real run's terms (the registries' names): its
     aggregator (harness/spec/aggregators.py), its partition policy (None: equal, or the
     recorded slices), and the aggregator's key its value sets, with its letter in the
-    scheme's name (ssp:S)."""
+    scheme's name (ssp:S), and whether every step applies the gradient of the whole
+    global batch (BSP's: such a scheme needs BSP's steps to reach a target)."""
 
     aggregator: str
     policy: str | None = None
     key: str | None = None
     letter: str = ""
+    exact: bool = False
 
 
 # The simulator's models, by the name `hetbench simulate --scheme` takes.
 SIMULATED = {
-    "bsp": Simulated("torch"),
-    "bsp-profiled": Simulated("torch", "profiled"),
-    "bsp-adaptive": Simulated("torch", "model"),
+    "bsp": Simulated("torch", exact=True),
+    "bsp-profiled": Simulated("torch", "profiled", exact=True),
+    "bsp-adaptive": Simulated("torch", "model", exact=True),
+    "ps-sync": Simulated("ps-sync", exact=True),
     "backup": Simulated("backup", key="backup", letter="B"),
     "ssp": Simulated("ssp", key="staleness", letter="S"),
     "ps-async": Simulated("ps-async"),

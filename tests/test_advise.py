@@ -98,13 +98,42 @@ def test_every_remedy_the_job_can_run_and_only_once() -> None:
     assert sorted(n for n in names if n.startswith("leave-out")) == sorted(
         ["leave-out-0", "leave-out-1", "leave-out-2", "leave-out-0-1", "leave-out-0-2",
          "leave-out-1-2"])
-    assert {"ps-async", "ssp1", "ssp2", "ssp4", "backup1", "backup2", "local-sgd2",
-            "local-sgd4", "local-sgd8"} <= set(names)
+    assert {"ps-sync", "ps-async", "ssp1", "ssp2", "ssp4", "backup1", "backup2",
+            "local-sgd2", "local-sgd4", "local-sgd8"} <= set(names)
     kept = next(r for r in found if r.name == "leave-out-0")
     assert kept.ranks == (1, 2) and len(kept.run.workers) == 2
     assert kept.run.global_batch == 96  # the whole batch, shared by those kept
-    # no layer profile given: the pipelines refused with the reason, as placements are
-    assert {r.label for r in refused} == {*advisor.NOT_SIMULATED, advisor.PIPELINES}
+    # no layer profile and no tensors given: the pipelines and placements refused with the
+    # reason, as fc-on-server always is
+    assert {r.label for r in refused} == {*advisor.NOT_SIMULATED, advisor.PIPELINES,
+                                          advisor.PLACEMENTS}
+
+
+def test_placements_are_proposed_with_their_busiest_servers_share() -> None:
+    """Two servers, the tensors sharded (the cut that makes the largest shard smallest:
+    100 + 10 + 1000 against 10 + 500 + 5) and dealt round-robin (tensors 0, 2 and 4 on
+    one server: 100 + 1000 + 500 of 1,625 elements)."""
+    tensors = (100, 10, 1000, 10, 500, 5)
+    found, refused = advisor.remedies(spec(), Scheme("bsp"), None, ["a", "b", "c"],
+                                      tensors=tensors)
+    placed = {r.name: r for r in found if r.kind == "placement"}
+    assert sorted(placed) == ["ps-sync-2-data-parallel", "ps-sync-2-sharded"]
+    assert placed["ps-sync-2-sharded"].busiest == pytest.approx(1110 / 1625)
+    assert placed["ps-sync-2-data-parallel"].busiest == pytest.approx(1600 / 1625)
+    for remedy in placed.values():
+        assert remedy.exact and remedy.servers == 2 and remedy.run.aggregator.servers == 2
+        assert advisor.why_not(remedy.run) == ""  # the suite loader takes it as written
+    assert advisor.PLACEMENTS not in {r.label for r in refused}
+    # a model of one tensor cannot be placed on two servers
+    _, refused = advisor.remedies(spec(), Scheme("bsp"), None, ["a", "b", "c"], tensors=(9,))
+    assert (advisor.PLACEMENTS, "1 parameter tensor(s): too few to place on 2 servers") in {
+        (r.label, r.reason) for r in refused}
+    # a job on three servers is placed on three; its own placement is not proposed again
+    three = JOB.replace('name = "trio"', 'name = "trio"\naggregator = { name = "ps-sync", '
+                        'servers = 3 }\nplacement = "data-parallel"')
+    found, _ = advisor.remedies(spec(three), Scheme("bsp"), None, ["a", "b", "c"],
+                                tensors=tensors)
+    assert [r.name for r in found if r.kind == "placement"] == ["ps-sync-3-sharded"]
 
 
 # four workers, 1 and 3 fast, 0 and 2 emulated 3x slower; the MLP's 3 layers
@@ -185,6 +214,8 @@ def test_predictions_match_the_known_job(tmp_path: Path) -> None:
     rate = sum(SLICE / c for c in cycle)  # samples per ms
     steps = spec().steps - spec().warmup_steps
     assert ranked.loc["ps-async", "seconds"] == pytest.approx(steps * 96 / rate / 1e3, rel=0.05)
+    # ps-sync: every step waits for the slow worker's push, as the all-reduce did
+    assert ranked.loc["ps-sync", "mean_step_ms"] == pytest.approx(recorded, rel=0.03)
     assert ranked.loc["recorded", "vs_recorded"] == 0
     assert ranked["rank"].tolist() == list(range(1, len(ranked) + 1))
     sentence = advisor.explain(ranked.loc["leave-out-0"].rename("leave-out-0"),
@@ -236,8 +267,12 @@ def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: igno
     assert suite.runs[1].name == table[table["kind"] != "recorded"]["remedy"].iloc[0]
     assert suite.runs[0].workers == spec().workers
     advice = (out / "advice.md").read_text()
-    assert "## Top remedies" in advice and "placements (sharded" in advice
+    assert "## Top remedies" in advice and "placement fc-on-server" in advice
     assert (out / "figures" / "advice.png").is_file()
+    # the MLP's tensors placed on two servers, each placement predicted
+    placed = table[table["kind"] == "placement"].set_index("remedy")
+    assert sorted(placed.index) == ["ps-sync-2-data-parallel", "ps-sync-2-sharded"]
+    assert placed["exact"].all() and (placed["seconds"] > 0).all()
     # the MLP's layers profiled here: one virtual worker of the three, predicted
     pipe = table.set_index("remedy").loc["pipe-spread3-d0"]
     assert pipe["kind"] == "pipeline" and pipe["scheme"] == "pipeline" and pipe["exact"]

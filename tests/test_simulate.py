@@ -231,8 +231,8 @@ def test_local_sgd_all_reduces_every_h_steps() -> None:
     assert sim.ready[3, 1] < sim.ready[3, 0]
 
 
-@pytest.mark.parametrize("scheme", ["bsp", "bsp-profiled", "bsp-adaptive", "backup:1",
-                                    "ssp:2", "ps-async", "local-sgd:3"])
+@pytest.mark.parametrize("scheme", ["bsp", "bsp-profiled", "bsp-adaptive", "ps-sync",
+                                    "backup:1", "ssp:2", "ps-async", "local-sgd:3"])
 def test_the_summary_is_what_the_analysis_reads_off_the_records(scheme: str) -> None:
     rng = np.random.default_rng(3)
     noise = rng.lognormal(0, 0.3, size=(80, 3))
@@ -387,6 +387,37 @@ def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     # four servers (each a quarter of the update) leave the workers' own pace to set it
     assert four["samples_per_s"] > 1.5 * one["samples_per_s"]
     assert four["idle_fraction"] < one["idle_fraction"] / 2
+
+
+def test_ps_sync_waits_for_every_push_and_the_busiest_server_sets_the_transfers() -> None:
+    """ps-sync: each step's version is made once both pushes are served, and both workers
+    start the next step from it. Its transfers (50 us of latency and 1 ms for the whole
+    gradient, each way) are the worker's, whatever the servers; the update (0.1 ms: the
+    recorded time after the exchange) is the busiest server's share of it: all on one
+    server, half each on two, 90% on the busier of two when the placement deals it the
+    large tensors."""
+    def short_apply(rows: np.ndarray) -> None:
+        rows["apply_ns"] = 30_000
+        rows["unpack_ns"] = MS // 10 - 30_000
+
+    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
+    classes, names, comm = classes_of((meta, frame))
+    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    link = CommModel(50_000.0, MS / comm.bytes, comm.bytes, "")
+    for servers, busiest, share in ((1, None, 1.0), (2, None, 0.5), (2, 0.9, 0.9)):
+        sim = simulate.simulate(pair, link, simulate.Scheme("ps-sync"), 30, 64,
+                                servers=servers, busiest=busiest)
+        assert not sim.asynchronous.any() and not sim.dropped.any()
+        # the slow worker's compute, its push up, its service (the fast one's was served
+        # while it computed), the reply back, the worker's apply, 10 us to the next step
+        one_way = 0.05 + 1.0
+        period = (6.0 + one_way + 0.1 * share + one_way + 0.03 + 0.01) * MS
+        for worker in (0, 1):
+            assert np.median(np.diff(sim.begin[:20, worker])) == pytest.approx(period)
+        assert (sim.reduced[:, 0] == sim.reduced[:, 1]).all()  # one reply for both
+        summary = simulate.summarise(sim)
+        assert summary["mean_step_ms"] * MS == pytest.approx(period, rel=0.01)
+        assert summary["idle_fraction"] == pytest.approx(4.0 / (period / MS) / 2, rel=0.05)
 
 
 def test_every_simulated_scheme_is_named_in_the_registries() -> None:

@@ -1,13 +1,13 @@
 """`hetbench advise RESULTS [--target ...] [--top K] [--verify] --out DIR`: fit the devices of
 a recorded job, predict every remedy it can run with the simulator (a pipeline from the
-model's layers, timed here: layer_shape), rank them, and write
-advice.md (the ranking, a sentence on each of the top ones, what was refused and why),
-advice.csv, figures/advice.png and advised.toml: a suite of the top K remedies and the
-recorded job, ready for `hetbench run`. `--verify` runs that suite and sets what was
-measured against what was predicted: the error, Kendall's tau of the two rankings and the
-regret (the pick's measured time over the best measured). analysis/advisor.py holds the
-remedies and their predictions, analysis/advice_fit.py what is fitted before they are
-ranked, analysis/advice_report.py what is written and printed."""
+model's layers, timed here: layer_shape; a placement from its tensors: tensor_sizes), rank
+them, and write advice.md (the ranking, a sentence on each of the top ones, what was
+refused and why), advice.csv, figures/advice.png and advised.toml: a suite of the top K
+remedies and the recorded job, ready for `hetbench run`. `--verify` runs that suite and
+sets what was measured against what was predicted: the error, Kendall's tau of the two
+rankings and the regret (the pick's measured time over the best measured).
+analysis/advisor.py holds the remedies and their predictions, analysis/advice_fit.py what
+is fitted before they are ranked, analysis/advice_report.py what is written and printed."""
 
 from __future__ import annotations
 
@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
         job["recorded"] = dataclasses.replace(job["recorded"], steps=args.steps)
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
-    ranked, found, refused = advice_fit.ranked_remedies(job, target, model, args.repeats,
-                                                        layer_shape(job["recorded"]))
+    ranked, found, refused = advice_fit.ranked_remedies(
+        job, target, model, args.repeats, layer_shape(job["recorded"]),
+        tensor_sizes(job["recorded"]))
     out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
@@ -103,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
           f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
     return 1 if args.verify and measured is None else 0
+
+
+def tensor_sizes(run: Any) -> tuple[int, ...]:
+    """The model's parameter tensors' sizes in elements, in the order of the flat buffer
+    the parameter servers cut (for the placements: harness.partition.shards)."""
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    return tuple(p.size for p in spec.params)
 
 
 PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "named profiles (--profiles lists them); repeat the flag for "
                         "several job sizes. Default: the first run's workers as recorded")
     parser.add_argument("--scheme", action="append", metavar="NAME",
-                        help="bsp, bsp-profiled, bsp-adaptive, backup:B, ssp:S, ps-async, "
+                        help="bsp, bsp-profiled, bsp-adaptive, ps-sync, backup:B, ssp:S, ps-async, "
                         "local-sgd:H; repeat for several. Default: the first run's own "
                         "scheme with the recorded mix, else "
                         f"{', '.join(DEFAULT_SCHEMES)}")

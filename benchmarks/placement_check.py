@@ -1,0 +1,81 @@
+"""Does the advisor predict ps-sync and its layer placements (analysis/advisor.py
+`_placements`: the busiest server's share of the parameters) from a data-parallel job
+(issue 29)?
+
+From a `benchmarks/placement_check.toml` result (or any result with a data-parallel job
+and ps-sync runs of the same workers): the devices and the exchange are fitted on the job,
+as `hetbench advise --job dp` does, and each ps-sync run recorded beside it (its servers
+and placement, read from its manifest) is set against the advisor's remedy of the same
+servers and placement: samples/s, mean step and idle, means over its repeats, with the
+measured spread; the job's own replay beside them.
+
+    hetbench run benchmarks/placement_check.toml --repeats 4 --out results
+    python benchmarks/placement_check.py results/placement-check
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pipeline_check import MEASURES, measured
+
+from analysis.advice_fit import fitted_job, fitted_remedies
+from harness.cli.advise import tensor_sizes
+from harness.records.results import find_runs, load_run
+
+REPEATS = 5  # simulated repeats per remedy
+
+
+def placed(servers: int, placement: str | None) -> tuple[int, str]:
+    """A ps-sync run's (servers, placement): one server holds everything."""
+    return servers, (placement or "sharded") if servers > 1 else "-"
+
+
+def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
+    """Per run name: the job's replay and each ps-sync run's remedy predicted."""
+    job = fitted_job([(r.manifest, r.steps) for r in runs], job_name)
+    fitted = fitted_remedies(job, tensors=tensor_sizes(job["recorded"]))
+    remedies = {placed(r.run.aggregator.servers, r.run.placement): r for r in fitted.remedies
+                if r.run.aggregator.name == "ps-sync"}
+    rows = [{"run": job_name, **_measures(fitted.predict(fitted.remedies[0], REPEATS))}]
+    for r in runs:
+        run = r.manifest["run"]
+        aggregator = run.get("aggregator") or {}
+        if aggregator.get("name") != "ps-sync":
+            continue
+        where = placed(int(aggregator.get("servers", 1)), run.get("placement"))
+        if (remedy := remedies.get(where)) is None:
+            print(f"{run['name']}: no remedy of {where} proposed")
+            continue
+        rows.append({"run": run["name"], "remedy": remedy.name,
+                     **_measures(fitted.predict(remedy, REPEATS))})
+    return pd.DataFrame(rows).drop_duplicates("run").set_index("run")
+
+
+def _measures(prediction: dict[str, Any]) -> dict[str, float]:
+    return {m: prediction[m] for m in MEASURES}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite_dir", type=Path, help="a placement-check suite result")
+    parser.add_argument("--job", default="dp", help="the data-parallel job (default dp)")
+    args = parser.parse_args()
+    runs = [r for r in (load_run(p) for p in find_runs([args.suite_dir]))
+            if r.status == "completed"]
+    table = measured(runs).join(predicted(runs, args.job), rsuffix="_predicted", how="inner")
+    for m in ("samples_per_s", "mean_step_ms"):
+        table[f"{m}_error"] = table[f"{m}_predicted"] / table[m] - 1
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    others = table.drop(index=args.job)["samples_per_s_error"].abs()
+    print(f"ps-sync and placements: samples/s error {others.median():.1%} median, "
+          f"{others.max():.1%} largest over {len(others)} runs; replay of {args.job} "
+          f"{table.loc[args.job, 'samples_per_s_error']:+.1%}")
+
+
+if __name__ == "__main__":
+    main()
