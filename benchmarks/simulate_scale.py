@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from analysis import deviceclass, simulate  # noqa: E402
 
 PROFILES = ("cpu-3x@mlp-digits", "cpu-6x@mlp-digits")
-SCHEMES = ("bsp", "bsp-adaptive", "backup:8", "ssp:2", "ps-async", "local-sgd:4")
+SCHEMES = ("bsp", "bsp-adaptive", "ps-sync", "backup:8", "ssp:2", "ps-async", "local-sgd:4")
 
 
 def job(workers: int) -> tuple[list[deviceclass.DeviceClass], deviceclass.CommModel]:
