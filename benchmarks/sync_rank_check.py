@@ -3,14 +3,13 @@ time to target (issue 29 part 1)?
 
 From a `sync` suite result: the devices and the exchange are fitted on the `bsp` runs alone
 (as `hetbench advise --job bsp` does), then each scheme the simulator models is predicted
-from them: ps-async, ssp s = 1/2/4, backup b = 1, local SGD H = 4, and BSP itself.
+from them: ps-sync, ps-async, ssp s = 1/2/4, backup b = 1, local SGD H = 4, and BSP itself.
 Throughput is the simulation's samples into updates per second; time to target is BSP's
 measured steps to target times the statistical model's multiplier (analysis/statistical.py)
 at the scheme's simulated staleness, dropped share and period, fitted *without* the scheme
 predicted (leave one out; BSP's own is its measured steps), at the simulated time per global
-batch. Measured: the suite's runs, means over repeats. ps-sync and ddp are left out: the
-simulator has no model of their exchanges (BSP's mathematics through a parameter server,
-and overlapped with the backward).
+batch. Measured: the suite's runs, means over repeats. ddp is left out: the simulator has
+no model of an exchange overlapped with the backward.
 
     hetbench run sync --out results        # about 5 minutes on 2 cores
     python benchmarks/sync_rank_check.py results/sync
@@ -34,8 +33,8 @@ from analysis.metrics import run_summary
 from harness.records.results import find_runs, load_run
 
 # the sync suite's run name -> the advisor's remedy name
-SCHEMES = {"bsp": "recorded", "ps-async": "ps-async", "ssp1": "ssp1", "ssp2": "ssp2",
-           "ssp4": "ssp4", "backup1": "backup1", "local4": "local-sgd4"}
+SCHEMES = {"bsp": "recorded", "ps-sync": "ps-sync", "ps-async": "ps-async", "ssp1": "ssp1",
+           "ssp2": "ssp2", "ssp4": "ssp4", "backup1": "backup1", "local4": "local-sgd4"}
 REPEATS = 5  # simulated repeats per scheme
 
 
