@@ -57,7 +57,7 @@ def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
     fitted = fitted_remedies(job, shape)
     steps = job["recorded"].steps - job["recorded"].warmup_steps
     batch = job["recorded"].global_batch
-    rows = [{"run": job_name, **_measures(fitted.predict(fitted.remedies[0], REPEATS))}]
+    rows = [{"run": job_name, **chosen_measures(fitted.predict(fitted.remedies[0], REPEATS))}]
     pipelined = {r.manifest["run"]["name"]: r.manifest["run"]["pipeline"] for r in runs
                  if r.manifest["run"].get("pipeline")}
     for name, pipe in pipelined.items():
@@ -67,29 +67,43 @@ def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
         remedy = advisor.Remedy(name, name, "pipeline", fitted.remedies[0].scheme,
                                 tuple(range(len(fitted.workers))), job["recorded"],
                                 pipeline=plan)
-        rows.append({"run": name, **_measures(advisor.predict_pipeline(
+        rows.append({"run": name, **chosen_measures(advisor.predict_pipeline(
             remedy, fitted.workers, fitted.host, fitted.comm, shape, steps, batch,
             REPEATS))})
     return pd.DataFrame(rows).set_index("run")
 
 
-def _measures(prediction: dict[str, Any]) -> dict[str, float]:
+def chosen_measures(prediction: dict[str, Any]) -> dict[str, float]:
     return {m: prediction[m] for m in MEASURES}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+def completed_runs(folder: Path) -> list[Any]:
+    return [r for r in (load_run(p) for p in find_runs([folder])) if r.status == "completed"]
+
+
+def job_arguments(description: str, result: str) -> argparse.Namespace:
+    """A check's command line: the suite result and the data-parallel job in it."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite_dir", type=Path, help="a pipeline suite result")
+    parser.add_argument("suite_dir", type=Path, help=result)
     parser.add_argument("--job", default="dp", help="the data-parallel job (default dp)")
-    args = parser.parse_args()
-    runs = [r for r in (load_run(p) for p in find_runs([args.suite_dir]))
-            if r.status == "completed"]
-    real, model = measured(runs), predicted(runs, args.job)
-    table = real.join(model, rsuffix="_predicted", how="inner")
+    return parser.parse_args()
+
+
+def against(runs: list[Any], model: pd.DataFrame) -> pd.DataFrame:
+    """The runs measured (means over repeats) beside the model's predictions, with each
+    error; printed."""
+    table = measured(runs).join(model, rsuffix="_predicted", how="inner")
     for m in ("samples_per_s", "mean_step_ms"):
         table[f"{m}_error"] = table[f"{m}_predicted"] / table[m] - 1
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    return table
+
+
+def main() -> None:
+    args = job_arguments(__doc__, "a pipeline suite result")
+    runs = completed_runs(args.suite_dir)
+    table = against(runs, predicted(runs, args.job))
     others = table.drop(index=args.job)
     errors = others["samples_per_s_error"].abs()
     print(f"pipelines: samples/s error {errors.median():.1%} median, {errors.max():.1%} "

@@ -15,16 +15,13 @@ measured spread; the job's own replay beside them.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pipeline_check import MEASURES, measured
+from pipeline_check import against, chosen_measures, completed_runs, job_arguments
 
 from analysis.advice_fit import fitted_job, fitted_remedies
 from harness.cli.advise import tensor_sizes
-from harness.records.results import find_runs, load_run
 
 REPEATS = 5  # simulated repeats per remedy
 
@@ -40,7 +37,7 @@ def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
     fitted = fitted_remedies(job, tensors=tensor_sizes(job["recorded"]))
     remedies = {placed(r.run.aggregator.servers, r.run.placement): r for r in fitted.remedies
                 if r.run.aggregator.name == "ps-sync"}
-    rows = [{"run": job_name, **_measures(fitted.predict(fitted.remedies[0], REPEATS))}]
+    rows = [{"run": job_name, **chosen_measures(fitted.predict(fitted.remedies[0], REPEATS))}]
     for r in runs:
         run = r.manifest["run"]
         aggregator = run.get("aggregator") or {}
@@ -51,26 +48,14 @@ def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
             print(f"{run['name']}: no remedy of {where} proposed")
             continue
         rows.append({"run": run["name"], "remedy": remedy.name,
-                     **_measures(fitted.predict(remedy, REPEATS))})
+                     **chosen_measures(fitted.predict(remedy, REPEATS))})
     return pd.DataFrame(rows).drop_duplicates("run").set_index("run")
 
 
-def _measures(prediction: dict[str, Any]) -> dict[str, float]:
-    return {m: prediction[m] for m in MEASURES}
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite_dir", type=Path, help="a placement-check suite result")
-    parser.add_argument("--job", default="dp", help="the data-parallel job (default dp)")
-    args = parser.parse_args()
-    runs = [r for r in (load_run(p) for p in find_runs([args.suite_dir]))
-            if r.status == "completed"]
-    table = measured(runs).join(predicted(runs, args.job), rsuffix="_predicted", how="inner")
-    for m in ("samples_per_s", "mean_step_ms"):
-        table[f"{m}_error"] = table[f"{m}_predicted"] / table[m] - 1
-    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    args = job_arguments(__doc__, "a placement-check suite result")
+    runs = completed_runs(args.suite_dir)
+    table = against(runs, predicted(runs, args.job))
     others = table.drop(index=args.job)["samples_per_s_error"].abs()
     print(f"ps-sync and placements: samples/s error {others.median():.1%} median, "
           f"{others.max():.1%} largest over {len(others)} runs; replay of {args.job} "

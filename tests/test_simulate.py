@@ -389,6 +389,19 @@ def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     assert four["idle_fraction"] < one["idle_fraction"] / 2
 
 
+def pair_with_a_short_apply() -> tuple[list[Any], CommModel]:
+    """The steady pair (6 and 2 ms) recorded under BSP with 0.1 ms after the exchange, of
+    which 0.03 ms the apply phase (the optimizer's update the rest): its two classes and
+    its fitted exchange."""
+    def short_apply(rows: np.ndarray) -> None:
+        rows["apply_ns"] = 30_000
+        rows["unpack_ns"] = MS // 10 - 30_000
+
+    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
+    classes, names, comm = classes_of((meta, frame))
+    return [classes[names["rank0"]], classes[names["rank1"]]], comm
+
+
 def test_ps_sync_waits_for_every_push_and_the_busiest_server_sets_the_transfers() -> None:
     """ps-sync: each step's version is made once both pushes are served, and both workers
     start the next step from it. Its transfers (50 us of latency and 1 ms for the whole
@@ -396,13 +409,7 @@ def test_ps_sync_waits_for_every_push_and_the_busiest_server_sets_the_transfers(
     recorded time after the exchange) is the busiest server's share of it: all on one
     server, half each on two, 90% on the busier of two when the placement deals it the
     large tensors."""
-    def short_apply(rows: np.ndarray) -> None:
-        rows["apply_ns"] = 30_000
-        rows["unpack_ns"] = MS // 10 - 30_000
-
-    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
-    classes, names, comm = classes_of((meta, frame))
-    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    pair, comm = pair_with_a_short_apply()
     link = CommModel(50_000.0, MS / comm.bytes, comm.bytes, "")
     for servers, busiest, share in ((1, None, 1.0), (2, None, 0.5), (2, 0.9, 0.9)):
         sim = simulate.simulate(pair, link, simulate.Scheme("ps-sync"), 30, 64,
@@ -483,13 +490,7 @@ def test_under_a_parameter_server_the_server_makes_the_update_and_the_worker_loa
     optimizer's update the rest). Under ps-async the server applies each push for the whole
     0.1 ms, one at a time, and the worker spends only its apply phase after its exchange;
     the transfers (no time here but 50 us each way) go side by side."""
-    def short_apply(rows: np.ndarray) -> None:
-        rows["apply_ns"] = 30_000
-        rows["unpack_ns"] = MS // 10 - 30_000
-
-    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
-    classes, names, comm = classes_of((meta, frame))
-    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    pair, comm = pair_with_a_short_apply()
     instant = CommModel(50_000.0, 0.0, comm.bytes, "")
     free = simulate.simulate(pair, instant, simulate.Scheme("ps-async"), 40, 64)
     assert np.median(free.end - free.reduced) == pytest.approx(30_000)  # the worker's part
