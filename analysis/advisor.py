@@ -12,15 +12,15 @@ message is the reason given):
   MAX_BACKUP, local SGD with periods LOCAL_PERIODS;
 - layer placements: ps-sync on PLACEMENT_SERVERS servers with the parameters `sharded` and
   dealt round-robin (`data-parallel`), cut as the servers cut them
-  (harness.partition.shards): the busiest server's share of the parameters sets the
-  transfers and the part of the update it makes (analysis.simulate.server_model);
+  (harness.partition.shards): the busiest server's share of the parameters sets its part
+  of the update (analysis.simulate.server_model); and `fc-on-server`, the model's fully
+  connected tail computed by a server for every worker in turn (analysis.simulate.Tail,
+  from the model's layer shares, which the CLI times on this host);
 - pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
   model's layers), allocated `spread` and `same-kind` (analysis/pipeline_model.py predicts
   them op by op from the model's layer shares, which the CLI times on this host), 1F1B over
   PIPE_MICRO_BATCHES micro-batches (the most that divide the slice), wave bound D in
   PIPE_WAVE_BOUNDS; ranked last and not advised (UNVALIDATED: docs/howto/advise.md).
-`fc-on-server` is refused: its tail is computed on a server, which the simulator's
-servers (transfers and an update) do not model.
 
 Where the recorded job's workers contended for the host's cores (more computing threads
 than cores, as the manifest's `load` records them), each remedy's workers are given the
@@ -53,7 +53,7 @@ from analysis import contention
 from analysis.costmodel import Line
 from analysis.deviceclass import CommModel, DeviceClass
 from analysis.pipeline_model import LayerShape, Pipeline, simulate_pipeline
-from analysis.simulate import Scheme, simulate, static_sizes, summarise
+from analysis.simulate import Scheme, Tail, simulate, static_sizes, summarise
 from analysis.simulated import SIMULATED
 from analysis.statistical import StepsModel
 from harness.partition.policies import equal_sizes
@@ -65,6 +65,7 @@ from harness.spec.partitions import PartitionSpec
 from harness.spec.pipelines import PipelineSpec, exchange_of
 from harness.spec.suite import RunSpec, parse_run
 from harness.spec.tables import run_table
+from workloads import get_workload
 
 SSP_BOUNDS = (1, 2, 4)
 PIPE_ALLOCATIONS = ("spread", "same-kind")
@@ -76,6 +77,7 @@ LOCAL_PERIODS = (2, 4, 8)
 PLACEMENT_SERVERS = 2
 PLACED = ("sharded", "data-parallel")
 PLACEMENTS = "layer placements (sharded, data-parallel)"
+FC_ON_SERVER = "placement fc-on-server"
 MAX_SUBSET_WORKERS = 8  # every proper subset below this many workers (2^8 - 2 = 254)
 # the simulator's partition schemes, by the policy a real run names
 POLICY_SCHEMES = {"equal": "bsp", "profiled": "bsp-profiled", "model": "bsp-adaptive"}
@@ -87,12 +89,6 @@ UNVALIDATED = {
                 "advised: the `pipeline` suite's pipelined runs came out 41-62% faster "
                 "than they ran (median; the stages' waits for their inputs are not "
                 "modelled: docs/howto/advise.md)"}
-NOT_SIMULATED = {
-    "placement fc-on-server":
-        "not simulated: its fully connected tail is computed on a server, for every "
-        "worker in turn, and the simulator's servers only transfer and update; the "
-        "`pipeline` suite measures it",
-}
 
 
 @dataclass(frozen=True)
@@ -107,6 +103,7 @@ class Remedy:
     pipeline: Pipeline | None = None  # a pipelined remedy's virtual workers (by rank)
     servers: int = 1  # a parameter-server scheme's servers
     busiest: float | None = None  # the busiest server's share of the parameters (placement)
+    tail: Tail | None = None  # fc-on-server's tail on a server
 
     @property
     def exact(self) -> bool:
@@ -136,7 +133,7 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     everyone = tuple(range(n))
     found = [Remedy("recorded", f"recorded ({scheme.label}, {recorded.partition.policy})",
                     "recorded", scheme, everyone, _changed(recorded, "recorded"), sizes)]
-    refused = [Refused(label, reason) for label, reason in NOT_SIMULATED.items()]
+    refused = []
     # partitions and leave-outs keep a lockstep job's own exchange (ddp stays ddp)
     exchange = recorded.aggregator if scheme.lockstep else AggregatorSpec()
     candidates: list[Remedy] = []
@@ -170,6 +167,11 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     candidates += placed
     if why:
         refused.append(Refused(PLACEMENTS, why))
+    tailed = _fc_on_server(recorded, shape, max((r.servers for r in placed), default=2))
+    if isinstance(tailed, str):
+        refused.append(Refused(FC_ON_SERVER, tailed))
+    else:
+        candidates.append(tailed)
     if isinstance(shape, str):
         refused.append(Refused(PIPELINES, shape))
     else:
@@ -241,6 +243,30 @@ def _placements(recorded: RunSpec, tensors: Sequence[int] | None
                           servers=servers,
                           busiest=busiest_share(placement, list(tensors), servers)))
     return out, ""
+
+
+def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> Remedy | str:
+    """ps-sync on `servers` servers with the model's fully connected tail on the last
+    (its layers' shares of the time, the activations entering it and its share of the
+    parameters from `shape`), or why there is none."""
+    fc_layers = get_workload(recorded.workload).fc_layers
+    if fc_layers is None:
+        return f"{recorded.workload!r} has no fully connected tail to place on a server"
+    if isinstance(shape, str):
+        return shape
+    first = shape.layers - fc_layers(recorded.size)
+    head = range(first)
+    tail = Tail(head_forward=sum(shape.fractions[i] * shape.forward[i] for i in head),
+                head_backward=sum(shape.fractions[i] * (1 - shape.forward[i]) for i in head),
+                activation_bytes=shape.activation_bytes[first - 1],
+                parameter_share=sum(shape.parameter_bytes[first:])
+                / sum(shape.parameter_bytes))
+    run = _changed(recorded, f"ps-sync-{servers}-fc-on-server", partition=PartitionSpec(),
+                   aggregator=AggregatorSpec(name="ps-sync", servers=servers),
+                   placement="fc-on-server")
+    return Remedy(run.name, f"ps-sync, {servers} servers, fc-on-server", "placement",
+                  Scheme("ps-sync"), tuple(range(len(recorded.workers))), run,
+                  servers=servers, tail=tail)
 
 
 def _aggregator(scheme: str, value: int) -> AggregatorSpec:
@@ -335,7 +361,7 @@ def predict(remedy: Remedy, workers: Sequence[DeviceClass], comm: CommModel, ste
     mean share of the step."""
     return _predicted(remedy, [summarise(simulate(
         workers, comm, remedy.scheme, steps, global_batch, seed=seed + repeat,
-        sizes=remedy.sizes, servers=remedy.servers, busiest=remedy.busiest))
+        sizes=remedy.sizes, servers=remedy.servers, busiest=remedy.busiest, tail=remedy.tail))
         for repeat in range(repeats)], steps, global_batch)
 
 

@@ -15,6 +15,8 @@ Schemes (names as the aggregators'):
   runs);
 - ps-sync: every worker pushes its gradient to the parameter servers, which update once
   every push of the step is in (backup with no backup worker); the workers step together;
+  with a `Tail` (the fc-on-server placement), one server computes the model's fully
+  connected tail for every worker in turn, in the middle of each worker's step;
 - backup:B: each round ends when N - B gradients have arrived; a late worker's gradient is
   dropped and it starts its next step from the parameters of the moment it arrives;
 - ssp:S: pushes served first come first served; a worker's push of clock c is answered
@@ -85,6 +87,27 @@ def parse_scheme(text: str) -> Scheme:
     if value:
         raise ValueError(f"{text!r}: {name} takes no value")
     return Scheme(name)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """fc-on-server (harness/exchange/placement.py): the last server holds the model's fully
+    connected tail and computes it for every worker in turn, first come first served. Each
+    worker computes the layers before it (their forward and backward: these shares of its
+    whole model's compute), sends the activations entering the tail (`activation_bytes` a
+    sample) and gets their gradient back, of the same size, inside its forward phase, which
+    its emulated slowdown stretches, wait included; it pushes and pulls the other layers'
+    parameters only (1 - `parameter_share` of them), held by the other servers."""
+
+    head_forward: float
+    head_backward: float
+    activation_bytes: float
+    parameter_share: float
+
+    @property
+    def compute_share(self) -> float:
+        """The tail's share of a worker's compute of the whole model."""
+        return 1.0 - self.head_forward - self.head_backward
 
 
 @dataclass
@@ -247,22 +270,26 @@ def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
 def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, steps: int,
              global_batch: int, seed: int = 0, damping: Damping | None = None,
              sizes: Sequence[int] | None = None, servers: int = 1,
-             busiest: float | None = None) -> Simulation:
+             busiest: float | None = None, tail: Tail | None = None) -> Simulation:
     """Simulate `steps` steps (ps-async: global batches) of the workers under `scheme`
     (`sizes`: bsp's static slices, equal when None; `servers`: parameter servers sharing
     the parameters, for the schemes that use them; `busiest`: the largest share of the
     parameters one of them holds and updates, as the run's placement cuts them
-    (harness.partition.shards; None: 1 / servers)."""
+    (harness.partition.shards; None: 1 / servers); `tail`: ps-sync's fc-on-server, the
+    tail on the last server and the rest shared by the others)."""
     workers = list(workers)
     if not workers:
         raise ValueError("no workers to simulate")
     if global_batch < len(workers):
         raise ValueError(f"global batch {global_batch} < {len(workers)} workers")
+    if tail is not None and (scheme.name != "ps-sync" or servers < 2):
+        raise ValueError("a tail on a server (fc-on-server) needs ps-sync on 2 servers or "
+                         "more")
     rng = np.random.default_rng(seed)
     # ps-async: fast workers take more steps than K; draw enough for the fastest
     # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
     rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
-            "ps-sync": steps + 1,
+            "ps-sync": steps if tail else steps + 1,
             "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
     residual, after, applied, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
     if scheme.name in SERVED:  # the servers make the update; the worker loads it
@@ -284,6 +311,11 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
                   evaluation=evaluation, partition_history=history)
     # each worker's exchange: the model's, times its recorded worker's ratio that step
     allreduce = comm.allreduce_ns(len(workers)) * ratio
+    if tail is not None:  # the other layers' parameters, on the other servers
+        held = 1.0 - tail.parameter_share
+        head = dataclasses.replace(comm, bytes=int(comm.bytes * held))
+        return _fc_on_server(common, gap, server_model(workers, head, held / (servers - 1),
+                                                       ratio), tail, comm, ratio)
     server = server_model(workers, comm, 1 / servers if busiest is None else busiest, ratio)
     if scheme.lockstep:
         return _bsp(common, gap, allreduce)
@@ -551,6 +583,40 @@ def _ps_sync(common: dict[str, Any], gap: np.ndarray, server: Server) -> Simulat
     rows = {f.name: value[made] for f in dataclasses.fields(sim)
             if isinstance(value := getattr(sim, f.name), np.ndarray) and value.ndim == 2}
     return dataclasses.replace(sim, **{**rows, "asynchronous": np.zeros_like(rows["kept"])})
+
+
+def _fc_on_server(common: dict[str, Any], gap: np.ndarray, server: Server, tail: Tail,
+                  comm: CommModel, ratio: np.ndarray) -> Simulation:
+    """ps-sync with the tail on a server (Tail), step by step: each worker's real forward
+    of its layers, its activations' way to the tail's server, served there first come
+    first served (the tail's forward and backward at a CPU worker's line, unslowed: the
+    server is an ordinary process), the gradient's way back, that elapsed time stretched by
+    its slowdown, then its backward; then the push of its layers' gradient, the version
+    made once all are served, and the parameters back."""
+    compute, after, slowdown = common["compute"], common["after"], common["slowdown"]
+    sizes, workers = common["sizes"], common["workers"]
+    rows, n = compute.shape
+    cpus = [c.line for c in workers if not c.schedule.is_cuda] or [c.line for c in workers]
+    tail_ns = tail.compute_share * np.min([line.a_ns + line.b_ns * sizes for line in cpus],
+                                          axis=0)
+    way = (comm.alpha_ns + tail.activation_bytes * sizes * comm.beta_ns_per_byte) * ratio
+    latency, service = server.latency, server.service
+    begin, ready, reduced, wait = (np.zeros_like(compute) for _ in range(4))
+    start, tail_free, free = np.zeros(n), -np.inf, -np.inf
+    for k in range(rows):
+        real_forward = compute[k] / slowdown[k] * tail.head_forward
+        served = serve(start + real_forward + way[k], tail_ns[k], tail_free)
+        tail_free = float(served.max())
+        answered = served + way[k]
+        begin[k] = start
+        ready[k] = start + (answered - start) * slowdown[k] + compute[k] * tail.head_backward
+        arrive = ready[k] + latency[k]
+        free = float(serve(arrive, service[k], free).max())  # the version, once all are in
+        wait[k] = free - arrive - service[k]
+        reduced[k] = free + latency[k]
+        start = reduced[k] + after[k] + gap[k]
+    return Simulation(begin=begin, ready=ready, reduced=reduced, end=reduced + after,
+                      push=latency, wait=wait, pull=latency + service, **common)
 
 
 def _ssp(common: dict[str, Any], gap: np.ndarray, server: Server, bound: int,

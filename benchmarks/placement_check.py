@@ -1,6 +1,6 @@
-"""Does the advisor predict ps-sync and its layer placements (analysis/advisor.py
-`_placements`: the busiest server's share of the parameters) from a data-parallel job
-(issue 29)?
+"""Does the advisor predict ps-sync and its layer placements (analysis/advisor.py: the
+busiest server's share of the parameters; fc-on-server's tail computed on a server, from
+the model's layers, timed here as advise times them) from a data-parallel job (issue 29)?
 
 From a `benchmarks/placement_check.toml` result (or any result with a data-parallel job
 and ps-sync runs of the same workers): the devices and the exchange are fitted on the job,
@@ -21,7 +21,7 @@ import pandas as pd
 from pipeline_check import against, chosen_measures, completed_runs, job_arguments
 
 from analysis.advice_fit import fitted_job, fitted_remedies
-from harness.cli.advise import tensor_sizes
+from harness.cli.advise import layer_shape, tensor_sizes
 
 REPEATS = 5  # simulated repeats per remedy
 
@@ -34,7 +34,7 @@ def placed(servers: int, placement: str | None) -> tuple[int, str]:
 def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
     """Per run name: the job's replay and each ps-sync run's remedy predicted."""
     job = fitted_job([(r.manifest, r.steps) for r in runs], job_name)
-    fitted = fitted_remedies(job, tensors=tensor_sizes(job["recorded"]))
+    fitted = fitted_remedies(job, layer_shape(job["recorded"]), tensor_sizes(job["recorded"]))
     remedies = {placed(r.run.aggregator.servers, r.run.placement): r for r in fitted.remedies
                 if r.run.aggregator.name == "ps-sync"}
     rows = [{"run": job_name, **chosen_measures(fitted.predict(fitted.remedies[0], REPEATS))}]

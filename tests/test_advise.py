@@ -4,6 +4,7 @@ bad input refused up front, and --verify end to end on a tiny real job."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,11 @@ def test_every_remedy_the_job_can_run_and_only_once() -> None:
     assert kept.ranks == (1, 2) and len(kept.run.workers) == 2
     assert kept.run.global_batch == 96  # the whole batch, shared by those kept
     # no layer profile and no tensors given: the pipelines and placements refused with the
-    # reason, as fc-on-server always is
-    assert {r.label for r in refused} == {*advisor.NOT_SIMULATED, advisor.PIPELINES,
-                                          advisor.PLACEMENTS}
+    # reason (the MLP has no fully connected tail for fc-on-server either)
+    assert {r.label: r.reason for r in refused} == {
+        advisor.PIPELINES: "no layer profile", advisor.PLACEMENTS:
+        "the model's parameter tensors are not known", advisor.FC_ON_SERVER:
+        "'mlp' has no fully connected tail to place on a server"}
 
 
 def test_placements_are_proposed_with_their_busiest_servers_share() -> None:
@@ -134,6 +137,25 @@ def test_placements_are_proposed_with_their_busiest_servers_share() -> None:
     found, _ = advisor.remedies(spec(three), Scheme("bsp"), None, ["a", "b", "c"],
                                 tensors=tensors)
     assert [r.name for r in found if r.kind == "placement"] == ["ps-sync-3-sharded"]
+
+
+def test_fc_on_server_takes_the_tail_from_the_layers() -> None:
+    """The CNN's last layer is its fully connected tail (workloads/cnn): with the layers
+    of LAYERS (below), the two before it take 0.3 + 0.5 of the time, a third of it
+    forward; 1,024 bytes a sample enter the tail, which holds 1e4 of the 3.1e5 bytes."""
+    cnn = JOB.replace('workload = "mlp"', 'workload = "cnn"')
+    found, refused = advisor.remedies(spec(cnn), Scheme("bsp"), None, ["a", "b", "c"], LAYERS)
+    tailed = next(r for r in found if r.name == "ps-sync-2-fc-on-server")
+    assert tailed.kind == "placement" and tailed.exact and tailed.servers == 2
+    assert dataclasses.astuple(tailed.tail) == pytest.approx((0.8 / 3, 0.8 * 2 / 3, 1024.0,
+                                                              1 / 31))
+    assert advisor.why_not(tailed.run) == ""  # the suite loader takes it as written
+    assert advisor.FC_ON_SERVER not in {r.label for r in refused}
+    # without the layers timed, why
+    _, refused = advisor.remedies(spec(cnn), Scheme("bsp"), None, ["a", "b", "c"],
+                                  "'cnn' on tensorflow: no layers")
+    assert (advisor.FC_ON_SERVER, "'cnn' on tensorflow: no layers") in {
+        (r.label, r.reason) for r in refused}
 
 
 # four workers, 1 and 3 fast, 0 and 2 emulated 3x slower; the MLP's 3 layers

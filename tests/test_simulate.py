@@ -427,6 +427,40 @@ def test_ps_sync_waits_for_every_push_and_the_busiest_server_sets_the_transfers(
         assert summary["idle_fraction"] == pytest.approx(4.0 / (period / MS) / 2, rel=0.05)
 
 
+def test_fc_on_server_computes_the_tail_on_a_server_inside_the_stretched_forward() -> None:
+    """Worker 0 emulates a device 3x slower (6 ms a step, 2 ms of it real), worker 1 takes
+    2 ms. A quarter of the forward + backward is the tail, which the server computes at the
+    unslowed line (0.5 ms a slice, each worker's in turn); a quarter is the layers' forward
+    before it, a half their backward. The activations take 0.15 ms each way; the other
+    half of the parameters 0.55 ms each way to the other server, which updates them in
+    0.05 ms (half of the recorded 0.1 ms)."""
+    def short_apply(rows: np.ndarray) -> None:
+        rows["apply_ns"] = 30_000
+        rows["unpack_ns"] = MS // 10 - 30_000
+
+    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply),
+                           slowdowns=(3.0, 1.0))
+    classes, names, comm = classes_of((meta, frame))
+    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    link = CommModel(50_000.0, MS / comm.bytes, comm.bytes, "")
+    tail = simulate.Tail(0.25, 0.5, comm.bytes / 32 / 10, 0.5)
+    sim = simulate.simulate(pair, link, simulate.Scheme("ps-sync"), 20, 64, servers=2,
+                            tail=tail)
+    assert sim.begin.shape == (20, 2) and not sim.asynchronous.any()
+    # both reach the tail at 0.5 + 0.15 ms, worker 0 first (the lower rank): served until
+    # 1.15, worker 1 until 1.65; back 0.15 ms later
+    step = sim.begin[5]
+    ready = sim.ready[5] - step
+    # worker 0's forward phase (1.30 ms) stretched 3x, then its backward (3 ms); worker 1's
+    # (1.80 ms) unstretched, then 1 ms
+    assert ready / MS == pytest.approx([3 * 1.30 + 3.0, 1.80 + 1.0])
+    # worker 0 pushes last: 0.55 ms up, 0.05 ms served, 0.55 back, its apply, 10 us
+    period = (3 * 1.30 + 3.0 + 0.55 + 0.05 + 0.55 + 0.03 + 0.01) * MS
+    assert np.diff(sim.begin[2:10, 0]) == pytest.approx(np.full(7, period))
+    with pytest.raises(ValueError, match="needs ps-sync on 2 servers"):
+        simulate.simulate(pair, link, simulate.Scheme("ps-sync"), 20, 64, tail=tail)
+
+
 def test_every_simulated_scheme_is_named_in_the_registries() -> None:
     """The simulator's schemes are a real run's aggregator, policy and option: a simulated
     run's manifest names them, and recorded runs map back to them (deviceclass)."""
