@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,28 @@ def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = 
     return step_times_of(result.run_dir, args.warmup)
 
 
+LAUNCH_TRIES = 2
+
+
+def torchrun(arguments: list[str], env: dict[str, str], partial: Path) -> None:
+    """Two processes under `torchrun --standalone`. A launch that fails is shown (its
+    output's last lines) and tried once more, what it wrote to `partial` removed first: a
+    CI run on 11-27 lost a whole check to one launch that exited 1 and passed when run
+    again by hand."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", *arguments]
+    for attempt in range(1, LAUNCH_TRIES + 1):
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=1800)
+        if done.returncode == 0:
+            return
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        print(f"launch {attempt} of {LAUNCH_TRIES} exited {done.returncode}: "
+              f"{' '.join(arguments[:1])}\n{tail}", flush=True)
+    raise SystemExit(f"torchrun failed {LAUNCH_TRIES} times: {' '.join(command)}")
+
+
 def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace
                                  ) -> tuple[np.ndarray, dict]:
     """hetbench's workers started by torchrun, as DDP's are: no launcher, no sampler."""
@@ -76,10 +99,8 @@ def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace
     toml = out / "suite.toml"
     toml.write_text(_toml(hetbench_run(args)))
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(toml),
-                    "--run-name", "hetbench", "--out", str(out / "results")],
-                   check=True, cwd=REPO, env=env, capture_output=True, timeout=1800)
+    torchrun(["-m", "harness.loop.worker", "--suite", str(toml), "--run-name", "hetbench",
+              "--out", str(out / "results")], env, out / "results")
     (run_dir,) = [p for p in (out / "results" / "ddp-compare").iterdir() if p.is_dir()]
     return step_times_of(run_dir, args.warmup)
 
@@ -99,15 +120,14 @@ def _toml(suite: dict) -> str:
 def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
                    python_hook: bool = False) -> tuple[np.ndarray, dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", str(REPO / "benchmarks" / "ddp_worker.py"),
+    command = [str(REPO / "benchmarks" / "ddp_worker.py"),
                "--steps", str(args.steps), "--out", str(out), "--workload", args.workload,
                "--size", args.size, "--lr", str(args.lr), "--bucket-mb", str(bucket_mb)]
     if args.dataset:
         command += ["--dataset", args.dataset]
     if python_hook:
         command.append("--python-hook")
-    subprocess.run(command, check=True, cwd=REPO, env=env, capture_output=True, timeout=1800)
+    torchrun(command, env, out)
     times = np.stack([np.load(out / f"times-rank{r}.npy") for r in range(2)])
     step_times = times[:, :, 1].max(axis=0) - times[:, :, 0].min(axis=0)
     return step_times[args.warmup:], dict(np.load(out / "params.npz"))
