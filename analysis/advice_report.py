@@ -159,7 +159,7 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
                   f" (regret {v['regret']:.1%}).", ""]
         print(lines[-2])
     lines += ["## Not advised", ""] + [f"- {r.label}: {r.reason}" for r in refused]
-    lines += [f"- {kind}s: {why}" for kind, why in UNVALIDATED.items()
+    lines += [f"- {kind} remedies: {why}" for kind, why in UNVALIDATED.items()
               if (ranked["kind"] == kind).any()]
     if job["left_out"]:
         lines += ["", "Runs not fitted: " + "; ".join(job["left_out"])]

@@ -15,7 +15,8 @@ message is the reason given):
   (harness.partition.shards): the busiest server's share of the parameters sets its part
   of the update (analysis.simulate.server_model); and `fc-on-server`, the model's fully
   connected tail computed by a server for every worker in turn (analysis.simulate.Tail,
-  from the model's layer shares, which the CLI times on this host);
+  from the model's layer shares, which the CLI times on this host), ranked last and not
+  advised (UNVALIDATED);
 - pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
   model's layers), allocated `spread` and `same-kind` (analysis/pipeline_model.py predicts
   them op by op from the model's layer shares, which the CLI times on this host), 1F1B over
@@ -88,7 +89,12 @@ UNVALIDATED = {
     "pipeline": "predicted op by op (analysis/pipeline_model.py), ranked last and not "
                 "advised: the `pipeline` suite's pipelined runs came out 41-62% faster "
                 "than they ran (median; the stages' waits for their inputs are not "
-                "modelled: docs/howto/advise.md)"}
+                "modelled: docs/howto/advise.md)",
+    "fc-on-server": "predicted step by step (analysis.simulate.Tail), ranked last and not "
+                    "advised: its runs came out 19-24% slower than predicted, where the "
+                    "other placements' came within 4-11% (the slow workers' forward, the "
+                    "wait for the tail's server stretched by their slowdown, longer than "
+                    "modelled: docs/howto/advise.md)"}
 
 
 @dataclass(frozen=True)
@@ -264,7 +270,7 @@ def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> R
     run = _changed(recorded, f"ps-sync-{servers}-fc-on-server", partition=PartitionSpec(),
                    aggregator=AggregatorSpec(name="ps-sync", servers=servers),
                    placement="fc-on-server")
-    return Remedy(run.name, f"ps-sync, {servers} servers, fc-on-server", "placement",
+    return Remedy(run.name, f"ps-sync, {servers} servers, fc-on-server", "fc-on-server",
                   Scheme("ps-sync"), tuple(range(len(recorded.workers))), run,
                   servers=servers, tail=tail)
 

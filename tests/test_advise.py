@@ -146,7 +146,7 @@ def test_fc_on_server_takes_the_tail_from_the_layers() -> None:
     cnn = JOB.replace('workload = "mlp"', 'workload = "cnn"')
     found, refused = advisor.remedies(spec(cnn), Scheme("bsp"), None, ["a", "b", "c"], LAYERS)
     tailed = next(r for r in found if r.name == "ps-sync-2-fc-on-server")
-    assert tailed.kind == "placement" and tailed.exact and tailed.servers == 2
+    assert tailed.kind == "fc-on-server" and tailed.exact and tailed.servers == 2
     assert dataclasses.astuple(tailed.tail) == pytest.approx((0.8 / 3, 0.8 * 2 / 3, 1024.0,
                                                               1 / 31))
     assert advisor.why_not(tailed.run) == ""  # the suite loader takes it as written
@@ -302,7 +302,7 @@ def test_the_advice_and_its_suite(tmp_path: Path, capsys) -> None:  # type: igno
     # ... but, its model not yet validated, ranked after every other and never advised
     assert not pipe["advised"] and pipe["rank"] > table[table["advised"]]["rank"].max()
     assert "pipe-spread3-d0" not in [r.name for r in suite.runs]
-    assert "- pipelines: predicted op by op" in advice
+    assert "- pipeline remedies: predicted op by op" in advice
 
 
 def test_the_layers_are_timed_here_with_each_ones_forward() -> None:
