@@ -139,7 +139,7 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     everyone = tuple(range(n))
     found = [Remedy("recorded", f"recorded ({scheme.label}, {recorded.partition.policy})",
                     "recorded", scheme, everyone, _changed(recorded, "recorded"), sizes)]
-    refused = []
+    refused: list[Refused] = []
     # partitions and leave-outs keep a lockstep job's own exchange (ddp stays ddp)
     exchange = recorded.aggregator if scheme.lockstep else AggregatorSpec()
     candidates: list[Remedy] = []
@@ -173,7 +173,8 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     candidates += placed
     if why:
         refused.append(Refused(PLACEMENTS, why))
-    tailed = _fc_on_server(recorded, shape, max((r.servers for r in placed), default=2))
+    tailed = _fc_on_server(recorded, shape,
+                           max((r.servers for r in placed), default=PLACEMENT_SERVERS))
     if isinstance(tailed, str):
         refused.append(Refused(FC_ON_SERVER, tailed))
     else:

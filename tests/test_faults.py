@@ -38,10 +38,6 @@ workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 """
 
 
-# steps: long enough to outlast every wait below (a lone TensorFlow-ps worker, the
-# slowest to be stopped, takes 3000 steps in over a minute), short enough that
-# tensorflow-ps's batch table (steps x workers rows, a graph constant shipped to every
-# worker) takes no time to start: at 100,000 steps (102 MB) the test took 18 s more.
 STOPPED = """
 [suite]
 name = "faults"
@@ -49,12 +45,24 @@ name = "faults"
 [[runs]]
 name = "long"
 framework = "{framework}"
-steps = 3000
+steps = {steps}
 global_batch = 64
 timeout_s = {timeout}
 aggregator = {aggregator}
 workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
 """
+
+
+def stopped_suite(framework: str, aggregator: str, timeout: int) -> str:
+    """STOPPED for a framework's aggregator. Its steps outlast every wait below on any
+    host: 100,000, but for tensorflow-ps, whose batch table (steps x workers rows, a graph
+    constant shipped to every worker) took 18 s more to start at 100,000 (102 MB): 3,000,
+    over a minute for its lone worker, the slowest to be stopped. (On a quiet host a
+    tensorflow-collective run of 3,000 steps completed before the test killed its
+    launcher.)"""
+    steps = 3000 if "tensorflow-ps" in aggregator else 100_000
+    return STOPPED.format(framework=framework, aggregator=aggregator, timeout=timeout,
+                          steps=steps)
 
 
 
@@ -249,8 +257,7 @@ def test_a_killed_launcher_leaves_a_run_that_recover_closes(
     temporary folder."""
     from harness.system.orphans import LAUNCHER_GONE_GRACE_S
 
-    text = LONG_RUN if aggregator is None else STOPPED.format(
-        framework=framework, aggregator=aggregator, timeout=30)
+    text = LONG_RUN if aggregator is None else stopped_suite(framework, aggregator, 30)
     proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, text)
     proc.kill()
     proc.communicate(timeout=30)
@@ -312,8 +319,8 @@ def test_a_stopped_worker_ends_the_run_within_its_timeout_and_is_named(
         timeout: int) -> None:
     """SIGSTOP: the peers wait for it, time out, and the reason names the stopped worker,
     not them; MXNet's ps-lite has no timeout of its own, the launcher's watch bounds it."""
-    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, STOPPED.format(
-        framework=framework, aggregator=aggregator, timeout=timeout))
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite,
+                                         stopped_suite(framework, aggregator, timeout))
     flushed_before = collector.steps_done(run_dir, 2)
     os.kill(pids[1], signal.SIGSTOP)
     stopped_at = time.time()
