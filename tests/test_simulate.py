@@ -389,15 +389,17 @@ def test_at_scale_the_servers_set_the_pace_of_the_asynchronous_scheme() -> None:
     assert four["idle_fraction"] < one["idle_fraction"] / 2
 
 
-def pair_with_a_short_apply() -> tuple[list[Any], CommModel]:
-    """The steady pair (6 and 2 ms) recorded under BSP with 0.1 ms after the exchange, of
-    which 0.03 ms the apply phase (the optimizer's update the rest): its two classes and
-    its fitted exchange."""
+def pair_with_a_short_apply(slowdowns: tuple[float, float] = (1.0, 1.0)
+                            ) -> tuple[list[Any], CommModel]:
+    """The steady pair (6 and 2 ms, each emulating its `slowdowns`) recorded under BSP
+    with 0.1 ms after the exchange, of which 0.03 ms the apply phase (the optimizer's
+    update the rest): its two classes and its fitted exchange."""
     def short_apply(rows: np.ndarray) -> None:
         rows["apply_ns"] = 30_000
         rows["unpack_ns"] = MS // 10 - 30_000
 
-    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply))
+    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply),
+                           slowdowns=slowdowns)
     classes, names, comm = classes_of((meta, frame))
     return [classes[names["rank0"]], classes[names["rank1"]]], comm
 
@@ -434,14 +436,7 @@ def test_fc_on_server_computes_the_tail_on_a_server_inside_the_stretched_forward
     before it, a half their backward. The activations take 0.15 ms each way; the other
     half of the parameters 0.55 ms each way to the other server, which updates them in
     0.05 ms (half of the recorded 0.1 ms)."""
-    def short_apply(rows: np.ndarray) -> None:
-        rows["apply_ns"] = 30_000
-        rows["unpack_ns"] = MS // 10 - 30_000
-
-    meta, frame = recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], edit=short_apply),
-                           slowdowns=(3.0, 1.0))
-    classes, names, comm = classes_of((meta, frame))
-    pair = [classes[names["rank0"]], classes[names["rank1"]]]
+    pair, comm = pair_with_a_short_apply(slowdowns=(3.0, 1.0))
     link = CommModel(50_000.0, MS / comm.bytes, comm.bytes, "")
     tail = simulate.Tail(0.25, 0.5, comm.bytes / 32 / 10, 0.5)
     sim = simulate.simulate(pair, link, simulate.Scheme("ps-sync"), 20, 64, servers=2,

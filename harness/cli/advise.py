@@ -106,12 +106,16 @@ def run(args: argparse.Namespace) -> int:
     return 1 if args.verify and measured is None else 0
 
 
+def data_and_model(run: Any) -> tuple[Any, Any]:
+    """The recorded run's data set and its model's spec (workloads.build_spec)."""
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    return data, build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+
+
 def tensor_sizes(run: Any) -> tuple[int, ...]:
     """The model's parameter tensors' sizes in elements, in the order of the flat buffer
     the parameter servers cut (for the placements: harness.partition.shards)."""
-    data = load_dataset(run.dataset, run.workload, run.seed)
-    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
-    return tuple(p.size for p in spec.params)
+    return tuple(p.size for p in data_and_model(run)[1].params)
 
 
 PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
@@ -134,8 +138,7 @@ def layer_shape(run: Any) -> Any:
     from analysis.pipeline_model import LayerShape
     from harness.partition.layerprofile import profile_layers
 
-    data = load_dataset(run.dataset, run.workload, run.seed)
-    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    data, spec = data_and_model(run)
     module = builder(run.workload, "pytorch")
     model = module.build(spec)
     micro = max(1, run.global_batch * 2 // len(run.workers) // 4)
