@@ -10,16 +10,29 @@ Variants: `hetbench` (`hetbench run`: its launcher starts, samples and watches t
 workers), `hetbench-bare` (the same with instrument = false: begin and end only),
 `hetbench-torchrun` (hetbench's workers started by torchrun, as DDP's are: no launcher),
 `hetbench-ddp` and `hetbench-ddp-overlap` (`hetbench run` with the `ddp` aggregator: DDP
-and a comm hook inside hetbench's loop, with DDP's buckets of the two below), `ddp`,
+and a comm hook inside hetbench's loop, with DDP's buckets of the two below),
+`hetbench-bare-ddp-overlap` (the latter with instrument = false), `ddp`,
 `ddp-overlap`, `ddp-overlap-pyhook` (DDP with torch's own Python all-reduce hook,
 `default_hooks.allreduce_hook`: what a comm hook in Python costs, hetbench's or not).
 
 DDP without overlap: one bucket larger than the model, so its all-reduce starts after the
-whole backward, as hetbench's phase-separated step does (the target: hetbench at most 1.05x
-of it). DDP with overlap: buckets of an eighth of the model, so the all-reduce of the last
-layers runs while the first layers' backward still computes (the gap hetbench's loop does
-not close, reported). Step time is DESIGN.md's: latest end minus earliest begin over the
-workers, per step.
+whole backward, as hetbench's phase-separated step does. DDP with overlap: buckets of an
+eighth of the model, so the all-reduce of the last layers runs while the first layers'
+backward still computes (hetbench's `ddp` aggregator does the same). Targets (issue 28):
+each hetbench variant at most 1.02x the DDP variant that exchanges as it does. Every
+variant's workers keep the memory a step frees (hetbench's `keep_freed_memory`, glibc's
+thresholds in DDP's environment) unless `--glibc-defaults`: glibc's own thresholds move
+with each process's allocation history, and faulting freed memory back in cost one
+process several times what it cost another (harness/system/allocator.py).
+
+Step time is DESIGN.md's: latest end minus earliest begin over the workers, per step. The
+period (earliest begin to the next step's earliest begin) adds what runs between steps
+(hetbench writes its records there). Per variant, the phases of a step as each worker
+measured them (medians, ms): `forward` (the batch and the forward with the loss),
+`backward + exchange` (until the summed gradients are in place: DDP's backward with its
+all-reduce; hetbench's backward, pack and exchange), `update` (the optimizer; hetbench's
+unpack and apply) and `between` (the rest of the period): where a variant's time goes.
+`--pin` puts every variant's worker r on core r alone, its threads with it.
 """
 
 from __future__ import annotations
@@ -32,12 +45,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from harness.records.results import load_run
 from harness.run.launcher import run_suite
 from harness.spec.suite import parse_suite
+from harness.system import allocator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +62,9 @@ def hetbench_run(args: argparse.Namespace, instrument: bool = True,
     """The one-run suite; with `bucket_mb`, its exchange is hetbench's `ddp` aggregator."""
     run = {"name": "hetbench", "steps": args.steps, "warmup_steps": args.warmup,
            "lr": args.lr, "workload": args.workload, "size": args.size,
-           "instrument": instrument, "workers": [{"device": "cpu"}, {"device": "cpu"}]}
+           "instrument": instrument, "keep_freed_memory": not args.glibc_defaults,
+           "workers": [{"device": "cpu", "cores": [r]} if args.pin else {"device": "cpu"}
+                       for r in range(2)]}
     if bucket_mb is not None:
         run["aggregator"] = {"name": "ddp", "bucket_mb": bucket_mb}
     if args.dataset:
@@ -55,16 +72,55 @@ def hetbench_run(args: argparse.Namespace, instrument: bool = True,
     return {"suite": {"name": "ddp-compare"}, "runs": [run]}
 
 
-def step_times_of(run_dir: Path, warmup: int) -> tuple[np.ndarray, dict]:
-    run = load_run(run_dir)
-    per_step = run.steps[run.steps["step"] >= warmup].groupby("step").agg(
-        begin=("begin_ns", "min"), end=("end_ns", "max"))
-    return (per_step["end"] - per_step["begin"]).to_numpy(), dict(
-        np.load(run_dir / "params.npz"))
+PHASE_NAMES = ("forward", "backward + exchange", "update", "between")
+
+
+class Taken(NamedTuple):
+    """One variant's run: per step (after warm-up) its step time and period, ns; the
+    median of each phase in PHASE_NAMES over its workers' steps, ns; its final parameters."""
+
+    step_ns: np.ndarray
+    period_ns: np.ndarray
+    phases_ns: list[float]
+    params: dict
+
+
+def taken_from_marks(marks: np.ndarray, params: dict) -> Taken:
+    """From marks[rank, step, k], ns: k = 0 the step's begin, 1 the forward's end, 2 the
+    gradients summed in place, 3 the update's end (NaN where not measured: hetbench's
+    instrument = false); the warm-up steps already cut off."""
+    begin, end = marks[:, :, 0].min(axis=0), marks[:, :, 3].max(axis=0)
+    parts = np.diff(marks, axis=2)  # [rank, step, phase]
+    between = marks[:, 1:, 0] - marks[:, :-1, 3]
+    phases = [float(np.median(parts[:, :, k])) for k in range(3)]
+    return Taken(end - begin, np.diff(begin), [*phases, float(np.median(between))], params)
+
+
+def phase_table(phases: dict[str, list[list[float]]]) -> list[str]:
+    """Per variant, the median over repeats of each phase's median, ms."""
+    lines = [f"  {'':<20}" + "".join(f"{name:>21}" for name in PHASE_NAMES)]
+    for variant, repeats in phases.items():
+        values = np.median(np.array(repeats), axis=0) / 1e6
+        lines.append(f"  {variant:<20}" + "".join(
+            f"{'-' if np.isnan(v) else f'{v:.2f}':>21}" for v in values))
+    return lines
+
+
+def step_times_of(run_dir: Path, warmup: int) -> Taken:
+    steps = load_run(run_dir).steps
+    steps = steps[steps["step"] >= warmup].sort_values(["rank", "step"])
+    ranks = steps["rank"].nunique()
+    timed = steps["reduced_ns"] > 0  # instrument = false records begin and end only
+    forward_end = steps["begin_ns"] + steps[["load_ns", "to_device_ns", "forward_ns"]].sum(
+        axis=1)
+    marks = np.stack([steps["begin_ns"], forward_end.where(timed),
+                      steps["reduced_ns"].where(timed), steps["end_ns"]], axis=1)
+    return taken_from_marks(marks.astype(np.float64).reshape(ranks, -1, 4),
+                            dict(np.load(run_dir / "params.npz")))
 
 
 def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = True,
-                        bucket_mb: float | None = None) -> tuple[np.ndarray, dict]:
+                        bucket_mb: float | None = None) -> Taken:
     """`hetbench run`: the launcher starts the workers, samples the host and watches them."""
     (result,) = run_suite(parse_suite(hetbench_run(args, instrument, bucket_mb)), out)
     return step_times_of(result.run_dir, args.warmup)
@@ -93,8 +149,7 @@ def torchrun(arguments: list[str], env: dict[str, str], partial: Path) -> None:
     raise SystemExit(f"torchrun failed {LAUNCH_TRIES} times: {' '.join(command)}")
 
 
-def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace
-                                 ) -> tuple[np.ndarray, dict]:
+def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace) -> Taken:
     """hetbench's workers started by torchrun, as DDP's are: no launcher, no sampler."""
     out.mkdir(parents=True, exist_ok=True)
     toml = out / "suite.toml"
@@ -110,17 +165,24 @@ def _toml(suite: dict) -> str:
     """The little suite above as TOML (torchrun mode reads a suite file)."""
     run = suite["runs"][0]
     lines = ['[suite]', 'name = "ddp-compare"', '[[runs]]']
-    for key, value in run.items():
-        if key == "workers":
-            lines.append('workers = [ { device = "cpu" }, { device = "cpu" } ]')
-        else:
-            lines.append(f"{key} = {json.dumps(value)}")
+    lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
     return "\n".join(lines) + "\n"
 
 
+def _toml_value(value: object) -> str:
+    """A value in TOML: tables inline (key = value), arrays and scalars as JSON writes them."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[ " + ", ".join(_toml_value(v) for v in value) + " ]"
+    return json.dumps(value)
+
+
 def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
-                   python_hook: bool = False) -> tuple[np.ndarray, dict]:
+                   python_hook: bool = False) -> Taken:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    if not args.glibc_defaults:  # glibc keeps freed memory, as in hetbench's workers
+        env.update(allocator.ENVIRONMENT)
     command = [str(REPO / "benchmarks" / "ddp_worker.py"),
                "--steps", str(args.steps), "--out", str(out), "--workload", args.workload,
                "--size", args.size, "--lr", str(args.lr), "--bucket-mb", str(bucket_mb)]
@@ -128,10 +190,11 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
         command += ["--dataset", args.dataset]
     if python_hook:
         command.append("--python-hook")
+    if args.pin:
+        command.append("--pin")
     torchrun(command, env, out)
-    times = np.stack([np.load(out / f"times-rank{r}.npy") for r in range(2)])
-    step_times = times[:, :, 1].max(axis=0) - times[:, :, 0].min(axis=0)
-    return step_times[args.warmup:], dict(np.load(out / "params.npz"))
+    marks = np.stack([np.load(out / f"times-rank{r}.npy") for r in range(2)])
+    return taken_from_marks(marks[:, args.warmup:], dict(np.load(out / "params.npz")))
 
 
 def model_mb(args: argparse.Namespace) -> float:
@@ -145,7 +208,8 @@ def model_mb(args: argparse.Namespace) -> float:
 
 
 VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "hetbench-ddp",
-            "hetbench-ddp-overlap", "ddp", "ddp-overlap", "ddp-overlap-pyhook")
+            "hetbench-ddp-overlap", "hetbench-bare-ddp-overlap", "ddp", "ddp-overlap",
+            "ddp-overlap-pyhook")
 
 
 def main() -> None:
@@ -160,6 +224,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--variants", default="hetbench,ddp,ddp-overlap",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--pin", action="store_true",
+                        help="every variant's worker r on core r alone (hetbench's `cores`), "
+                        "so that no run's speed depends on where the scheduler put its workers")
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="every variant with glibc's own malloc thresholds (hetbench's "
+                        "keep_freed_memory = false); by default every variant keeps the "
+                        "memory a step frees (harness/system/allocator.py)")
     parser.add_argument("--fail-above", type=float, default=None, metavar="R",
                         help="exit 1 when, for a hetbench variant against the DDP one that "
                         "exchanges as it does (hetbench-ddp-overlap: ddp-overlap; the others: "
@@ -180,13 +251,17 @@ def main() -> None:
         "hetbench-ddp": lambda out: hetbench_step_times(out, args, bucket_mb=buckets["ddp"]),
         "hetbench-ddp-overlap": lambda out: hetbench_step_times(
             out, args, bucket_mb=buckets["ddp-overlap"]),
+        "hetbench-bare-ddp-overlap": lambda out: hetbench_step_times(
+            out, args, instrument=False, bucket_mb=buckets["ddp-overlap"]),
         "ddp": lambda out: ddp_step_times(out, args, buckets["ddp"]),
         "ddp-overlap": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"]),
         "ddp-overlap-pyhook": lambda out: ddp_step_times(out, args, buckets["ddp-overlap"],
                                                          python_hook=True),
     }
     medians: dict[str, list[float]] = {v: [] for v in variants}
+    periods: dict[str, list[float]] = {v: [] for v in variants}
     spreads: dict[str, list[float]] = {v: [] for v in variants}
+    phases: dict[str, list[list[float]]] = {v: [] for v in variants}
     print(f"{args.workload} {args.size}: {size_mb:.2f} MB of gradients; DDP buckets "
           f"{buckets['ddp']:.3g} MB (ddp: no overlap), {buckets['ddp-overlap']:.3g} MB "
           "(ddp-overlap)")
@@ -195,21 +270,26 @@ def main() -> None:
             order = variants[k % len(variants):] + variants[:k % len(variants)]
             params: dict[str, dict] = {}
             for variant in order:  # each repeat starts one variant later: no fixed order
-                times, params[variant] = take[variant](Path(tmp) / f"{variant}-{k}")
+                taken = take[variant](Path(tmp) / f"{variant}-{k}")
+                times, params[variant] = taken.step_ns, taken.params
                 medians[variant].append(float(np.median(times)))
+                periods[variant].append(float(np.median(taken.period_ns)))
                 q1, q3 = np.percentile(times, [25, 75])
                 spreads[variant].append(float((q3 - q1) / np.median(times)))
+                phases[variant].append(taken.phases_ns)
             reference = params[variants[0]]
             diff = max(float(np.abs(reference[n] - p[n]).max())
                        for p in params.values() for n in p)
             print(f"repeat {k}: " + ", ".join(f"{v} {medians[v][-1] / 1e6:.2f} ms"
                                                for v in variants)
                   + f"; max |param diff| {diff:.1e}", flush=True)
-    print(f"\nmedian step (ms) and step-to-step spread (IQR / median) over {args.repeats} "
-          "repeats:")
+    print(f"\nmedian step (ms), step-to-step spread (IQR / median) and period (ms) over "
+          f"{args.repeats} repeats:")
     for v in variants:
-        print(f"  {v:<18} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
-              f"{np.median(spreads[v]):.3f}")
+        print(f"  {v:<20} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
+              f"{np.median(spreads[v]):.3f}   period {np.median(periods[v]) / 1e6:8.2f} ms")
+    print("\nphases of a worker's step (ms, medians):")
+    print("\n".join(phase_table(phases)))
     lines, slower = ratio_lines(medians, args.fail_above)
     print("\n".join(lines))
     if slower:
@@ -219,7 +299,8 @@ def main() -> None:
 
 # the DDP variant each hetbench variant is held to: the one that exchanges as it does
 COUNTERPART = {"hetbench": "ddp", "hetbench-bare": "ddp", "hetbench-torchrun": "ddp",
-               "hetbench-ddp": "ddp", "hetbench-ddp-overlap": "ddp-overlap"}
+               "hetbench-ddp": "ddp", "hetbench-ddp-overlap": "ddp-overlap",
+               "hetbench-bare-ddp-overlap": "ddp-overlap"}
 
 
 def ratio_lines(medians: dict[str, list[float]], fail_above: float | None

@@ -5,8 +5,9 @@ Started by benchmarks/ddp_compare.py through torchrun. The workload's own torch 
 equal slice (DDP averages gradients, so this is the global mean), torch.optim.SGD.
 `--bucket-mb` sets DDP's bucket size: one bucket larger than the model means the all-reduce
 starts only after the whole backward (no overlap); small buckets overlap the all-reduce of
-late layers with the backward of early ones. Writes per-rank step begin/end
-(perf_counter_ns) and, on rank 0, the final parameters by spec name.
+late layers with the backward of early ones. Writes per-rank step marks (perf_counter_ns:
+begin, forward's end with the loss, backward's end with DDP's all-reduce, the optimizer's
+end) and, on rank 0, the final parameters by spec name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from adapters.pytorch import loss_sum
+from harness.system.exits import exit_after
 from workloads import build_spec, get_workload
 from workloads.data import BatchOrder, load_dataset
 from workloads.models import builder
@@ -40,8 +42,12 @@ def main() -> None:
     parser.add_argument("--python-hook", action="store_true",
                         help="torch's own Python allreduce comm hook (default_hooks."
                         "allreduce_hook) instead of DDP's built-in C++ all-reduce")
+    parser.add_argument("--pin", action="store_true",
+                        help="rank r on core r alone, its threads with it (hetbench's `cores`)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.pin:  # before any thread starts, as hetbench's workers pin (prepare_process)
+        os.sched_setaffinity(0, {int(os.environ["RANK"])})
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -65,7 +71,7 @@ def main() -> None:
     order = BatchOrder(len(data), args.global_batch, args.seed)
     share = args.global_batch // world
     lo, hi = rank * share, (rank + 1) * share
-    times = np.zeros((args.steps, 2), dtype=np.int64)
+    times = np.zeros((args.steps, 4), dtype=np.int64)
     for step in range(args.steps):
         times[step, 0] = time.perf_counter_ns()
         idx = order.indices(step)[lo:hi]
@@ -75,9 +81,12 @@ def main() -> None:
                                     data.num_classes)
         x, y = torch.from_numpy(x), torch.from_numpy(y)
         optimizer.zero_grad()
-        (loss_sum(spec, ddp(x), y) / len(x)).backward()
-        optimizer.step()
+        loss = loss_sum(spec, ddp(x), y) / len(x)
         times[step, 1] = time.perf_counter_ns()
+        loss.backward()
+        times[step, 2] = time.perf_counter_ns()
+        optimizer.step()
+        times[step, 3] = time.perf_counter_ns()
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / f"times-rank{rank}.npy", times)
     if rank == 0:
@@ -88,6 +97,15 @@ def main() -> None:
     dist.destroy_process_group()
 
 
+def _main() -> int:
+    main()
+    return 0
+
+
 if __name__ == "__main__":
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    main()
+    # as hetbench's workers end (harness/system/exits.py): without the interpreter's
+    # teardown, where 1 launch in 12-15 of this script (DDP's buckets overlapped) died of
+    # "terminate called without an active exception" after its group was destroyed and
+    # its files written, a launch torchrun then reports as failed
+    exit_after(_main)

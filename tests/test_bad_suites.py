@@ -119,6 +119,8 @@ CASES = [
     ("string for a number", run('lr = "0.1"'), "runs[0].lr", "must be a number, not a string"),
     ("string for a bool", run('instrument = "yes"'), "runs[0].instrument",
      "must be true or false, not a string"),
+    ("integer for keep_freed_memory", run("keep_freed_memory = 0"),
+     "runs[0].keep_freed_memory", "must be true or false, not an integer"),
     ("float in sizes", partition('policy = "sizes", sizes = [64.0, 64]'),
      "runs[0].partition.sizes", "must be an integer, not a float"),
     ("string for cores", worker('cores = "0-3"'), "runs[0].workers[0].cores",

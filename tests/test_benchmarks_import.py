@@ -63,6 +63,42 @@ def test_the_ci_check_against_ddp_fails_only_a_pair_slower_in_every_repeat(monke
     assert module.ratio_lines(medians, None)[1] == []
 
 
+def test_a_variants_step_period_and_phases_come_from_its_workers_marks(monkeypatch) -> None:
+    """`ddp_compare.py`'s measures from per-worker marks (begin, forward's end, gradients
+    summed, update's end), numbers chosen by hand: the step is the latest end minus the
+    earliest begin, the period the earliest begins' difference, each phase the median over
+    workers and steps, `between` the time from a worker's end to its next begin; a run
+    with instrument = false (NaN middle marks) has its step and period but no phases."""
+    import math
+    import tomllib
+
+    import numpy as np
+
+    module = script("ddp_compare", monkeypatch)
+    # rank 0 and rank 1, three steps each; rank 1 begins 1 later and ends 2 later
+    rank0 = [[0, 10, 40, 41], [50, 60, 90, 91], [100, 110, 140, 141]]
+    rank1 = [[1, 12, 42, 43], [51, 63, 92, 93], [101, 112, 142, 143]]
+    taken = module.taken_from_marks(np.array([rank0, rank1], dtype=float), {})
+    assert taken.step_ns.tolist() == [43, 43, 43]
+    assert taken.period_ns.tolist() == [50, 50]
+    # forward 10,10,10,11,12,11; backward + exchange 30,30,30,30,29,30; update 1 x4, 1, 1;
+    # between 50-41, 100-91, 51-43, 101-93
+    assert taken.phases_ns == [10.5, 30.0, 1.0, 8.5]
+    bare = np.array([rank0, rank1], dtype=float)
+    bare[:, :, 1:3] = np.nan
+    untimed = module.taken_from_marks(bare, {})
+    assert untimed.step_ns.tolist() == [43, 43, 43] and untimed.phases_ns[3] == 8.5
+    assert all(math.isnan(v) for v in untimed.phases_ns[:3])
+    table = module.phase_table({"hetbench-bare": [untimed.phases_ns]})
+    assert table[1].split() == ["hetbench-bare", "-", "-", "-", "0.00"]
+    # the suite torchrun's variant reads, written as TOML: pinned workers, the ddp aggregator
+    suite = {"runs": [{"name": "hetbench", "steps": 5, "instrument": True,
+                       "workers": [{"device": "cpu", "cores": [0]},
+                                   {"device": "cpu", "cores": [1]}],
+                       "aggregator": {"name": "ddp", "bucket_mb": 0.03}}]}
+    assert tomllib.loads(module._toml(suite))["runs"] == suite["runs"]
+
+
 def test_the_simulators_errors_are_the_median_and_p90_of_their_sizes(monkeypatch) -> None:
     """`simulate_check.py`'s summary of a validation, on a table whose truth is known:
     replay over the fitted rows, estimation over the others, each error's size (absolute,

@@ -173,6 +173,12 @@ DESCRIPTIONS: dict[str, str] = {
                               "step in this many; the other steps record -1 there (each "
                               "read is a system call costing 7-20 us inside a step); 1: "
                               "every step",
+    "RunSpec.keep_freed_memory": "each worker tells glibc's malloc to keep the memory a "
+                                 "step frees (allocations up to 32 MiB reuse the heap; "
+                                 "its free top is kept up to 128 MiB), where by default "
+                                 "glibc returns it to the OS and the next step faults it "
+                                 "back in; `false`: glibc's defaults, to study what they "
+                                 "cost",
     "RunSpec.trace_steps": "trace.json holds the run's last this many steps (all of a "
                            "shorter run), or the steps of a window \"A-B\" (A to B); 0: no "
                            "trace; at most 100,000 worker-steps either way, the last that "

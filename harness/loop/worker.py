@@ -49,7 +49,7 @@ from harness.spec.emulation import Stretcher
 from harness.spec.errors import UsageError
 from harness.spec.suite import RunSpec, load_suite, run_from_dict
 from harness.spec.workers import WorkerSpec
-from harness.system import interfaces, orphans
+from harness.system import allocator, interfaces, orphans
 from harness.system.exits import exit_after
 from harness.training.loader import Prefetcher
 from harness.training.optim import Optimizer
@@ -75,8 +75,11 @@ class Stopped(BaseException):
     """Raised in the main thread by SIGTERM/SIGINT so records are flushed on the way out."""
 
 
-def prepare_process(worker: WorkerSpec) -> None:
-    """Affinity and thread limits first: threads started later inherit them."""
+def prepare_process(worker: WorkerSpec, keep_freed_memory: bool) -> None:
+    """Affinity and thread limits first: threads started later inherit them; the allocator
+    before the framework's first allocations."""
+    if keep_freed_memory:
+        allocator.keep_freed_memory()
     if worker.cores:
         os.sched_setaffinity(0, worker.cores)
     for name in THREAD_VARIABLES:
@@ -523,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hetbench worker: error: interface: {missing}", file=sys.stderr)
             return 2
     worker = run.workers[rank]
-    prepare_process(worker)
+    prepare_process(worker, run.keep_freed_memory)
     if aggregators.kind(run.aggregator.name).serves is not None:
         # the framework's server: a coordinator (one of the run's services) trains and
         # records (torchrun mode refuses such aggregators: _torchrun_problem)

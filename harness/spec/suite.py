@@ -107,6 +107,8 @@ class RunSpec:
     # -1 there (harness/loop/counters.py: each read costs microseconds inside a step); 1:
     # every step
     counters_every: int = 8
+    # glibc keeps what a step frees (harness/system/allocator.py); false: glibc's defaults
+    keep_freed_memory: bool = True
     aggregator: AggregatorSpec = field(default_factory=AggregatorSpec)
     size: str = DEFAULT_SIZE
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
@@ -459,6 +461,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         timeout_s=number(values["timeout_s"], at("timeout_s"), minimum=1.0,
                          maximum=MAX_TIMEOUT_S),
         instrument=boolean(values["instrument"], at("instrument")),
+        keep_freed_memory=boolean(values["keep_freed_memory"], at("keep_freed_memory")),
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
                                 maximum=MAX_STEPS),
