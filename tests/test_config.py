@@ -523,7 +523,8 @@ def test_adaptive_partition_keys_and_slowdown_schedules() -> None:
 
 def test_workload_keys_parse_and_survive_the_run_file() -> None:
     """size, optimizer, eval_every and target as the workloads issue names them; dataset
-    left out takes the workload's default; the spec survives the JSON the launcher writes."""
+    left out takes the workload's default; the spec survives the JSON the launcher writes,
+    and a run file written before keep_freed_memory reads as what its workers did."""
     import json
 
     from harness.spec.optimizers import OptimizerSpec
@@ -543,6 +544,10 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     assert (plain.optimizer.name, plain.eval_every, plain.target, plain.size) == (
         "sgd", 0, None, "small")
     assert run_from_dict(json.loads(json.dumps(plain.to_dict()))) == plain
+    # a run recorded before keep_freed_memory existed ran with glibc's own thresholds
+    assert plain.keep_freed_memory is True
+    older = {k: v for k, v in plain.to_dict().items() if k != "keep_freed_memory"}
+    assert run_from_dict(older).keep_freed_memory is False
     loss_target = parse_suite(suite(run(eval_every=2, target={"metric": "loss", "value": 0.3})))
     target = loss_target.runs[0].target
     assert target is not None and target.reached(0.3) and not target.reached(0.31)

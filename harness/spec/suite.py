@@ -514,6 +514,8 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     aggregator = data.get("aggregator") or {"name": strategy or "torch"}
     return RunSpec(**{
         **data,
+        # run.json written before the key: its workers kept glibc's own thresholds
+        "keep_freed_memory": data.get("keep_freed_memory", False),
         "aggregator": AggregatorSpec(**tuples(aggregator)),
         "partition": PartitionSpec(**tuples(data["partition"])),
         "workers": tuple(worker(w) for w in data["workers"]),
