@@ -5,10 +5,10 @@ process freed before) with its own mmap and gives it back at free, and trims the
 free top: a training step's activations, freed at its end, are then faulted back in page
 by page at the next step. Where the threshold stands depends on the allocation history,
 so two processes running the same step differ: on ResNet small (2 workers, 2 cores,
-2026-11-27) a hetbench worker took 43,000 minor faults a second against DDP's 29,000,
-the kernel's page-fault path 19% of its CPU time against 6%, and its overlapped step was
-1.10x DDP's; with both told to keep their memory, faults fell to ~300 a second, both
-steps got ~10% shorter and the ratio was 1.013 (docs/measurements.md).
+2026-11-27) a hetbench worker took 43,000 minor faults a second against DDP's 29,000, the
+kernel's page-fault path 19% of its CPU samples against 6%; with both told to keep their
+memory, ~340 faults a second each, both steps ~10% shorter, and hetbench's step 1.001x
+DDP's (docs/measurements.md).
 
 A run's `keep_freed_memory` (default true) sets the thresholds in each worker as it
 starts (harness/loop/worker.py); false leaves glibc's own, to study what they cost.
