@@ -38,7 +38,6 @@ unpack and apply) and `between` (the rest of the period): where a variant's time
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -52,6 +51,7 @@ import numpy as np
 from harness.records.results import load_run
 from harness.run.launcher import run_suite
 from harness.spec.suite import parse_suite
+from harness.spec.tables import suite_text
 from harness.system import allocator
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,10 +98,10 @@ def taken_from_marks(marks: np.ndarray, params: dict) -> Taken:
 
 def phase_table(phases: dict[str, list[list[float]]]) -> list[str]:
     """Per variant, the median over repeats of each phase's median, ms."""
-    lines = [f"  {'':<20}" + "".join(f"{name:>21}" for name in PHASE_NAMES)]
+    lines = [f"  {'':<26}" + "".join(f"{name:>21}" for name in PHASE_NAMES)]
     for variant, repeats in phases.items():
         values = np.median(np.array(repeats), axis=0) / 1e6
-        lines.append(f"  {variant:<20}" + "".join(
+        lines.append(f"  {variant:<26}" + "".join(
             f"{'-' if np.isnan(v) else f'{v:.2f}':>21}" for v in values))
     return lines
 
@@ -163,19 +163,7 @@ def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace) -> Taken:
 
 def _toml(suite: dict) -> str:
     """The little suite above as TOML (torchrun mode reads a suite file)."""
-    run = suite["runs"][0]
-    lines = ['[suite]', 'name = "ddp-compare"', '[[runs]]']
-    lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: object) -> str:
-    """A value in TOML: tables inline (key = value), arrays and scalars as JSON writes them."""
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list):
-        return "[ " + ", ".join(_toml_value(v) for v in value) + " ]"
-    return json.dumps(value)
+    return suite_text(suite["suite"]["name"], "", 1, suite["runs"])
 
 
 def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
@@ -286,7 +274,7 @@ def main() -> None:
     print(f"\nmedian step (ms), step-to-step spread (IQR / median) and period (ms) over "
           f"{args.repeats} repeats:")
     for v in variants:
-        print(f"  {v:<20} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
+        print(f"  {v:<26} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
               f"{np.median(spreads[v]):.3f}   period {np.median(periods[v]) / 1e6:8.2f} ms")
     print("\nphases of a worker's step (ms, medians):")
     print("\n".join(phase_table(phases)))

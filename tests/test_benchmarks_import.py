@@ -74,6 +74,8 @@ def test_a_variants_step_period_and_phases_come_from_its_workers_marks(monkeypat
 
     import numpy as np
 
+    from harness.spec.suite import parse_suite
+
     module = script("ddp_compare", monkeypatch)
     # rank 0 and rank 1, three steps each; rank 1 begins 1 later and ends 2 later
     rank0 = [[0, 10, 40, 41], [50, 60, 90, 91], [100, 110, 140, 141]]
@@ -92,11 +94,14 @@ def test_a_variants_step_period_and_phases_come_from_its_workers_marks(monkeypat
     table = module.phase_table({"hetbench-bare": [untimed.phases_ns]})
     assert table[1].split() == ["hetbench-bare", "-", "-", "-", "0.00"]
     # the suite torchrun's variant reads, written as TOML: pinned workers, the ddp aggregator
-    suite = {"runs": [{"name": "hetbench", "steps": 5, "instrument": True,
+    suite = {"suite": {"name": "ddp-compare"},
+             "runs": [{"name": "hetbench", "steps": 5, "instrument": True,
                        "workers": [{"device": "cpu", "cores": [0]},
                                    {"device": "cpu", "cores": [1]}],
                        "aggregator": {"name": "ddp", "bucket_mb": 0.03}}]}
-    assert tomllib.loads(module._toml(suite))["runs"] == suite["runs"]
+    written = tomllib.loads(module._toml(suite))
+    assert written["runs"] == suite["runs"]
+    assert parse_suite(written).runs[0].aggregator.bucket_mb == 0.03
 
 
 def test_the_simulators_errors_are_the_median_and_p90_of_their_sizes(monkeypatch) -> None:
