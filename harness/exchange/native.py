@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from adapters.mxnet import MXNetAdapter
 
 TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
+# rank r's TensorFlow server in the run's private namespace: below Linux's ephemeral ports
+# (32768-60999 by default), so no connection's local port can be it
+PRIVATE_TF_PORT = 20000
 KVSTORE_MODE = "dist_sync"
 ASYNC_KVSTORE_MODE = "dist_async"
 
@@ -65,8 +68,16 @@ def start_tensorflow_ports(run: RunSpec, free_port: Callable[[], int], logs: Pat
     if services.across_hosts:
         warn_every_interface()
         return
-    services.env[TF_WORKERS_ENV] = ",".join(f"127.0.0.1:{free_port()}"
-                                            for _ in range(run.world_size))
+    if services.holder is not None:
+        # The run's own namespace: nothing but the run binds there. Ports below the
+        # ephemeral range, from which every other socket of the run bound to port 0 (gloo's
+        # listeners and connections, the store's clients) draws: a port free_port() found
+        # free in the host's network was once taken in the namespace before TensorFlow
+        # bound it (a clean-clone CI run, 2026-11-27: "Could not start gRPC server").
+        ports = [PRIVATE_TF_PORT + rank for rank in range(run.world_size)]
+    else:
+        ports = [free_port() for _ in range(run.world_size)]
+    services.env[TF_WORKERS_ENV] = ",".join(f"127.0.0.1:{port}" for port in ports)
 
 
 def warn_every_interface() -> None:
