@@ -71,6 +71,9 @@ class TorchAdapter:
         # what the training forward runs: the model, or a wrapper of it that hooks its
         # backward (DDP: harness/exchange/ddp.py); evaluation always runs the model
         self.forward_module: torch.nn.Module = self.model
+        # d(loss)/d(loss) the backward starts from; None: 1. An exchange that averages where
+        # hetbench sums (DDP's own all-reduce) sets its number of workers.
+        self.backward_seed: torch.Tensor | None = None
         torch_names = getattr(workload, "PARAMETER_NAMES", {})
         n = spec.num_elements
         self.flat_params = torch.zeros(n, device=self.device)
@@ -161,7 +164,7 @@ class TorchAdapter:
             return (float(loss_sum(self.spec, logits, y)), *hits(self.spec, logits, y))
 
     def backward(self, loss: Loss) -> None:
-        cast("torch.Tensor", loss).backward()
+        cast("torch.Tensor", loss).backward(self.backward_seed)
 
     def pack(self, loss: Loss) -> None:
         self.flat_grads[-1:].copy_(cast("torch.Tensor", loss).detach().reshape(1))

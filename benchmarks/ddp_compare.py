@@ -10,7 +10,8 @@ Variants: `hetbench` (`hetbench run`: its launcher starts, samples and watches t
 workers), `hetbench-bare` (the same with instrument = false: begin and end only),
 `hetbench-torchrun` (hetbench's workers started by torchrun, as DDP's are: no launcher),
 `hetbench-ddp` and `hetbench-ddp-overlap` (`hetbench run` with the `ddp` aggregator: DDP
-and a comm hook inside hetbench's loop, with DDP's buckets of the two below),
+inside hetbench's loop, with DDP's buckets of the two below), `hetbench-ddp-overlap-timed`
+(the latter with `comm_hook = "timed"`, hetbench's Python hook: held to DDP's pyhook),
 `hetbench-bare-ddp-overlap` (the latter with instrument = false), `ddp`,
 `ddp-overlap`, `ddp-overlap-pyhook` (DDP with torch's own Python all-reduce hook,
 `default_hooks.allreduce_hook`: what a comm hook in Python costs, hetbench's or not).
@@ -58,7 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def hetbench_run(args: argparse.Namespace, instrument: bool = True,
-                 bucket_mb: float | None = None) -> dict:
+                 bucket_mb: float | None = None, comm_hook: str = "builtin") -> dict:
     """The one-run suite; with `bucket_mb`, its exchange is hetbench's `ddp` aggregator."""
     run = {"name": "hetbench", "steps": args.steps, "warmup_steps": args.warmup,
            "lr": args.lr, "workload": args.workload, "size": args.size,
@@ -66,7 +67,7 @@ def hetbench_run(args: argparse.Namespace, instrument: bool = True,
            "workers": [{"device": "cpu", "cores": [r]} if args.pin else {"device": "cpu"}
                        for r in range(2)]}
     if bucket_mb is not None:
-        run["aggregator"] = {"name": "ddp", "bucket_mb": bucket_mb}
+        run["aggregator"] = {"name": "ddp", "bucket_mb": bucket_mb, "comm_hook": comm_hook}
     if args.dataset:
         run["dataset"] = args.dataset
     return {"suite": {"name": "ddp-compare"}, "runs": [run]}
@@ -120,9 +121,10 @@ def step_times_of(run_dir: Path, warmup: int) -> Taken:
 
 
 def hetbench_step_times(out: Path, args: argparse.Namespace, instrument: bool = True,
-                        bucket_mb: float | None = None) -> Taken:
+                        bucket_mb: float | None = None, comm_hook: str = "builtin") -> Taken:
     """`hetbench run`: the launcher starts the workers, samples the host and watches them."""
-    (result,) = run_suite(parse_suite(hetbench_run(args, instrument, bucket_mb)), out)
+    (result,) = run_suite(parse_suite(hetbench_run(args, instrument, bucket_mb, comm_hook)),
+                          out)
     return step_times_of(result.run_dir, args.warmup)
 
 
@@ -196,7 +198,8 @@ def model_mb(args: argparse.Namespace) -> float:
 
 
 VARIANTS = ("hetbench", "hetbench-bare", "hetbench-torchrun", "hetbench-ddp",
-            "hetbench-ddp-overlap", "hetbench-bare-ddp-overlap", "ddp", "ddp-overlap",
+            "hetbench-ddp-overlap", "hetbench-ddp-overlap-timed", "hetbench-bare-ddp-overlap",
+            "ddp", "ddp-overlap",
             "ddp-overlap-pyhook")
 
 
@@ -239,6 +242,8 @@ def main() -> None:
         "hetbench-ddp": lambda out: hetbench_step_times(out, args, bucket_mb=buckets["ddp"]),
         "hetbench-ddp-overlap": lambda out: hetbench_step_times(
             out, args, bucket_mb=buckets["ddp-overlap"]),
+        "hetbench-ddp-overlap-timed": lambda out: hetbench_step_times(
+            out, args, bucket_mb=buckets["ddp-overlap"], comm_hook="timed"),
         "hetbench-bare-ddp-overlap": lambda out: hetbench_step_times(
             out, args, instrument=False, bucket_mb=buckets["ddp-overlap"]),
         "ddp": lambda out: ddp_step_times(out, args, buckets["ddp"]),
@@ -288,6 +293,7 @@ def main() -> None:
 # the DDP variant each hetbench variant is held to: the one that exchanges as it does
 COUNTERPART = {"hetbench": "ddp", "hetbench-bare": "ddp", "hetbench-torchrun": "ddp",
                "hetbench-ddp": "ddp", "hetbench-ddp-overlap": "ddp-overlap",
+               "hetbench-ddp-overlap-timed": "ddp-overlap-pyhook",
                "hetbench-bare-ddp-overlap": "ddp-overlap"}
 
 

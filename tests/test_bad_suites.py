@@ -291,6 +291,10 @@ CASES = [
      "runs[0].aggregator.bucket_mb", "must be a number, not a string"),
     ("bucket_mb for another aggregator", aggregator('name = "torch", bucket_mb = 4'),
      "runs[0].aggregator.bucket_mb", "not an option of 'torch'"),
+    ("ddp comm hook unknown", aggregator('name = "ddp", comm_hook = "fast"'),
+     "runs[0].aggregator.comm_hook", "unknown 'fast' (allowed: builtin, timed)"),
+    ("comm_hook for another aggregator", aggregator('name = "ps-sync", comm_hook = "timed"'),
+     "runs[0].aggregator.comm_hook", "not an option of 'ps-sync'"),
     ("ddp with a TensorFlow worker", run('workers = [ { device = "cpu" }, '
                                          '{ device = "cpu", framework = "tensorflow" } ]',
                                          'aggregator = "ddp"'),

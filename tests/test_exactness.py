@@ -223,7 +223,7 @@ steps = {STEPS}
 global_batch = 128
 lr = 0.1
 seed = 3
-aggregator = {{ name = "ddp", bucket_mb = 0.1 }}
+aggregator = {{ name = "ddp", bucket_mb = 0.1, comm_hook = "{{comm_hook}}" }}
 
 [[runs]]
 name = "one"
@@ -247,15 +247,18 @@ workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
 """
 
 
-def test_ddp_overlapped_exchange_is_exact_and_records_its_buckets(tmp_path: Path,
-                                                                  write_suite) -> None:
-    """The `ddp` aggregator (DistributedDataParallel with a hook that sums each bucket of
-    gradient sums): 1 worker, 2 unequal and 3 unequal workers (one slowed 3x, calibrated
-    alone first) and 2 untimed workers end with the textbook loop's parameters; every
-    bucket each worker handed over is recorded, and a step's ready is its last bucket's."""
+@pytest.mark.parametrize("comm_hook", ["builtin", "timed"])
+def test_ddp_overlapped_exchange_is_exact_and_records_its_buckets(tmp_path: Path, write_suite,
+                                                                  comm_hook: str) -> None:
+    """The `ddp` aggregator (DistributedDataParallel, each bucket all-reduced by DDP itself
+    or by hetbench's timed hook): 1 worker, 2 unequal and 3 unequal workers (one slowed 3x,
+    calibrated alone first) and 2 untimed workers end with the textbook loop's parameters;
+    every bucket each worker handed over is recorded, in DDP's order, and a step's ready
+    is its last bucket's."""
     from harness.records.results import load_run
 
-    results = run_suite(load_suite(str(write_suite(DDP_SUITE))), tmp_path / "results")
+    suite = DDP_SUITE.replace("{comm_hook}", comm_hook)
+    results = run_suite(load_suite(str(write_suite(suite))), tmp_path / "results")
     assert [r.status for r in results] == ["completed"] * 4, [r.reason for r in results]
     reference = plain_torch_sgd(seed=3, steps=STEPS, lr=0.1, batch=128)
     for result in results:
@@ -267,22 +270,37 @@ def test_ddp_overlapped_exchange_is_exact_and_records_its_buckets(tmp_path: Path
     run = load_run(results[2].run_dir)
     steps, buckets = run.steps, run.buckets
     assert run.manifest["aggregator"]["bucket_mb"] == 0.1
+    assert run.manifest["aggregator"]["comm_hook"] == comm_hook
     # every worker handed over every gradient in every step, in more than one bucket
     model_bytes = 4 * sum(v.size for v in reference.values())
     per_step = buckets.groupby(["rank", "step"])
     assert len(per_step) == 3 * STEPS
     assert (per_step["bytes"].sum() == model_bytes).all()
     assert per_step.size().max() >= 2  # one first (DDP rebuilds its buckets after step 0)
-    assert (buckets["reduced_ns"] > buckets["ready_ns"]).all()
+    # handed over in DDP's order, each inside its own step
+    ordered = buckets.sort_values(["rank", "step", "bucket"])
+    assert (ordered.groupby(["rank", "step"])["ready_ns"].diff().dropna() >= 0).all()
+    window = steps.set_index(["rank", "step"])[["begin_ns", "end_ns"]]
+    spans = window.loc[list(zip(buckets["rank"], buckets["step"], strict=True))].to_numpy()
+    assert ((buckets["ready_ns"] > spans[:, 0]) & (buckets["ready_ns"] < spans[:, 1])).all()
     # the step's ready is its last bucket's hand-over; the backward ends there
     last = per_step["ready_ns"].max()
     ready = steps.set_index(["rank", "step"])["ready_ns"]
     assert (ready.loc[last.index] == last).all()
     assert (steps["pack_ns"] == 0).all()
-    # a bucket's all-reduce cannot end before the last worker handed that bucket over
-    arrival = buckets.groupby(["step", "bucket"])["ready_ns"].transform("max")
-    assert (buckets["reduced_ns"] >= arrival).all()
-    # the slowed worker's backward was stretched bucket by bucket, so it was ready last
+    if comm_hook == "timed":
+        assert (buckets["reduced_ns"] > buckets["ready_ns"]).all()
+        # a bucket's all-reduce cannot end before the last worker handed that bucket over
+        arrival = buckets.groupby(["step", "bucket"])["ready_ns"].transform("max")
+        assert (buckets["reduced_ns"] >= arrival).all()
+    else:  # DDP's own all-reduce: when it was done is not seen
+        assert (buckets["reduced_ns"] == 0).all()
+    # no worker's exchange ended before the last worker handed its last bucket over: the
+    # slowed worker's stretch held its buckets back from DDP
+    handed_last = steps.groupby("step")["ready_ns"].transform("max")
+    assert (steps["reduced_ns"] >= handed_last).all()
+    # the slowed worker's backward was stretched before DDP saw its gradients, so it was
+    # ready last
     assert (steps[steps["rank"] == 1]["stretch_ns"] > 0).all()
     straggler = steps.loc[steps.groupby("step")["ready_ns"].idxmax(), "rank"]
     assert (straggler == 1).mean() > 0.8

@@ -44,6 +44,8 @@ class AggregatorSpec:
     # the node (host) each parameter server runs on, in a run across hosts; () all on node 0
     server_nodes: tuple[int, ...] = ()
     bucket_mb: float = 25.0  # ddp: the size of a gradient bucket (DDP's bucket_cap_mb)
+    # ddp: who all-reduces a bucket, DDP itself or a timed hook (COMM_HOOKS)
+    comm_hook: str = "builtin"
 
     def server_node(self, index: int) -> int:
         """The node that runs server `index`."""
@@ -152,10 +154,11 @@ AGGREGATORS: dict[str, Kind] = {
     "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "backup"),
                    lockstep=False, services=_PS_START,
                    summary="synchronous over the first n - b gradients of each step"),
-    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch", keys=("bucket_mb",),
+    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch",
+                keys=("bucket_mb", "comm_hook"),
                 device_buffer=True, overlaps=True,
                 summary="PyTorch DistributedDataParallel: gradient sums all-reduced in "
-                "buckets of bucket_mb while the backward runs (a comm hook)"),
+                "buckets of bucket_mb while the backward runs"),
     "mxnet-kvstore": Kind(f"{_NATIVE}:KVStoreAllreduce", framework="mxnet", device_buffer=True,
                           keys=_MXNET_KEYS, services=f"{_NATIVE}:start_kvstore",
                           summary="MXNet's ps-lite kvstore, dist_sync"),
@@ -186,8 +189,12 @@ PLACEMENTS = ("data-parallel", "sharded", "fc-on-server")
 
 
 SPEC_KEYS = ("staleness", "backup", "local_steps", "servers", "staleness_lr", "server_nodes",
-             "bucket_mb")
+             "bucket_mb", "comm_hook")
 MAX_BUCKET_MB = 1024.0
+# ddp: DDP's own all-reduce in C++ (each bucket's ready recorded), or hetbench's comm hook in
+# Python, which also records when each bucket's all-reduce was done and costs a few percent
+# of a step (harness/exchange/ddp.py)
+COMM_HOOKS = ("builtin", "timed")
 
 
 STALENESS_LR = ("none", "dynsgd")
@@ -322,6 +329,8 @@ def parse_aggregator(values: dict[str, Any], workers: Sequence[WorkerSpec], at: 
                             f"{where}.staleness_lr"),
         bucket_mb=number(raw.get("bucket_mb", default.bucket_mb), f"{where}.bucket_mb",
                          minimum=0.0, maximum=MAX_BUCKET_MB, strict=True),
+        comm_hook=choice(raw.get("comm_hook", default.comm_hook), COMM_HOOKS,
+                         f"{where}.comm_hook"),
     )
     if "server_nodes" in raw:
         spec = dataclasses.replace(spec, server_nodes=_server_nodes(

@@ -512,6 +512,8 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     data = dict(data)
     strategy = data.pop("strategy", None)  # run.json written before aggregators
     aggregator = data.get("aggregator") or {"name": strategy or "torch"}
+    if aggregator["name"] == "ddp":  # run.json written before the key: the timed hook
+        aggregator = {"comm_hook": "timed", **aggregator}
     return RunSpec(**{
         **data,
         # run.json written before the key: its workers kept glibc's own thresholds
