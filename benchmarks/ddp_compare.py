@@ -74,6 +74,7 @@ def hetbench_run(args: argparse.Namespace, instrument: bool = True,
 
 
 PHASE_NAMES = ("forward", "backward + exchange", "update", "between")
+PERCENTILES = (10, 25, 50, 75, 90)
 
 
 class Taken(NamedTuple):
@@ -255,6 +256,7 @@ def main() -> None:
     periods: dict[str, list[float]] = {v: [] for v in variants}
     spreads: dict[str, list[float]] = {v: [] for v in variants}
     phases: dict[str, list[list[float]]] = {v: [] for v in variants}
+    percentiles: dict[str, list[np.ndarray]] = {v: [] for v in variants}
     print(f"{args.workload} {args.size}: {size_mb:.2f} MB of gradients; DDP buckets "
           f"{buckets['ddp']:.3g} MB (ddp: no overlap), {buckets['ddp-overlap']:.3g} MB "
           "(ddp-overlap)")
@@ -270,6 +272,7 @@ def main() -> None:
                 q1, q3 = np.percentile(times, [25, 75])
                 spreads[variant].append(float((q3 - q1) / np.median(times)))
                 phases[variant].append(taken.phases_ns)
+                percentiles[variant].append(np.percentile(times, PERCENTILES))
             reference = params[variants[0]]
             diff = max(float(np.abs(reference[n] - p[n]).max())
                        for p in params.values() for n in p)
@@ -281,6 +284,11 @@ def main() -> None:
     for v in variants:
         print(f"  {v:<26} {np.median(medians[v]) / 1e6:8.2f} ms   spread "
               f"{np.median(spreads[v]):.3f}   period {np.median(periods[v]) / 1e6:8.2f} ms")
+    print("\nstep time percentiles (ms, " + ", ".join(f"p{p}" for p in PERCENTILES)
+          + "; medians over repeats): where the spread comes from")
+    for v in variants:
+        values = np.median(np.array(percentiles[v]), axis=0) / 1e6
+        print(f"  {v:<26} " + " ".join(f"{x:8.2f}" for x in values))
     print("\nphases of a worker's step (ms, medians):")
     print("\n".join(phase_table(phases)))
     lines, slower = ratio_lines(medians, args.fail_above)
