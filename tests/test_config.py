@@ -524,7 +524,8 @@ def test_adaptive_partition_keys_and_slowdown_schedules() -> None:
 def test_workload_keys_parse_and_survive_the_run_file() -> None:
     """size, optimizer, eval_every and target as the workloads issue names them; dataset
     left out takes the workload's default; the spec survives the JSON the launcher writes,
-    and a run file written before keep_freed_memory reads as what its workers did."""
+    and a run file written before keep_freed_memory or comm_hook reads as what its workers
+    did."""
     import json
 
     from harness.spec.optimizers import OptimizerSpec
@@ -548,6 +549,14 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     assert plain.keep_freed_memory is True
     older = {k: v for k, v in plain.to_dict().items() if k != "keep_freed_memory"}
     assert run_from_dict(older).keep_freed_memory is False
+    # and a ddp run recorded before comm_hook existed went through the timed hook
+    ddp = parse_suite(suite(run(aggregator={"name": "ddp"}))).runs[0]
+    assert ddp.aggregator.comm_hook == "builtin"
+    assert run_from_dict(json.loads(json.dumps(ddp.to_dict()))) == ddp
+    recorded = ddp.to_dict()
+    recorded["aggregator"] = {k: v for k, v in recorded["aggregator"].items()
+                              if k != "comm_hook"}
+    assert run_from_dict(recorded).aggregator.comm_hook == "timed"
     loss_target = parse_suite(suite(run(eval_every=2, target={"metric": "loss", "value": 0.3})))
     target = loss_target.runs[0].target
     assert target is not None and target.reached(0.3) and not target.reached(0.31)
