@@ -125,8 +125,9 @@ class Overlaps(Aggregator, Protocol):
         ...
 
     def backward_ended(self) -> int | None:
-        """The backward has returned: when it handed the last bucket to the all-reduce;
-        None when it handed none (computing alone)."""
+        """The backward has returned (called before the loop packs the buffer, in every
+        step, timed or not): when it handed the last bucket to the all-reduce; None when
+        it handed none (computing alone)."""
         ...
 
     def alone(self) -> AbstractContextManager[None]:

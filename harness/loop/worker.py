@@ -225,6 +225,8 @@ class Trainer:
         if self.overlap is not None:
             self.overlap.backward_begins(loss, None)
         adapter.backward(loss)
+        if self.overlap is not None:
+            self.overlap.backward_ended()
         adapter.pack(loss)
         exchange = self.aggregator.exchange(step, hi - lo)
         scale = self.take(step, exchange)
