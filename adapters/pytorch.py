@@ -3,7 +3,9 @@
 Parameters and gradients live in two flat tensors; each module parameter is a view into
 them. Autograd accumulates into the existing .grad views in place, so on a host worker the
 gradient buffer *is* the communication buffer (pack costs one float for the loss) and the
-SGD update is one fused add over all parameters.
+SGD update is one fused add over all parameters. (DDP's own all-reduce, the `ddp`
+aggregator's default, hands the gradients to its buckets instead and copies the sums into
+the gradient buffer after the backward: harness/exchange/ddp.py.)
 """
 
 from __future__ import annotations
