@@ -77,12 +77,13 @@ class DDPAllreduce:
         self.adapter = adapter
         self.bucket_mb = run.aggregator.bucket_mb
         self.comm_hook = run.aggregator.comm_hook
+        self.parameters = [p for p in adapter.model.parameters() if p.requires_grad]
+        # builtin: each gradient's place in the adapter's flat buffer, where the sums go
+        # (taken before DDP makes the gradients views of its buckets)
+        self._flat_views = [cast("torch.Tensor", p.grad) for p in self.parameters]
         # Buffers (BatchNorm's statistics) stay each worker's own, as in every other
         # hetbench scheme; the parameters start equal on every worker (one seed), which
         # DDP's construction checks and broadcasts once.
-        self.parameters = [p for p in adapter.model.parameters() if p.requires_grad]
-        # builtin: each gradient's place in the adapter's flat buffer, where the sums go
-        self._flat_views = [cast("torch.Tensor", p.grad) for p in self.parameters]
         self.ddp = DistributedDataParallel(adapter.model, bucket_cap_mb=self.bucket_mb,
                                            broadcast_buffers=False,
                                            gradient_as_bucket_view=self.comm_hook == "builtin")
