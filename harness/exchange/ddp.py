@@ -117,7 +117,8 @@ class DDPAllreduce:
                                              dtype=collector.BUCKET_DTYPE)
         self._syncing = True  # False while computed alone: no collective, no stretch here
         self._since: int | None = None  # the end of the backward's last stretched part
-        # this step's buckets (timed: as the hook saw them): index, bytes, ready, reduced
+        # this step's buckets (timed: as the hook saw them; builtin: as backward_ended
+        # found them): index, bytes, ready, reduced
         self._handed: list[list[int]] = []
         self._buckets = 0  # buckets in the last step (DDP rebuilds them after the first)
 
@@ -192,13 +193,12 @@ class DDPAllreduce:
             return None
         if self.comm_hook == "timed":
             return self._handed[-1][2] if self._handed else None
-        # the sums, from DDP's buckets to the flat buffer, before the loop packs it
-        torch._foreach_copy_(self._flat_views, self._bucket_views())
-        return self._builtin_buckets()[-1][2]
-
-    def _bucket_views(self) -> list[torch.Tensor]:
-        """The parameters' gradients, views of DDP's buckets after a synchronised backward."""
-        return [cast("torch.Tensor", p.grad) for p in self.parameters]
+        # the sums, from DDP's buckets (the gradients are views of them) to the flat
+        # buffer, before the loop packs it
+        torch._foreach_copy_(self._flat_views,
+                             [cast("torch.Tensor", p.grad) for p in self.parameters])
+        self._handed = self._builtin_buckets()
+        return self._handed[-1][2]
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
@@ -211,13 +211,11 @@ class DDPAllreduce:
 
     def _builtin_buckets(self) -> list[list[int]]:
         """This step's buckets as DDP handed them over: index, bytes, ready, 0 (unseen)."""
-        if self._handed:  # backward_ended built them
-            return self._handed
-        handed, computed = 0, self._computed
+        handed, computed, rows = 0, self._computed, []
         for index, (watched, size) in enumerate(self._watched):
             handed = max([handed, *(computed[k] for k in watched)])
-            self._handed.append([index, size, handed, 0])
-        return self._handed
+            rows.append([index, size, handed, 0])
+        return rows
 
     def exchange(self, step: int, samples: int) -> Exchange:
         # the buckets were summed during the backward, the loss beside them
@@ -226,10 +224,9 @@ class DDPAllreduce:
         self._loss_work.wait()
         self._loss_work = None
         self.loss.copy_(self._loss_sum)
-        handed = self._handed if self.comm_hook == "timed" else self._builtin_buckets()
-        for entry in handed:
+        for entry in self._handed:  # the hook's (timed), backward_ended's (builtin)
             self.writer.append((self.rank, step, *entry))
-        self._buckets, self._handed = len(handed), []
+        self._buckets, self._handed = len(self._handed), []
         return Exchange(Holds.SUMS, self.global_batch, next_step(step, self.steps))
 
     def bucket_records(self) -> np.ndarray:
