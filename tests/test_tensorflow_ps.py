@@ -163,6 +163,15 @@ def test_what_the_coordinator_cannot_do_is_refused(run: dict[str, object], where
     assert says in info.value.message
 
 
+def remote_step_output(rank: int, step: int, t0: float, staleness: int) -> dict[str, object]:
+    """What the coordinator fetches of one step function: its instants are t0 (seconds
+    since the epoch), then pulled, loaded, forward, backward, ready, pushed so many ms
+    after it."""
+    times = [t0 + ms / 1e3 for ms in (0, 1, 2, 4, 7, 9, 10)]
+    return {"rank": rank, "step": step, "loss": 80.0, "samples": 40 if rank == 0 else 24,
+            "staleness": staleness, "times": np.array(times)}
+
+
 def test_a_workers_step_ends_with_its_next_steps_pull() -> None:
     """The coordinator's records: a step is load, compute, stretch, then the exchange: its
     push, the wait for the next function (idle) and that function's pull; a worker's last
@@ -172,13 +181,7 @@ def test_a_workers_step_ends_with_its_next_steps_pull() -> None:
 
     recorder = Recorder([(0, 40), (40, 64)])
     offset = recorder.offset
-
-    def out(rank: int, step: int, t0: float, staleness: int) -> dict[str, object]:
-        # t0, pulled, loaded, forward, backward, ready, pushed: ms after t0
-        times = [t0 + ms / 1e3 for ms in (0, 1, 2, 4, 7, 9, 10)]
-        return {"rank": rank, "step": step, "loss": 80.0, "samples": 40 if rank == 0 else 24,
-                "staleness": staleness, "times": np.array(times)}
-
+    out = remote_step_output
     base = 1.8e9  # seconds since the epoch
     assert recorder.add(out(0, 0, base, 0)) == []  # held until its next pull
     assert recorder.add(out(1, 0, base + 0.002, 1)) == []
@@ -207,6 +210,33 @@ def test_a_workers_step_ends_with_its_next_steps_pull() -> None:
     assert last["reduced_ns"] == last["ready_ns"] + last["push_ns"]  # ends with its push
     (other,) = records[records["rank"] == 1]
     assert (other["slice_start"], other["batch_size"], other["staleness"]) == (40, 24, 1)
+
+
+def test_a_workers_steps_fetched_out_of_order_are_recorded_in_the_order_it_ran_them() -> None:
+    """The coordinator fetches in the order it scheduled, not always the order a worker
+    ran them (a stopped worker's came as k = 53, 57, 54, 55, 56 in a test of issue 18): each
+    step still ends with the pull of the worker's next step k + 1; a k lost with its
+    function is skipped once more outputs than can be in flight came after it."""
+    from harness.loop.tensorflow_coordinator import Recorder
+    from harness.records import collector
+
+    recorder = Recorder([(0, 40), (40, 64)])
+    base = 1.8e9
+    # worker 0 ran k = 0..3, one every 20 ms; their outputs came as 0, 3, 1, 2
+    arrived = [recorder.add(remote_step_output(0, k, base + 0.02 * k, 0)) for k in (0, 3, 1, 2)]
+    assert [len(rows) for rows in arrived] == [0, 0, 1, 2]
+    # worker 1's k = 1 never came (lost with its function): k = 0 waits for 2*2+1 later
+    # outputs, then ends with the next one there is
+    later = [recorder.add(remote_step_output(1, k, base + 0.02 * k, 0)) for k in range(7)
+             if k != 1]
+    assert [len(rows) for rows in later] == [0, 0, 0, 0, 0, 5]
+    rows = [row for rows in arrived + later for row in rows] + recorder.release()
+    records = np.array(rows, dtype=collector.RECORD_DTYPE)
+    for rank, steps in ((0, [0, 1, 2, 3]), (1, [0, 2, 3, 4, 5, 6])):
+        mine = records[records["rank"] == rank]
+        assert list(mine["step"]) == steps
+        assert (mine["allreduce_ns"] >= 0).all() and (mine["wait_ns"] >= 0).all()
+        assert (mine["end_ns"][:-1] == mine["begin_ns"][1:]).all()  # the next one's pull
 
 
 def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:

@@ -126,27 +126,50 @@ def wall_to_monotonic_ns() -> int:
 
 class Recorder:
     """Turns the step functions' outputs into hetbench records. A worker's step is released
-    once its next step arrived: its exchange ends with the next step's pull."""
+    once its next step arrived: its exchange ends with the next step's pull.
+
+    Outputs are fetched in the order their functions were scheduled, which is not always
+    the order a worker ran them: the outputs of a worker stopped for 15 s (SIGSTOP, then the
+    launcher's SIGCONT as it ended the run) came as its k = 53, 57, 54, 55, 56, and pairing
+    by arrival gave step 57 an exchange of -66 ms. So each worker's outputs wait,
+    ordered by k (the worker's own step count, in the order it ran them), until k + 1 has
+    come; a gap (a function lost with its worker) waits at most as many outputs as can be
+    in flight, then pairs with the next one there is."""
 
     def __init__(self, bounds: list[tuple[int, int]]) -> None:
         self.bounds = bounds
         self.offset = wall_to_monotonic_ns()
-        self.held: dict[int, dict[str, Any]] = {}
+        self.held: dict[int, dict[int, dict[str, Any]]] = {}  # rank -> k -> output
         self.samples = 0
+        # RemoteSteps keeps at most 2 functions a worker scheduled, plus the one fetched
+        self.in_flight = 2 * len(bounds) + 1
 
     def add(self, out: dict[str, Any]) -> list[Record]:
-        """The records `out` (one remote step's outputs) completes: its worker's last."""
+        """The records `out` (one remote step's outputs) completes: its worker's earlier
+        steps whose next step is now here."""
         rank = int(out["rank"])
         out["ns"] = {name: int(round(float(t) * 1e9)) - self.offset
                      for name, t in zip(TIMES, out["times"], strict=True)}
         self.samples += int(out["samples"])
-        done = [self._record(self.held.pop(rank), out)] if rank in self.held else []
-        self.held[rank] = out
+        held = self.held.setdefault(rank, {})
+        held[int(out["step"])] = out
+        done = []
+        while len(held) > 1:
+            first = min(held)
+            if first + 1 not in held and len(held) <= self.in_flight:
+                break
+            cur = held.pop(first)
+            done.append(self._record(cur, held[min(held)]))
         return done
 
     def release(self) -> list[Record]:
-        """The records of the steps still held: every worker's last, with no next pull."""
-        done = [self._record(self.held[rank], None) for rank in sorted(self.held)]
+        """The records of the steps still held: each with the next one held, if any; every
+        worker's last with no next pull."""
+        done = []
+        for rank in sorted(self.held):
+            outs = [self.held[rank][k] for k in sorted(self.held[rank])]
+            done += [self._record(cur, nxt)
+                     for cur, nxt in zip(outs, [*outs[1:], None], strict=True)]
         self.held.clear()
         return done
 
