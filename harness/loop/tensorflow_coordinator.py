@@ -141,7 +141,7 @@ class Recorder:
         self.offset = wall_to_monotonic_ns()
         self.held: dict[int, dict[int, dict[str, Any]]] = {}  # rank -> k -> output
         self.samples = 0
-        # RemoteSteps keeps at most 2 functions a worker scheduled, plus the one fetched
+        # RemoteSteps keeps up to 2 x world size functions scheduled, and one is fetched
         self.in_flight = 2 * len(bounds) + 1
 
     def add(self, out: dict[str, Any]) -> list[Record]:
