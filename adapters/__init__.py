@@ -1,4 +1,4 @@
-"""Framework adapters behind one Protocol (adapters.base.Adapter), looked up by name.
+"""Framework adapters behind one Protocol (hetbench.adapters.base.Adapter), looked up by name.
 
 The registry (harness/spec/frameworks.py) maps a name to "module:attr"; load_adapter imports
 on lookup, so listing frameworks or validating a suite imports no framework.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from harness.spec.errors import UsageError
-from harness.spec.frameworks import (  # re-exported: the adapters' registry
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.frameworks import (  # re-exported: the adapters' registry
     FRAMEWORKS,
     REQUIREMENTS,
     install_hint,
@@ -18,7 +18,7 @@ from harness.spec.frameworks import (  # re-exported: the adapters' registry
 )
 
 if TYPE_CHECKING:
-    from adapters.base import Adapter
+    from hetbench.adapters.base import Adapter
 
 
 def load_adapter(name: str) -> type[Adapter]:

@@ -26,7 +26,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from workloads.models import ModelSpec
+    from hetbench.workloads.models import ModelSpec
 
 # What the loop hands from one primitive to the next without looking inside: the
 # framework's own tensors, opaque to all but the adapter that made them (which casts them

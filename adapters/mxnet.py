@@ -23,15 +23,15 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from adapters.base import Batch, Loss
-from workloads.models import ModelSpec, builder
-from workloads.mx_layers import autograd, gluon, mx
+from hetbench.adapters.base import Batch, Loss
+from hetbench.workloads.models import ModelSpec, builder
+from hetbench.workloads.mx_layers import autograd, gluon, mx
 
 ENGINE_DEFAULT = "ThreadedEnginePerDevice"
 
 
 def loss_sum(F: Any, spec: ModelSpec, logits: Any, y: Any) -> Any:  # noqa: N803
-    """The loss summed over samples (workloads.models: the two loss kinds), in NDArray or
+    """The loss summed over samples (hetbench.workloads.models: the two loss kinds), in NDArray or
     Symbol ops (F is mx.nd or mx.sym)."""
     if spec.loss == "classify":
         return F.sum(F.pick(-F.log_softmax(logits, axis=-1), y, axis=-1))

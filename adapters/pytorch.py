@@ -17,12 +17,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapters.base import Batch, Loss
-from workloads.models import IGNORE, ModelSpec, builder
+from hetbench.adapters.base import Batch, Loss
+from hetbench.workloads.models import IGNORE, ModelSpec, builder
 
 
 def loss_sum(spec: ModelSpec, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The loss summed over samples (workloads.models: the two loss kinds)."""
+    """The loss summed over samples (hetbench.workloads.models: the two loss kinds)."""
     if spec.loss == "classify":
         return F.cross_entropy(logits, y, reduction="sum")
     per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
@@ -196,5 +196,5 @@ class TorchAdapter:
 
     def cuda_event(self) -> torch.cuda.Event:
         """A timing event on the current stream of this worker's device (harness/loop/timer.py;
-        the worker made the device current: harness.exchange.comm.init)."""
+        the worker made the device current: hetbench.harness.exchange.comm.init)."""
         return torch.cuda.Event(enable_timing=True)

@@ -34,15 +34,15 @@ import numpy as np
 import torch
 from torch.utils.dlpack import to_dlpack
 
-from adapters.base import Batch, Loss
-from workloads.models import IGNORE, ModelSpec, builder
-from workloads.tf_layers import layouts, tf
+from hetbench.adapters.base import Batch, Loss
+from hetbench.workloads.models import IGNORE, ModelSpec, builder
+from hetbench.workloads.tf_layers import layouts, tf
 
 ALIGN_FLOATS = 16  # 64 bytes: the alignment TensorFlow requires of a tensor's memory
 
 
 def loss_sum(spec: ModelSpec, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    """The loss summed over samples (workloads.models: the two loss kinds)."""
+    """The loss summed over samples (hetbench.workloads.models: the two loss kinds)."""
     if spec.loss == "classify":
         return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
     counted = tf.cast(tf.not_equal(y, IGNORE), logits.dtype)

@@ -9,18 +9,18 @@ import dataclasses
 import math
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.spec.suite import name_matches, run_from_dict
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import name_matches, run_from_dict
 
 
 def ranked_remedies(job: dict[str, Any], target: dict[str, Any] | None,
                     model: dict[str, Any] | None, repeats: int, shape: Any = "no layer profile",
                     tensors: Any = None) -> tuple[Any, list[Any], list[Any]]:
-    """Every remedy the job can run predicted and ranked (analysis.advisor); the remedies,
-    and those refused. `shape`: the model's layers (analysis.pipeline_model.LayerShape) for
+    """Every remedy the job can run predicted and ranked (hetbench.analysis.advisor); the remedies,
+    and those refused. `shape`: the model's layers (hetbench.analysis.pipeline_model.LayerShape) for
     the pipelines, or why there is none; `tensors`: the model's parameter tensors' sizes,
     for the placements (None: not known)."""
-    from analysis import advisor
+    from hetbench.analysis import advisor
 
     fitted = fitted_remedies(job, shape, tensors)
     predictions = [fitted.predict(r, repeats) for r in fitted.remedies]
@@ -36,13 +36,13 @@ class FittedRemedies:
     recorded: Any  # the job's RunSpec
     workers: list[Any]  # its device classes, in rank order
     comm: Any
-    host: Any  # analysis.advisor.Host
+    host: Any  # hetbench.analysis.advisor.Host
     remedies: list[Any]
     refused: list[Any]
     shape: Any = None  # the model's layers, for the pipelines (else why there is none)
 
     def predict(self, remedy: Any, repeats: int) -> dict[str, Any]:
-        from analysis import advisor
+        from hetbench.analysis import advisor
 
         batch = self.recorded.global_batch
         steps = self.recorded.steps - self.recorded.warmup_steps
@@ -57,10 +57,10 @@ class FittedRemedies:
 def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile", tensors: Any = None
                     ) -> FittedRemedies:
     """The job's device classes and exchange fitted on its runs, its host, and the
-    remedies it can run (analysis.advisor.remedies; `shape` and `tensors` as
+    remedies it can run (hetbench.analysis.advisor.remedies; `shape` and `tensors` as
     ranked_remedies')."""
-    from analysis import advisor, deviceclass
-    from analysis.simulate import parse_scheme
+    from hetbench.analysis import advisor, deviceclass
+    from hetbench.analysis.simulate import parse_scheme
 
     classes, names = deviceclass.fit_classes(job["fitted"])
     meta = job["fitted"][0][0]
@@ -79,7 +79,7 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
     instrumented), and its RunSpec. The devices and the exchange are fitted on these alone;
     the other runs given serve the statistical model. UsageError naming why when none can
     be fitted, or when the runs are of more than one workload."""
-    from analysis import deviceclass
+    from hetbench.analysis import deviceclass
 
     workloads = {deviceclass.workload_name(m) for m, _ in loaded}
     if len(workloads) > 1:
@@ -139,10 +139,10 @@ def grouped(problems: list[tuple[str, str]]) -> list[str]:
 
 def steps_model(loaded: list[Any], meta: dict[str, Any], target: dict[str, Any]
                 ) -> dict[str, Any] | None:
-    """The statistical model (analysis.statistical) fitted on the given runs of the job (its
-    workers, any scheme) that evaluated the target's metric, with each scheme's
+    """The statistical model (hetbench.analysis.statistical) fitted on the given runs of the job
+    (its workers, any scheme) that evaluated the target's metric, with each scheme's
     leave-one-out prediction; None when no run of BSP's gradient reached the target."""
-    from analysis import statistical
+    from hetbench.analysis import statistical
 
     same = [(r.manifest, r.steps, r.evals) for r in loaded
             if r.status == "completed" and len(r.manifest["workers"]) == len(meta["workers"])
@@ -157,8 +157,8 @@ def steps_model(loaded: list[Any], meta: dict[str, Any], target: dict[str, Any]
 def recorded_host(meta: dict[str, Any], steps: Any) -> Any:
     """The cores the recorded job's workers shared (its manifest's `load`), their threads
     on them and their typical slices (the median after warm-up)."""
-    from analysis.advisor import Host
-    from analysis.metrics import after_warmup
+    from hetbench.analysis.advisor import Host
+    from hetbench.analysis.metrics import after_warmup
 
     workers = sorted(meta["workers"], key=lambda w: int(w["rank"]))
     specs = meta["run"]["workers"]
@@ -176,7 +176,7 @@ def parse_target(text: str | None, recorded: Any, runs: list[Any]) -> dict[str, 
     (their median), or None without a target."""
     import numpy as np
 
-    from analysis.convergence import time_to_target
+    from hetbench.analysis.convergence import time_to_target
 
     if text is None:
         if recorded.target is None:

@@ -118,8 +118,8 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
     """advice.md, advice.csv and figures/advice.png in `out`: `chosen` the runs of the
     advised suite (`suite`.toml), `repeats` the simulated repeats of each remedy, `top` the
     remedies explained."""
-    from analysis.advisor import UNVALIDATED, explain
-    from analysis.figures import advice_figure
+    from hetbench.analysis.advisor import UNVALIDATED, explain
+    from hetbench.analysis.figures import advice_figure
 
     recorded = ranked[ranked["kind"] == "recorded"].iloc[0]
     meta = job["fitted"][0][0]

@@ -2,7 +2,7 @@
 simulator from the job's own fitted devices, ranked, and explained.
 
 The remedies, each a real run (the recorded RunSpec changed where the remedy says), kept
-only where the suite loader accepts it (harness.spec.suite.parse_run: the refusal's
+only where the suite loader accepts it (hetbench.harness.spec.suite.parse_run: the refusal's
 message is the reason given):
 - the partition policies the simulator models: equal, profiled, model (bsp-adaptive);
 - leaving devices out: every proper subset of the workers up to MAX_SUBSET_WORKERS, the
@@ -12,9 +12,9 @@ message is the reason given):
   MAX_BACKUP, local SGD with periods LOCAL_PERIODS;
 - layer placements: ps-sync on PLACEMENT_SERVERS servers with the parameters `sharded` and
   dealt round-robin (`data-parallel`), cut as the servers cut them
-  (harness.partition.shards): the busiest server's share of the parameters sets its part
-  of the update (analysis.simulate.server_model); and `fc-on-server`, the model's fully
-  connected tail computed by a server for every worker in turn (analysis.simulate.Tail,
+  (hetbench.harness.partition.shards): the busiest server's share of the parameters sets its part
+  of the update (hetbench.analysis.simulate.server_model); and `fc-on-server`, the model's fully
+  connected tail computed by a server for every worker in turn (hetbench.analysis.simulate.Tail,
   from the model's layer shares, which the CLI times on this host), ranked last and not
   advised (UNVALIDATED);
 - pipelines (HetPipe): virtual workers of every size that divides the workers (up to the
@@ -25,7 +25,7 @@ message is the reason given):
 
 Where the recorded job's workers contended for the host's cores (more computing threads
 than cores, as the manifest's `load` records them), each remedy's workers are given the
-compute they would have among the workers it keeps (remedy_workers, analysis.contention):
+compute they would have among the workers it keeps (remedy_workers, hetbench.analysis.contention):
 leaving a worker out of an oversubscribed job also gives the others their cores back.
 
 Each remedy is simulated `repeats` times (each repeat its own bootstrap draws and recorded
@@ -35,7 +35,7 @@ remedies (BSP's gradient: the partitions and leave-outs) reach a target in the r
 number of steps, so for them it is also the time to target (predicted from the recorded
 runs' steps to target when a target is given); the others change the gradient (stale,
 dropped, averaged), and their steps to target come from the statistical model fitted on
-recorded runs of the job's schemes (analysis.statistical), where there is one.
+recorded runs of the job's schemes (hetbench.analysis.statistical), where there is one.
 """
 
 from __future__ import annotations
@@ -50,23 +50,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import contention
-from analysis.costmodel import Line
-from analysis.deviceclass import CommModel, DeviceClass
-from analysis.pipeline_model import LayerShape, Pipeline, simulate_pipeline
-from analysis.simulate import Scheme, Tail, simulate, static_sizes, summarise
-from analysis.simulated import SIMULATED
-from analysis.statistical import StepsModel
-from harness.partition.policies import equal_sizes
-from harness.partition.shards import busiest_share
-from harness.partition.virtual import allocate
-from harness.spec.aggregators import AggregatorSpec, places_layers
-from harness.spec.errors import UsageError
-from harness.spec.partitions import PartitionSpec
-from harness.spec.pipelines import PipelineSpec, exchange_of
-from harness.spec.suite import RunSpec, parse_run
-from harness.spec.tables import run_table
-from workloads import get_workload
+from hetbench.analysis import contention
+from hetbench.analysis.costmodel import Line
+from hetbench.analysis.deviceclass import CommModel, DeviceClass
+from hetbench.analysis.pipeline_model import LayerShape, Pipeline, simulate_pipeline
+from hetbench.analysis.simulate import Scheme, Tail, simulate, static_sizes, summarise
+from hetbench.analysis.simulated import SIMULATED
+from hetbench.analysis.statistical import StepsModel
+from hetbench.harness.partition.policies import equal_sizes
+from hetbench.harness.partition.shards import busiest_share
+from hetbench.harness.partition.virtual import allocate
+from hetbench.harness.spec.aggregators import AggregatorSpec, places_layers
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.pipelines import PipelineSpec, exchange_of
+from hetbench.harness.spec.suite import RunSpec, parse_run
+from hetbench.harness.spec.tables import run_table
+from hetbench.workloads import get_workload
 
 SSP_BOUNDS = (1, 2, 4)
 PIPE_ALLOCATIONS = ("spread", "same-kind")
@@ -90,7 +90,7 @@ UNVALIDATED = {
                 "advised: the `pipeline` suite's pipelined runs came out 41-62% faster "
                 "than they ran (median; the stages' waits for their inputs are not "
                 "modelled: docs/howto/advise.md)",
-    "fc-on-server": "predicted step by step (analysis.simulate.Tail), ranked last and not "
+    "fc-on-server": "predicted step by step (hetbench.analysis.simulate.Tail), ranked last and not "
                     "advised: its runs came out 19-24% slower than predicted, where the "
                     "other placements' came within 4-11% (the slow workers' forward, the "
                     "wait for the tail's server stretched by their slowdown, longer than "
@@ -333,7 +333,7 @@ class Host:
 def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
                    global_batch: int) -> list[DeviceClass]:
     """The classes of the workers the remedy keeps, each line scaled by how much less (or
-    more) its worker would wait for a core than in the recorded job (analysis.contention:
+    more) its worker would wait for a core than in the recorded job (hetbench.analysis.contention:
     the recorded real compute made uncontended, then shared again among those kept, at
     the remedy's slices; bsp-adaptive's at the profiled ones it converges to)."""
     workers = [classes[r] for r in remedy.ranks]
@@ -352,7 +352,7 @@ def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
 
 def uncontended_shares(classes: Sequence[DeviceClass], host: Host) -> np.ndarray:
     """Each recorded worker's compute alone over its compute in the recorded job (1 where
-    no contention is modelled: analysis.contention)."""
+    no contention is modelled: hetbench.analysis.contention)."""
     if host.cores is None:
         return np.ones(len(classes))
     recorded = np.array([c.line.at(n) for c, n in zip(classes, host.slices, strict=True)])
@@ -418,7 +418,7 @@ def rank(predictions: Sequence[dict[str, Any]], steps_to_target: float | None,
     time of the work. Time to target: the recorded job's steps to target at the predicted
     time per global batch, for the remedies that keep BSP's gradient; for the others, those
     steps times the statistical model's multiplier for the remedy's simulated staleness,
-    dropped share and period (analysis.statistical; without a model, or where it lacks a
+    dropped share and period (hetbench.analysis.statistical; without a model, or where it lacks a
     coefficient, not predicted: ranked after the rest by their time of the work). Adds
     `vs_recorded` (time of the work over the recorded job's, minus one)."""
     table = pd.DataFrame(list(predictions))

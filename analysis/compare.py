@@ -1,7 +1,7 @@
 """Regression statistics: two groups of runs (BASE, CURRENT) -> one verdict per metric.
 
 Unit of replication. Each run (one launch of the worker processes) gives ONE value per
-metric: every metric of analysis.registry marked `compared` (its median and mean step time,
+metric: every metric of hetbench.analysis.registry marked `compared` (its median and mean step time,
 samples/s, idle fraction, efficiencies, the largest compute and residual CV, the
 communication percentiles, and each worker's median compute time, compute CV and per-phase
 medians). Steps are not the unit: consecutive steps
@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import registry
-from harness.records.results import RunData, find_runs, load_run
-from harness.spec.errors import UsageError
+from hetbench.analysis import registry
+from hetbench.harness.records.results import RunData, find_runs, load_run
+from hetbench.harness.spec.errors import UsageError
 
 LOWER, HIGHER = "lower", "higher"
 RUN_LEVEL = -1  # `worker` of a metric that belongs to the whole run
@@ -75,7 +75,7 @@ RESULT_COLUMNS = ["suite", "run", "worker", "metric", "better", "n_base", "n_cur
 def run_metrics(steps: pd.DataFrame, warmup_steps: int = 0,
                 manifest: dict[str, Any] | None = None,
                 selects: Callable[[str], bool] = lambda name: True) -> pd.DataFrame:
-    """The per-run values of every compared metric of analysis.registry that `selects`
+    """The per-run values of every compared metric of hetbench.analysis.registry that `selects`
     keeps, from one run's steps (after warm-up, complete steps only) and its manifest
     (without one, the metrics that need it are absent). Columns: worker (RUN_LEVEL for
     run-wide metrics), metric, value.

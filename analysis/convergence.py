@@ -74,8 +74,8 @@ def convergence_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd
 
 def convergence_groups(table: pd.DataFrame) -> pd.DataFrame:
     """Per run name: repeats, how many reached the target, and mean with a 95% t interval
-    over the repeats that reached it (analysis.runs.group_table)."""
-    from analysis.runs import group_table
+    over the repeats that reached it (hetbench.analysis.runs.group_table)."""
+    from hetbench.analysis.runs import group_table
 
     if table.empty:
         return pd.DataFrame()

@@ -1,5 +1,6 @@
 """Each worker's compute time as a cost model in its slice size: one fit from the records,
-shared by the replay (analysis.repartition) and the scale-out simulator (analysis.simulate).
+shared by the replay (hetbench.analysis.repartition) and the scale-out simulator
+(hetbench.analysis.simulate).
 
     compute(step) = (a + b * n) * slowdown(step) * residual(step)
 
@@ -8,8 +9,8 @@ shared by the replay (analysis.repartition) and the scale-out simulator (analysi
   `slowdown_at`, `jitter`; 1 on a real device), read from the manifest, so that a
   schedule's jump is the schedule's and not the worker's variability;
 - a, b: least squares of compute / slowdown on n after warm-up, by the rule the adaptive
-  partition policies use during a run (harness.partition.policies.fit_line): with one slice size
-  only, or a line that is not increasing with a non-negative intercept, a = 0 and b the
+  partition policies use during a run (hetbench.harness.partition.policies.fit_line): with one slice
+  size only, or a line that is not increasing with a non-negative intercept, a = 0 and b the
   mean time per sample;
 - residual: what the line and the schedule leave, the worker's own variability (median
   about 1), in step order so that its autocorrelation and tails are kept.
@@ -23,10 +24,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, lockstep, run_summary, with_derived
-from harness.partition.policies import WindowStats, equal_finish, largest_remainder
-from harness.partition.policies import fit_line as partition_fit_line
-from harness.spec.workers import WorkerSpec
+from hetbench.analysis.metrics import (
+    after_warmup,
+    complete_steps,
+    lockstep,
+    run_summary,
+    with_derived,
+)
+from hetbench.harness.partition.policies import WindowStats, equal_finish, largest_remainder
+from hetbench.harness.partition.policies import fit_line as partition_fit_line
+from hetbench.harness.spec.workers import WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,8 @@ class Line:
 
 def fit_line(n: np.ndarray, t: np.ndarray) -> Line:
     """The line through (slice size, time) points by the rule the adaptive partition
-    policies apply while a run goes (harness.partition.policies.fit_line: least squares; with too
-    little spread in n, or a negative intercept or slope, the line through the origin and
+    policies apply while a run goes (hetbench.harness.partition.policies.fit_line: least squares;
+    with too little spread in n, or a negative intercept or slope, the line through the origin and
     the mean), so that the analysis and the policies read a worker the same way."""
     n, t = np.asarray(n, float), np.asarray(t, float)
     if len(n) == 0:

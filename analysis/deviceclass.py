@@ -1,7 +1,7 @@
 """Device classes for the scale-out simulator: what one kind of worker does per step, fitted
 from recorded runs (or read from a named profile), and the communication model.
 
-A class is the cost model of analysis.costmodel (compute = (a + b n) x slowdown x
+A class is the cost model of hetbench.analysis.costmodel (compute = (a + b n) x slowdown x
 residual) with the recorded workers' residual series kept whole, in step order, so that
 the simulator's block bootstrap keeps their tails, autocorrelation and each worker's own
 level; beside them the time after the exchange (unpack and apply) and the loop's gap
@@ -25,15 +25,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import costmodel
-from analysis.costmodel import Line
-from analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
-from analysis.simulated import SIMULATED
-from harness.partition.policies import ADAPTIVE, MEASURED
-from harness.records.collector import COMPUTE_PHASES
-from harness.spec.aggregators import AGGREGATORS, AggregatorSpec
-from harness.spec.errors import UsageError
-from harness.spec.workers import WorkerSpec
+from hetbench.analysis import costmodel
+from hetbench.analysis.costmodel import Line
+from hetbench.analysis.metrics import after_warmup, complete_steps, lockstep, with_derived
+from hetbench.analysis.simulated import SIMULATED
+from hetbench.harness.partition.policies import ADAPTIVE, MEASURED
+from hetbench.harness.records.collector import COMPUTE_PHASES
+from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.workers import WorkerSpec
 
 # Message latency of a gloo all-reduce step on loopback, used to split a communication time
 # measured at one world size into latency and bandwidth (ring model) when the runs given
@@ -112,7 +112,7 @@ class DeviceClass:
 class CommModel:
     """All-reduce as a ring: 2(N-1) messages of latency alpha and 2(N-1)/N x bytes sent per
     worker at beta ns per byte. A parameter server round trip: the gradient up, the
-    parameters back (2 alpha + 2 bytes beta), the update between (analysis.simulate
+    parameters back (2 alpha + 2 bytes beta), the update between (hetbench.analysis.simulate
     server_model)."""
 
     alpha_ns: float
@@ -171,7 +171,7 @@ def loop_gaps(begins: np.ndarray, ends: np.ndarray, steps: np.ndarray, eval_ever
               ) -> tuple[np.ndarray, np.ndarray]:
     """One lockstep worker's time from each step's end to the next one's begin, split into
     the loop's own gap and the held-out evaluation that ran there: after step s where
-    s + 1 is a multiple of `eval_every` (harness.training.evaluation.Evaluator.due), that
+    s + 1 is a multiple of `eval_every` (hetbench.harness.training.evaluation.Evaluator.due), that
     gap less the median of the others. The last step's gap is the median of the loop's."""
     gaps = np.maximum(np.append(begins[1:] - ends[:-1], 0), 0).astype(float)
     evaluated = np.zeros(len(gaps), bool)

@@ -5,7 +5,7 @@ an adaptive policy shrank does not hide the slowdown that made it shrink.
     y(step) = log(compute / slice)
 
 - change points: ruptures' kernel detector on y (least squares), its penalty from the
-  series' own step-to-step noise (analysis.persistence.segment_ends);
+  series' own step-to-step noise (hetbench.analysis.persistence.segment_ends);
 - a shift must hold PERSIST steps: a shorter excursion above or below both neighbours is
   a burst (another process on the host for a moment) and is merged away, so are shifts
   left under 10%; a speed-up is reported only as the end of a reported slowdown;
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
-from analysis.persistence import MAX_POINTS, merge_small_shifts, segment_ends
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.analysis.persistence import MAX_POINTS, merge_small_shifts, segment_ends
 
 MIN_FACTOR = 1.5  # smallest slowdown (or recovery) reported
 MIN_SEGMENT = 10  # steps: the shortest drift; the search takes half as its shortest segment

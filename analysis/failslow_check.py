@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.failslow import MIN_FACTOR, Series, describe, detect, episodes, worker_series
+from hetbench.analysis.failslow import MIN_FACTOR, Series, describe, detect, episodes, worker_series
 
 MATCH_STEPS = 10  # a detected jump this close to the schedule's is the same one
 CHECK_COLUMNS = ["run_id", "rank", "truth", "detected", "step_error", "factor_error",
@@ -26,7 +26,7 @@ def scheduled_episodes(manifest: dict[str, Any], first: int, last: int,
     where two points are a step apart, a drift between points further apart, as detect()
     would report them (factor relative to the level where the window starts), with the
     step at which a drift had reached `min_factor` (`onset`)."""
-    from analysis.costmodel import worker_specs
+    from hetbench.analysis.costmodel import worker_specs
 
     out = []
     for rank, spec in enumerate(worker_specs(manifest)):

@@ -1,7 +1,7 @@
 """Figures (the only module that plots), as PNG and PDF. Each figure's title says which
 runs it shows and whether heterogeneity was real or emulated; axes carry units.
 
-Inputs are (manifest, steps) pairs, as harness.records.results.load_run gives them."""
+Inputs are (manifest, steps) pairs, as hetbench.harness.records.results.load_run gives them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.deviceclass import short_name
-from analysis.metrics import (
+from hetbench.analysis.deviceclass import short_name
+from hetbench.analysis.metrics import (
     PHASE_COLUMNS,
     after_warmup,
     complete_steps,
@@ -21,10 +21,10 @@ from analysis.metrics import (
     phase_stats,
     with_derived,
 )
-from analysis.repartition import slices_over_steps
-from analysis.runs import runs_table, slowdowns
-from analysis.stragglers import attribute, cause_shares, straggler_summary
-from analysis.whatif import what_if
+from hetbench.analysis.repartition import slices_over_steps
+from hetbench.analysis.runs import runs_table, slowdowns
+from hetbench.analysis.stragglers import attribute, cause_shares, straggler_summary
+from hetbench.analysis.whatif import what_if
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # (manifest, steps, micro-batches) of pipelined runs (analysis/pipeline.py)
@@ -231,12 +231,12 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
         ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
         paths += _save(figure, out, "cv_by_group")
 
-    from analysis.convergence import curves
+    from hetbench.analysis.convergence import curves
 
     curve = curves(evals)
     if len(curve):
         paths += _convergence_figure(curve, out, scope)
-    from analysis.schemes import compares_schemes, scheme_table, staleness_counts
+    from hetbench.analysis.schemes import compares_schemes, scheme_table, staleness_counts
 
     if compares_schemes(runs):
         paths += _tradeoff_figure(scheme_table(runs, evals), out, scope)
@@ -344,7 +344,7 @@ def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     """A few consecutive steps after warm-up of each run: a row per worker, its phases as
     coloured spans on one time axis, so the idle before each all-reduce (red) shows who
     waited for whom."""
-    from analysis.timeline import STEPS_SHOWN, step_spans
+    from hetbench.analysis.timeline import STEPS_SHOWN, step_spans
 
     shown = [(m, spans) for m, s in _first_of_each_run(runs)
              if len(spans := step_spans(s, _warmup(m)))]
@@ -382,7 +382,7 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     worker ready last) outlined."""
     from matplotlib.patches import Rectangle
 
-    from analysis.timeline import batch_times
+    from hetbench.analysis.timeline import batch_times
 
     shown = []
     for manifest, steps in _first_of_each_run(runs):
@@ -417,7 +417,7 @@ def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[
     changes marked above, evaluations below."""
     from matplotlib.colors import LogNorm
 
-    from analysis.heatmap import heatmap
+    from hetbench.analysis.heatmap import heatmap
 
     evaluated = {m.get("run_id"): e for m, e in evals}
     shown = [(m, h) for m, s in _first_of_each_run(runs)
@@ -466,7 +466,7 @@ def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
     the gaps are the bubble."""
     import matplotlib.pyplot as plt
 
-    from analysis.pipeline import is_pipelined, timeline, typical_wave
+    from hetbench.analysis.pipeline import is_pipelined, timeline, typical_wave
 
     chosen: dict[str, tuple[dict[str, Any], pd.DataFrame, int]] = {}
     for manifest, steps, micro in runs:

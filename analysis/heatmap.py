@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, with_derived
+from hetbench.analysis.metrics import after_warmup, with_derived
 
 MAX_COLUMNS = 400  # readable at a paper's width; 10,000 steps become bins of 25
 

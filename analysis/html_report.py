@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.runs import runs_table
+from hetbench.analysis.runs import runs_table
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222;

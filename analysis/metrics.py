@@ -18,7 +18,8 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     server's asynchronous push and pull, a local step) have no common arrival:
     their idle is the wait the aggregator measured (for the others, or for a staleness
     bound) and their communication the push and pull around it."""
-    if "idle_ns" in steps.columns:  # already derived (analysis.runs.analyse_run prepares once)
+    # already derived (hetbench.analysis.runs.analyse_run prepares once)
+    if "idle_ns" in steps.columns:
         return steps
     out = steps.copy()
     out["compute_ns"] = out["ready_ns"] - out["begin_ns"]
@@ -57,7 +58,7 @@ def lockstep(steps: pd.DataFrame) -> bool:
 
 def after_warmup(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
     """The steps summaries count: past warm-up, and none the profiler touched (column
-    `profiled`, harness.records.collector.with_profiled)."""
+    `profiled`, hetbench.harness.records.collector.with_profiled)."""
     if "profiled" in steps and steps["profiled"].any():
         steps = steps[~steps["profiled"].astype(bool)]
     if warmup_steps <= 0:
@@ -71,8 +72,8 @@ def instrumented(steps: pd.DataFrame) -> bool:
 
 def counted_samples(steps: pd.DataFrame) -> pd.Series:
     """Each row's samples toward throughput: its batch size, except that the stages of a
-    virtual worker past the first carry the same samples (harness.records.collector.with_placement)
-    and count none."""
+    virtual worker past the first carry the same samples
+    (hetbench.harness.records.collector.with_placement) and count none."""
     if "stage" not in steps:
         return steps["batch_size"]
     return steps["batch_size"].where(steps["stage"] == 0, 0)

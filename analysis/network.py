@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
-from harness.spec.errors import UsageError
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.harness.spec.errors import UsageError
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # aggregators that all-reduce the whole buffer over every worker, each step they exchange

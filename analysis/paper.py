@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import registry
-from analysis.report import markdown_table
-from analysis.runs import group_table, runs_table
+from hetbench.analysis import registry
+from hetbench.analysis.report import markdown_table
+from hetbench.analysis.runs import group_table, runs_table
 
-# the headline metrics (analysis.registry gives each its heading, format and definition)
+# the headline metrics (hetbench.analysis.registry gives each its heading, format and definition)
 PAPER_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction", "compute_cv_max",
                  "efficiency", "oracle_efficiency")
 

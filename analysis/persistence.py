@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
 
 LAGS = (1, 2, 5, 10)
 # Change-point search runs on at most this many points (block medians beyond it): the

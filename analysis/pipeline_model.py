@@ -5,13 +5,13 @@ A virtual worker is a group of the recorded workers that pipelines the model: st
 holds consecutive layers on its s-th worker, and the group takes an equal slice of the
 global batch in M micro-batches (harness/partition/virtual.py). A worker's forward and
 backward of each layer on a micro-batch of m samples, alone, are its fitted line at m (the
-whole model, analysis.deviceclass), made uncontended (analysis.contention: on a host with
-fewer cores than computing threads the recorded lines hold the data-parallel job's wait
+whole model, hetbench.analysis.deviceclass), made uncontended (hetbench.analysis.contention: on a
+host with fewer cores than computing threads the recorded lines hold the data-parallel job's wait
 for a core), shared out by the layers' shares of the time and their forwards' shares of
 that (`LayerShape`, timed by the CLI on this host), times the step's recorded residual
-(analysis.simulate's draws); the emulated slowdown stretches each op as the run does. The
+(hetbench.analysis.simulate's draws); the emulated slowdown stretches each op as the run does. The
 split is the one the run's partitioner picks from such per-layer times
-(harness.partition.stages.split_layers).
+(hetbench.harness.partition.stages.split_layers).
 
 The waves run op by op (analysis/stage_sharing.py): each forward and backward of each
 micro-batch in its schedule's order, after its input has come over the fitted link, its
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.deviceclass import CommModel, DeviceClass
-from analysis.simulate import draw, slowdowns
-from analysis.stage_sharing import Stage, WaveGate, run_waves
-from harness.partition.policies import equal_sizes
-from harness.partition.stages import Links, Profile, split_layers
+from hetbench.analysis.deviceclass import CommModel, DeviceClass
+from hetbench.analysis.simulate import draw, slowdowns
+from hetbench.analysis.stage_sharing import Stage, WaveGate, run_waves
+from hetbench.harness.partition.policies import equal_sizes
+from hetbench.harness.partition.stages import Links, Profile, split_layers
 
 # a layer's forward share of its forward + backward where it was not measured: the usual
 # rule, the backward computes two products (the input's gradient and the weights') for
@@ -72,7 +72,7 @@ class Pipeline:
     groups: tuple[tuple[int, ...], ...]  # the workers of each virtual worker, stage order
     micro_batches: int
     wave_bound: int
-    schedule: str = "1f1b"  # or gpipe (analysis.stage_sharing.schedule)
+    schedule: str = "1f1b"  # or gpipe (hetbench.analysis.stage_sharing.schedule)
 
 
 def stage_bounds(shape: LayerShape, layer_ns: Sequence[Sequence[float]]) -> tuple[int, ...]:
@@ -90,7 +90,7 @@ def simulate_pipeline(workers: Sequence[DeviceClass], comm: CommModel, plan: Pip
     """`steps` global steps (a wave of every virtual worker each) of the pipeline over the
     recorded `workers` (rank order); `alone[r]`: worker r's uncontended share of its
     recorded compute (1 without contention); `threads[r]` its threads on the `cores`.
-    Returns the summary the advisor ranks by (analysis.advisor.METRICS' step measures)."""
+    Returns the summary the advisor ranks by (hetbench.analysis.advisor.METRICS' step measures)."""
     rng = np.random.default_rng(seed)
     residual, _, _, gap, evaluation, ratio = draw(workers, steps, rng, first=seed)
     factor = slowdowns(workers, steps, rng)

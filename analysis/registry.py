@@ -2,10 +2,10 @@
 whether it belongs to the run or to each worker, its unit, a heading and a definition for
 tables and figures, and the one function that computes it from the run's records.
 
-`analysis.runs` (the runs table behind report, figures and paper), `analysis.compare` (and
-so the CI gate), `hetbench paper` and the report's definitions all read this registry: a new
-metric is one entry here. Functions read a `RunView`, which derives each shared table
-(summary, compute statistics, what-if, ...) once and only when a metric asks for it, so
+`hetbench.analysis.runs` (the runs table behind report, figures and paper),
+`hetbench.analysis.compare` (and so the CI gate), `hetbench paper` and the report's definitions all
+read this registry: a new metric is one entry here. Functions read a `RunView`, which derives each
+shared table (summary, compute statistics, what-if, ...) once and only when a metric asks for it, so
 that `compare --metric step_time_ms` does not pay for the what-if analysis.
 
 `compared`: whether `compare` tests the metric. A ratio of medians needs values well away
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.costmodel import oracle, residual_cv
-from analysis.metrics import (
+from hetbench.analysis.costmodel import oracle, residual_cv
+from hetbench.analysis.metrics import (
     after_warmup,
     complete_steps,
     heterogeneous_efficiency,
@@ -34,9 +34,9 @@ from analysis.metrics import (
     run_summary,
     with_derived,
 )
-from analysis.stragglers import straggler_summary
-from analysis.whatif import COSTS, costs, what_if
-from harness.records.collector import PHASES
+from hetbench.analysis.stragglers import straggler_summary
+from hetbench.analysis.whatif import COSTS, costs, what_if
+from hetbench.harness.records.collector import PHASES
 
 LOWER, HIGHER = "lower", "higher"
 RUN, WORKER = "run", "worker"

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import costmodel
-from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
-from harness.partition.policies import (
+from hetbench.analysis import costmodel
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.harness.partition.policies import (
     ADAPTIVE,
     Damping,
     Repartitioner,
@@ -83,10 +83,10 @@ def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
            manifest: dict | None = None) -> pd.DataFrame:
     """Predict a run under `policy` ('equal', 'sizes' via `initial`, 'proportional' or
     'model') from a recorded run: each worker's compute at step s is its fitted cost
-    model (analysis.costmodel: a + b*n for the replayed slice n, times the emulated
+    model (hetbench.analysis.costmodel: a + b*n for the replayed slice n, times the emulated
     slowdown of step s from `manifest`'s schedule) times its recorded residual at s; what
     follows compute (communication, update, skew) is kept from the record. The adaptive
-    policies run the very code the harness runs (harness.partition.policies.Repartitioner).
+    policies run the very code the harness runs (hetbench.harness.partition.policies.Repartitioner).
 
     Columns: step, rank, batch_size, compute_ms, idle_ms, step_ms."""
     steps = complete_steps(after_warmup(steps, warmup_steps))
@@ -155,7 +155,7 @@ def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: flo
     whole name and the partition policy), efficiency, balance (median of step_balance after
     warm-up), idle fraction, partition changes, whether the run has an abrupt change and the
     steps to recover after it (NaN if it never settled), seconds to the target loss."""
-    from analysis.runs import run_row
+    from hetbench.analysis.runs import run_row
 
     rows = []
     for manifest, steps in runs:
@@ -183,7 +183,7 @@ def replay_error(recorded: pd.DataFrame, actual: pd.DataFrame, policy: str,
     """Replay `recorded` (a run under another policy, same scenario) under `policy` and
     compare with `actual`, a real run of that policy: predicted and measured mean step
     time and idle fraction, and the relative error of the step time."""
-    from analysis.metrics import run_summary
+    from hetbench.analysis.metrics import run_summary
 
     predicted = replay_summary(replay(recorded, policy, damping, warmup_steps=warmup_steps))
     measured = run_summary(actual, warmup_steps)

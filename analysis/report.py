@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import registry
-from analysis.metrics import idle_agreement
-from analysis.persistence import compute_series
-from analysis.runs import analyse_run, group_table, runs_table, slowdowns
-from analysis.terminal import Summary, Table
-from analysis.whatif import costs
-from harness.partition.policies import ADAPTIVE
-from harness.spec import profiling
+from hetbench.analysis import registry
+from hetbench.analysis.metrics import idle_agreement
+from hetbench.analysis.persistence import compute_series
+from hetbench.analysis.runs import analyse_run, group_table, runs_table, slowdowns
+from hetbench.analysis.terminal import Summary, Table
+from hetbench.analysis.whatif import costs
+from hetbench.harness.partition.policies import ADAPTIVE
+from hetbench.harness.spec import profiling
 
 FIRST_STEPS = 10
 
@@ -150,7 +150,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
         lines += [markdown_table(cps), ""]
     lines += failslow_lines(tables["failslow"])
     if failslow is not None:
-        from analysis.failslow import describe
+        from hetbench.analysis.failslow import describe
 
         failslow += [{"run_id": manifest.get("run_id", "?"), "detected": describe(r)}
                      for r in tables["failslow"].itertuples()]
@@ -167,7 +167,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
 
 
 def failslow_lines(found: pd.DataFrame) -> list[str]:
-    from analysis.failslow import MIN_FACTOR, PERSIST, describe
+    from hetbench.analysis.failslow import MIN_FACTOR, PERSIST, describe
 
     if found.empty:
         return [f"Fail-slow: none (no worker's time per sample moved {MIN_FACTOR:g}x or more "
@@ -178,8 +178,8 @@ def failslow_lines(found: pd.DataFrame) -> list[str]:
 def failslow_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                      summary: Summary | None = None) -> list[str]:
     """The fail-slow detector against the emulated schedules, when some run has one."""
-    from analysis.failslow import MIN_FACTOR, PERSIST
-    from analysis.failslow_check import scheduled, suite_check
+    from hetbench.analysis.failslow import MIN_FACTOR, PERSIST
+    from hetbench.analysis.failslow_check import scheduled, suite_check
 
     if not any(scheduled(m) for m, _ in runs):
         return []
@@ -231,7 +231,7 @@ def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                         target_loss: float, summary: Summary | None = None) -> list[str]:
     """Scenario x policy: efficiency, idle, recovery and time to a target loss, over repeats
     (only when some run repartitions or changes its emulated slowdown)."""
-    from analysis.repartition import evaluation_table
+    from hetbench.analysis.repartition import evaluation_table
 
     def moves(m: dict[str, Any]) -> bool:
         run = m.get("run", {})
@@ -288,7 +288,7 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                     summary: Summary | None = None) -> list[str]:
     """Hardware against statistical efficiency per synchronisation scheme, and the
     staleness of their updates; only when the runs compare schemes."""
-    from analysis.schemes import (
+    from hetbench.analysis.schemes import (
         SCHEME_METRICS,
         compares_schemes,
         scheme_groups,
@@ -338,7 +338,7 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
 def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                         summary: Summary | None = None) -> list[str]:
     """Held-out metric and time to target per run name, over repeats."""
-    from analysis.convergence import convergence_groups, convergence_table
+    from hetbench.analysis.convergence import convergence_groups, convergence_table
 
     table = convergence_table(evals)
     if table.empty:
@@ -382,7 +382,7 @@ def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataF
                      summary: Summary | None = None) -> list[str]:
     """Per stage of each pipelined run: measured against predicted time per micro-batch,
     and the bubble; only when some run pipelined its model."""
-    from analysis.pipeline import pipeline_summary, pipeline_table
+    from hetbench.analysis.pipeline import pipeline_summary, pipeline_table
 
     return table_section(
         "Pipelines (virtual workers)", pipeline_summary(pipeline_table(runs)),
@@ -398,7 +398,7 @@ def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                       summary: Summary | None = None) -> list[str]:
     """Bytes on the wire per step under each layer placement on the parameter servers;
     only when some run placed layers."""
-    from analysis.traffic import traffic_summary, traffic_table
+    from hetbench.analysis.traffic import traffic_summary, traffic_table
 
     return table_section(
         "Layer placement on the parameter servers",
@@ -416,7 +416,7 @@ def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
                     summary: Summary | None = None) -> list[str]:
     """Each worker's exchange bandwidth against the slowest link it crosses; only when some
     run spans hosts (its manifest's `nodes`)."""
-    from analysis.network import bandwidth_summary, bandwidth_table
+    from hetbench.analysis.network import bandwidth_summary, bandwidth_table
 
     return table_section(
         "Network: exchange bandwidth per node",

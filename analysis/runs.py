@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import registry
-from analysis.metrics import phase_stats, run_summary
+from hetbench.analysis import registry
+from hetbench.analysis.metrics import phase_stats, run_summary
 
 # the run-level metrics of the registry: the runs table's columns after its identity
 RUN_METRICS = registry.RUN_LEVEL_NAMES
@@ -40,7 +40,7 @@ def aggregator_name(run: dict[str, Any]) -> str:
 
 
 def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
-    """One run's identity and every run-level metric of analysis.registry (after its
+    """One run's identity and every run-level metric of hetbench.analysis.registry (after its
     warm-up steps)."""
     run = manifest.get("run", {})
     view = registry.RunView(steps, manifest)
@@ -97,8 +97,8 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
                 manifest: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """Every per-run table the report shows: metrics, variability, idle, stragglers and
     their causes, persistence and what-if (what the 1M-record benchmark times)."""
-    from analysis.failslow import detect
-    from analysis.metrics import (
+    from hetbench.analysis.failslow import detect
+    from hetbench.analysis.metrics import (
         after_warmup,
         complete_steps,
         step_metrics,
@@ -106,9 +106,9 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
         worker_idle,
         worker_summary,
     )
-    from analysis.persistence import autocorrelation, change_points
-    from analysis.stragglers import attribute, cause_shares, straggler_summary
-    from analysis.whatif import what_if
+    from hetbench.analysis.persistence import autocorrelation, change_points
+    from hetbench.analysis.stragglers import attribute, cause_shares, straggler_summary
+    from hetbench.analysis.whatif import what_if
 
     # Filter and derive once; every function below then skips that work.
     d = with_derived(complete_steps(after_warmup(steps, warmup_steps)))

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.convergence import convergence_table
-from analysis.runs import aggregator_name, group_table, runs_table
-from harness.spec.aggregators import AGGREGATORS
+from hetbench.analysis.convergence import convergence_table
+from hetbench.analysis.runs import aggregator_name, group_table, runs_table
+from hetbench.harness.spec.aggregators import AGGREGATORS
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # What `scheme_groups` summarises per run name, with 95% t intervals over repeats.

@@ -1,4 +1,4 @@
-"""Scale-out simulation: N workers built from fitted device classes (analysis.deviceclass)
+"""Scale-out simulation: N workers built from fitted device classes (hetbench.analysis.deviceclass)
 under one synchronisation scheme, in vectorised numpy (one pass per step over all workers,
 or none), giving the same timestamps a real run records.
 
@@ -11,8 +11,8 @@ the loop's gap before the next step come from the same blocks.
 Schemes (names as the aggregators'):
 - bsp, bsp-profiled, bsp-adaptive: all-reduce every step with equal slices, slices in
   proportion to each class's typical throughput (the `profiled` policy), or the `model`
-  policy of harness.partition.policies run on the simulated compute times (the code a real run
-  runs);
+  policy of hetbench.harness.partition.policies run on the simulated compute times (the code a real
+  run runs);
 - ps-sync: every worker pushes its gradient to the parameter servers, which update once
   every push of the step is in (backup with no backup worker); the workers step together;
   with a `Tail` (the fc-on-server placement), one server computes the model's fully
@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.deviceclass import CommModel, DeviceClass, Source, typical_slowdown
-from analysis.simulated import SIMULATED
-from harness.partition.policies import (
+from hetbench.analysis.deviceclass import CommModel, DeviceClass, Source, typical_slowdown
+from hetbench.analysis.simulated import SIMULATED
+from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
     WindowStats,
@@ -275,7 +275,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     (`sizes`: bsp's static slices, equal when None; `servers`: parameter servers sharing
     the parameters, for the schemes that use them; `busiest`: the largest share of the
     parameters one of them holds and updates, as the run's placement cuts them
-    (harness.partition.shards; None: 1 / servers); `tail`: ps-sync's fc-on-server, the
+    (hetbench.harness.partition.shards; None: 1 / servers); `tail`: ps-sync's fc-on-server, the
     tail on the last server and the rest shared by the others)."""
     workers = list(workers)
     if not workers:
@@ -460,8 +460,9 @@ def serve_pushes(lead: np.ndarray, service: np.ndarray, size: np.ndarray, target
 
 def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarray,
           total: int, damping: Damping, history: list[dict[str, Any]]) -> np.ndarray:
-    """bsp-adaptive: window by window, the model policy (harness.partition.policies.Repartitioner)
-    sees each worker's (slice, compute) sums and may move samples for the next window."""
+    """bsp-adaptive: window by window, the model policy
+    (hetbench.harness.partition.policies.Repartitioner) sees each worker's (slice, compute) sums and
+    may move samples for the next window."""
     steps, n = sizes.shape
     policy = Repartitioner("model", total, n, damping)
     compute = np.empty_like(multiplier)
@@ -779,11 +780,11 @@ ORIGIN_NS = 1_000_000_000  # simulated time starts at 1 s (a zero `ready` reads 
 
 
 def records(sim: Simulation) -> np.ndarray:
-    """The simulated steps as the rows a real run writes (harness.records.collector.RECORD_DTYPE),
-    step by step. Compute is split over its phases in each class's recorded shares;
-    unpack and apply are one (apply_ns); losses and system counters are not simulated
-    (NaN and 0)."""
-    from harness.records.collector import COMPUTE_PHASES, RECORD_DTYPE
+    """The simulated steps as the rows a real run writes
+    (hetbench.harness.records.collector.RECORD_DTYPE), step by step. Compute is split over its
+    phases in each class's recorded shares; unpack and apply are one (apply_ns); losses and system
+    counters are not simulated (NaN and 0)."""
+    from hetbench.harness.records.collector import COMPUTE_PHASES, RECORD_DTYPE
 
     step, rank = np.nonzero(sim.kept)
     rows = np.zeros(len(step), dtype=RECORD_DTYPE)

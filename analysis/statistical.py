@@ -3,7 +3,7 @@ than BSP a scheme takes to a held-out target, from what it does to the updates.
 
     steps to target / BSP's steps to target = 1 + a x staleness + b x dropped + c x (H - 1)
 
-staleness: the mean over the run's updates (analysis.registry `staleness_mean`); dropped:
+staleness: the mean over the run's updates (hetbench.analysis.registry `staleness_mean`); dropped:
 the share of computed gradients dropped (`dropped_share`, backup); H: local SGD's
 averaging period (1 for every other scheme). A run is BSP's when all three are at rest.
 
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.convergence import time_to_target
-from analysis.runs import run_row
+from hetbench.analysis.convergence import time_to_target
+from hetbench.analysis.runs import run_row
 
 FEATURES = ("staleness", "dropped", "period")
 

@@ -2,7 +2,7 @@
 
 The straggler of a step is the worker whose gradients were ready last. Its *excess* is its
 compute time minus its typical compute for that step: its fitted cost model
-(analysis.costmodel) for the slice it had and the emulated slowdown of that step, at its
+(hetbench.analysis.costmodel) for the slice it had and the emulated slowdown of that step, at its
 median residual. How much slower than usual it was, not how much more work it had or how
 much its emulated device slowed down on schedule.
 
@@ -30,7 +30,7 @@ The excess is split, in this order, over what the records can measure:
              natural compute: the sleep overshooting when no core is free to wake it;
 - network:   in a run across hosts only, its exchange above the median of the other
              workers' exchanges in that step for the same bytes, when its host's link is
-             slower than another worker's host's (analysis.network.slow_link_excess_ns);
+             slower than another worker's host's (hetbench.analysis.network.slow_link_excess_ns);
 - unexplained: what is left (the measured parts sum to less than the excess).
 
 A worker with an emulated slowdown f stretches every natural delay d to f*d, so measured
@@ -53,16 +53,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import costmodel
-from analysis.metrics import (
+from hetbench.analysis import costmodel
+from hetbench.analysis.metrics import (
     after_warmup,
     complete_steps,
     instrumented,
     step_metrics,
     with_derived,
 )
-from analysis.network import slow_link_excess_ns
-from harness.records.collector import SAMPLED_FIELDS, UNMEASURED
+from hetbench.analysis.network import slow_link_excess_ns
+from hetbench.harness.records.collector import SAMPLED_FIELDS, UNMEASURED
 
 CAUSES = ("gc", "interference", "frequency", "preempted", "off_cpu", "on_cpu", "emulation",
           "network", "unexplained")

@@ -3,15 +3,15 @@ worker's phases as spans on one time axis (idle before the all-reduce visible), 
 table (each worker's compute time per batch for consecutive batches, the straggler of each
 batch marked).
 
-The spans tile a step exactly as the trace's do (harness.records.trace.slice_table): one
+The spans tile a step exactly as the trace's do (hetbench.harness.records.trace.slice_table): one
 definition of where idle ends and communication begins."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, instrumented
-from harness.records.trace import slice_table
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented
+from hetbench.harness.records.trace import slice_table
 
 STEPS_SHOWN = 6  # consecutive steps in a timeline or a table
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.convergence import metric_column, time_to_target
+from hetbench.analysis.convergence import metric_column, time_to_target
 
 RULESET = "6.0.0"
 
@@ -92,7 +92,7 @@ def export(manifest: dict[str, Any], evals: pd.DataFrame, path: Path) -> bool:
 
 
 def _reached(evals: pd.DataFrame, metric: str, value: Any) -> Any:
-    """The index of the first evaluation at the target (analysis.convergence's reading),
+    """The index of the first evaluation at the target (hetbench.analysis.convergence's reading),
     None without a target or when no evaluation reaches it."""
     if value is None:
         return None

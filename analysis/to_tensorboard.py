@@ -7,7 +7,7 @@ global step, its wall time the run's start plus the step's offset from the first
 
 - `phase/compute_ms`, `phase/idle_ms` (before the exchange), `phase/comm_ms`,
   `phase/forward_ms`, `phase/backward_ms`, `phase/step_ms` (begin to end), as DESIGN.md
-  defines them (analysis.metrics.with_derived);
+  defines them (hetbench.analysis.metrics.with_derived);
 - `slice/samples`: the worker's slice of the batch;
 - `staleness/updates`, where the aggregator records it (parameter servers, ssp, local SGD);
 - `train/loss`: the worker's own loss on its slice;
@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import complete_steps, with_derived
+from hetbench.analysis.metrics import complete_steps, with_derived
 
 NS_PER_MS = 1e6
 PHASES = {"phase/compute_ms": "compute_ns", "phase/idle_ms": "idle_ns",

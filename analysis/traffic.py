@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import run_summary
+from hetbench.analysis.metrics import run_summary
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 TRAFFIC_COLUMNS = ["run", "repeat", "placement", "servers", "worker_mb_per_step",

@@ -3,7 +3,7 @@
 Each step is modelled as the latest worker's compute plus what follows it (communication,
 update, skew): step_time = max_i compute[i] + rest. A scenario replaces compute[i] and
 keeps `rest`, so only the effect of compute differences is measured. Compute is read
-through each worker's fitted cost model (analysis.costmodel: line(n) x slowdown(step) x
+through each worker's fitted cost model (hetbench.analysis.costmodel: line(n) x slowdown(step) x
 residual), so a slice that changes or an emulated slowdown that jumps is not variability:
 
 - actual:               the recorded step times;
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import costmodel
-from analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.analysis import costmodel
+from hetbench.analysis.metrics import after_warmup, complete_steps, instrumented, with_derived
 
 SCENARIOS = ("actual", "no_variability", "balanced", "fastest")
 COSTS = ("cost_of_variability", "cost_of_imbalance", "cost_of_heterogeneity")

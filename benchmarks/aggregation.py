@@ -15,9 +15,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from adapters.pytorch import TorchAdapter
-from harness.exchange import comm
-from workloads import build_spec
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.harness.exchange import comm
+from hetbench.workloads import build_spec
 
 ROUNDS = 25
 

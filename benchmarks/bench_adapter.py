@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from adapters.pytorch import TorchAdapter
-from workloads import build_spec
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.workloads import build_spec
 
 # (sample shape, classes): the MLP on digits (85k floats) and one of 9.9M floats
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}

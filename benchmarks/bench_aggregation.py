@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from adapters.pytorch import TorchAdapter
-from harness.exchange import comm
-from workloads import build_spec
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.harness.exchange import comm
+from hetbench.workloads import build_spec
 
 MODELS = {"mlp-digits": ((1, 8, 8), 10), "mlp-9.9M": ((1, 196, 196), 10)}
 

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.compare import run_metrics
-from analysis.metrics import run_summary, with_derived, worker_summary
-from analysis.runs import analyse_run
-from harness.records.collector import PHASES, RECORD_DTYPE
+from hetbench.analysis.compare import run_metrics
+from hetbench.analysis.metrics import run_summary, with_derived, worker_summary
+from hetbench.analysis.runs import analyse_run
+from hetbench.harness.records.collector import PHASES, RECORD_DTYPE
 
 ROWS, WORKERS = 1_000_000, 4
 

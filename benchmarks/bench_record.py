@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.loop.counters import Counters
-from harness.records.collector import RECORD_FIELDS, RecordWriter
+from hetbench.harness.loop.counters import Counters
+from hetbench.harness.records.collector import RECORD_FIELDS, RecordWriter
 
 COUNTER_FIELDS = 7  # the tail of a record that Counters.take() returns
 

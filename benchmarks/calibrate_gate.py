@@ -11,7 +11,7 @@ compute stretched by 1.2 and 1.5, the injected regressions). The order within a 
 rotates, so every variant takes every position equally often, as `hetbench ci`
 interleaves its sides.
 
-`analyse` then runs the gate's statistics (analysis.compare, the same code as `hetbench
+`analyse` then runs the gate's statistics (hetbench.analysis.compare, the same code as `hetbench
 compare`) on groups of --per-side runs: A vs A2 (a `regressed` verdict is a false alarm)
 and A vs S1.2, A vs S1.5 (a `regressed` verdict is a detection). It reports disjoint
 comparisons (consecutive blocks of rounds: independent, few) and --draws random draws of
@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.compare import Settings, compare_values, metric_values, overall_verdict
-from harness.records.results import find_runs, load_run
-from harness.run.launcher import run_suite
-from harness.spec.suite import SuiteSpec, load_suite
+from hetbench.analysis.compare import Settings, compare_values, metric_values, overall_verdict
+from hetbench.harness.records.results import find_runs, load_run
+from hetbench.harness.run.launcher import run_suite
+from hetbench.harness.spec.suite import SuiteSpec, load_suite
 
 VARIANTS = {"A": 1.0, "A2": 1.0, "S1.2": 1.2, "S1.5": 1.5}
 PAIRS = (("A", "A2", "false alarm"), ("A", "S1.2", "detection"), ("A", "S1.5", "detection"))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.metrics import after_warmup, complete_steps, run_summary
-from harness.records.results import find_runs, load_run
+from hetbench.analysis.metrics import after_warmup, complete_steps, run_summary
+from hetbench.harness.records.results import find_runs, load_run
 
 ALONE = "gpu"
 

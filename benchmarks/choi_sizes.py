@@ -7,7 +7,7 @@ one `cuda:0` rank beside two CPU ranks, on buffers of 1e5 to 1e8 floats.
 - strategy 1 (`allreduce-host`): the GPU rank copies its gradients into pinned host memory,
   the three ranks all-reduce host memory over gloo, and the GPU rank copies the sums back;
 - strategy 2 (`allreduce-device`): the CPU ranks send their buffers to the GPU rank, which
-  sums them on the device and sends the sums back: `harness.exchange.device.Relay`, the
+  sums them on the device and sends the sums back: `hetbench.harness.exchange.device.Relay`, the
   aggregator's own code.
 
 The suite benchmarks/choi_strategies.toml times both inside training steps on models of
@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.exchange.device import Relay, routes  # noqa: E402
+from hetbench.harness.exchange.device import Relay, routes  # noqa: E402
 
 WORLD = 3  # one GPU rank, two CPU ranks: Choi's setup and benchmarks/choi_strategies.toml
 

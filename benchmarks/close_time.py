@@ -63,8 +63,8 @@ def records_and_checkout(description: str) -> argparse.Namespace:
 
 def main() -> int:
     args = records_and_checkout(__doc__ or "")
-    from harness.records import collector, rundir
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records import collector, rundir
+    from hetbench.harness.spec.suite import load_suite
 
     run = load_suite("quick").runs[0]
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,8 +27,8 @@ def pytest_collect_file(file_path: Path, parent: Any) -> Any:
 @pytest.fixture(scope="session")
 def gloo_world_of_one() -> Iterator[None]:
     """A gloo process group of world size 1 in this process (as benchmarks/overhead.py)."""
-    from harness.exchange import comm
-    from harness.run.launcher import free_port
+    from hetbench.harness.exchange import comm
+    from hetbench.harness.run.launcher import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                       GLOO_SOCKET_IFNAME="lo")

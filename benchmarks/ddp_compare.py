@@ -49,11 +49,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.records.results import load_run
-from harness.run.launcher import run_suite
-from harness.spec.suite import parse_suite
-from harness.spec.tables import suite_text
-from harness.system import allocator
+from hetbench.harness.records.results import load_run
+from hetbench.harness.run.launcher import run_suite
+from hetbench.harness.spec.suite import parse_suite
+from hetbench.harness.spec.tables import suite_text
+from hetbench.harness.system import allocator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ def hetbench_torchrun_step_times(out: Path, args: argparse.Namespace) -> Taken:
     toml = out / "suite.toml"
     toml.write_text(_toml(hetbench_run(args)))
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    torchrun(["-m", "harness.loop.worker", "--suite", str(toml), "--run-name", "hetbench",
+    torchrun(["-m", "hetbench.harness.loop.worker", "--suite", str(toml), "--run-name", "hetbench",
               "--out", str(out / "results")], env, out / "results")
     (run_dir,) = [p for p in (out / "results" / "ddp-compare").iterdir() if p.is_dir()]
     return step_times_of(run_dir, args.warmup)
@@ -189,8 +189,8 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
 
 
 def model_mb(args: argparse.Namespace) -> float:
-    from workloads import build_spec, get_workload
-    from workloads.data import load_dataset
+    from hetbench.workloads import build_spec, get_workload
+    from hetbench.workloads.data import load_dataset
 
     workload = get_workload(args.workload)
     data = load_dataset(args.dataset or workload.default_dataset, args.workload, 0)

@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from adapters.pytorch import loss_sum
-from harness.system.exits import exit_after
-from workloads import build_spec, get_workload
-from workloads.data import BatchOrder, load_dataset
-from workloads.models import builder
+from hetbench.adapters.pytorch import loss_sum
+from hetbench.harness.system.exits import exit_after
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import BatchOrder, load_dataset
+from hetbench.workloads.models import builder
 
 
 def main() -> None:

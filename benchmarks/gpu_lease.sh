@@ -20,7 +20,7 @@ exec > >(tee -a "$out/lease-$tag.log") 2>&1
 echo "start $(date +%T), $(nproc) cores"
 rm -rf /tmp/gpu-bin && mkdir -p /tmp/gpu-bin  # fresh: never write through an old link
 printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/gpu-bin/python
-printf '#!/bin/sh\nexec python3 -m harness.cli.main "$@"\n' > /tmp/gpu-bin/hetbench
+printf '#!/bin/sh\nexec python3 -m hetbench.harness.cli.main "$@"\n' > /tmp/gpu-bin/hetbench
 chmod +x /tmp/gpu-bin/python /tmp/gpu-bin/hetbench
 export PATH=/tmp/gpu-bin:$PATH
 wheels=()

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.stragglers import attribute
-from harness.records import collector
-from harness.records.results import load_run
-from harness.system import sampler as system
+from hetbench.analysis.stragglers import attribute
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
+from hetbench.harness.system import sampler as system
 
 SUITE = Path(__file__).with_name("interference.toml")
 HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"

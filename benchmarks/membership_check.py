@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import run_summary
-from harness.records.results import find_runs, load_run
+from hetbench.analysis.metrics import run_summary
+from hetbench.harness.records.results import find_runs, load_run
 
 TOLERANCE = 0.05
 

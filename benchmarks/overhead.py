@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from adapters.pytorch import TorchAdapter
-from harness import exchange as aggregators
-from harness.exchange import comm
-from harness.loop.counters import Counters
-from harness.loop.timer import StepTimer
-from harness.loop.worker import build_trainer
-from harness.records.collector import RecordWriter
-from harness.run.launcher import free_port
-from harness.spec.suite import parse_suite
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.harness import exchange as aggregators
+from hetbench.harness.exchange import comm
+from hetbench.harness.loop.counters import Counters
+from hetbench.harness.loop.timer import StepTimer
+from hetbench.harness.loop.worker import build_trainer
+from hetbench.harness.records.collector import RecordWriter
+from hetbench.harness.run.launcher import free_port
+from hetbench.harness.spec.suite import parse_suite
 
 
 def main() -> None:
@@ -110,8 +110,8 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
           ) -> dict[str, list[float]]:
     """Each part of a timed step's instrumentation, timed alone right after a bare step, in
     microseconds, one value per round (the parts' order rotates)."""
-    from harness.exchange import Exchange, Holds
-    from harness.records.collector import PHASES
+    from hetbench.harness.exchange import Exchange, Holds
+    from hetbench.harness.records.collector import PHASES
 
     timer = trainer.timer
     exchange = Exchange(Holds.SUMS, args.batch, None)

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import advisor
-from analysis.advice_fit import fitted_job, fitted_remedies
-from analysis.metrics import run_summary
-from analysis.pipeline_model import Pipeline
-from harness.cli.advise import layer_shape
-from harness.records.results import find_runs, load_run
+from hetbench.analysis import advisor
+from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
+from hetbench.analysis.metrics import run_summary
+from hetbench.analysis.pipeline_model import Pipeline
+from hetbench.harness.cli.advise import layer_shape
+from hetbench.harness.records.results import find_runs, load_run
 
 REPEATS = 5  # simulated repeats per run
 MEASURES = ("samples_per_s", "mean_step_ms", "idle_fraction")

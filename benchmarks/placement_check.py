@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 from pipeline_check import against, chosen_measures, completed_runs, job_arguments
 
-from analysis.advice_fit import fitted_job, fitted_remedies
-from harness.cli.advise import layer_shape, tensor_sizes
+from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
+from hetbench.harness.cli.advise import layer_shape, tensor_sizes
 
 REPEATS = 5  # simulated repeats per remedy
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import after_warmup, run_summary
-from harness.records.results import find_runs, load_run
+from hetbench.analysis.metrics import after_warmup, run_summary
+from hetbench.harness.records.results import find_runs, load_run
 
 
 def rows(folder: Path) -> pd.DataFrame:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.repartition import replay_error
-from harness.partition.policies import Damping
-from harness.records.results import find_runs, load_run
+from hetbench.analysis.repartition import replay_error
+from hetbench.harness.partition.policies import Damping
+from hetbench.harness.records.results import find_runs, load_run
 
 
 def main() -> None:

@@ -43,12 +43,12 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from harness.records import collector
+    from hetbench.harness.records import collector
 
     args.out.mkdir(parents=True, exist_ok=True)
     suite = args.out / "suite.toml"
     suite.write_text(SUITE.format(steps=4 * args.steps))  # never ends before the signal
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli.main", "run", str(suite),
+    proc = subprocess.Popen([sys.executable, "-m", "hetbench.harness.cli.main", "run", str(suite),
                              "--out", str(args.out), "--no-progress"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import deviceclass, simulate
-from analysis.metrics import run_summary, step_metrics
-from harness.records import collector
-from harness.records.results import find_runs, load_run
+from hetbench.analysis import deviceclass, simulate
+from hetbench.analysis.metrics import run_summary, step_metrics
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import find_runs, load_run
 
 FITTED_ON = {"pair": ("trio", "quad", "six", "eight", "quad-fast", "six-slow", "quad-backup",
                       "quad-ssp", "quad-async", "quad-local"),

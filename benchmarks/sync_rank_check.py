@@ -25,12 +25,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from analysis import statistical
-from analysis.advice_fit import fitted_job, fitted_remedies
-from analysis.advice_report import repeat_range, resolved_tau
-from analysis.convergence import time_to_target
-from analysis.metrics import run_summary
-from harness.records.results import find_runs, load_run
+from hetbench.analysis import statistical
+from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
+from hetbench.analysis.advice_report import repeat_range, resolved_tau
+from hetbench.analysis.convergence import time_to_target
+from hetbench.analysis.metrics import run_summary
+from hetbench.harness.records.results import find_runs, load_run
 
 # the sync suite's run name -> the advisor's remedy name
 SCHEMES = {"bsp": "recorded", "ps-sync": "ps-sync", "ps-async": "ps-async", "ssp1": "ssp1",

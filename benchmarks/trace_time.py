@@ -7,7 +7,7 @@ Synthetic records (two workers, ~10 ms steps: benchmarks/close_time.py's), writt
 trace twice: as a run closes with the default window (the last `trace_steps` steps of the
 suite default, at most MAX_ROWS rows where the writer has that bound), and whole (every
 row, the bound lifted). Prints one JSON line per case: seconds, MB, events. A checkout
-before the vectorised writer (harness.records.collector.write_trace) is timed the same way.
+before the vectorised writer (hetbench.harness.records.collector.write_trace) is timed the same way.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ def main() -> int:
     import numpy as np
     import pandas as pd
 
-    from harness.records import collector
-    from harness.spec.suite import RunSpec
+    from hetbench.harness.records import collector
+    from hetbench.harness.spec.suite import RunSpec
 
     try:
-        from harness.records import trace as writer
+        from hetbench.harness.records import trace as writer
         write: Any = writer.write_trace
     except ImportError:  # before the vectorised writer
         writer, write = None, collector.write_trace

@@ -61,15 +61,15 @@ def hetbench_command(*args: str, figures: bool = False) -> list[str]:
     (about 10 s a launch on two cores, a quarter of the suite's time: the tests that
     check the figures draw them)."""
     no_figures = ["--no-figures"] if args[:1] == ("run",) and not figures else []
-    return [sys.executable, "-m", "harness.cli.main", *args, *no_figures]
+    return [sys.executable, "-m", "hetbench.harness.cli.main", *args, *no_figures]
 
 
 def completed_runs(folder: Path, suite_text: str) -> dict[str, Path]:
     """Run the suite `suite_text` once into `folder` (for a module fixture: several tests
     read one launch); every run must complete, and leave no process behind. Run name ->
     run directory."""
-    from harness.run.launcher import run_suite
-    from harness.spec.suite import load_suite
+    from hetbench.harness.run.launcher import run_suite
+    from hetbench.harness.spec.suite import load_suite
 
     (folder / "suite.toml").write_text(suite_text)
     before = live_descendants()

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.records import collector, manifest, trace
-from harness.records.collector import RECORD_DTYPE
+from hetbench.harness.records import collector, manifest, trace
+from hetbench.harness.records.collector import RECORD_DTYPE
 
 MS = 1_000_000
 

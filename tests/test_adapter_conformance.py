@@ -28,12 +28,12 @@ import numpy as np
 import pytest
 import torch
 
-from adapters import FRAMEWORKS, load_adapter
-from harness.spec.optimizers import OptimizerSpec
-from harness.training.optim import Optimizer
-from workloads import WORKLOADS, build_spec, get_workload
-from workloads.data import BatchOrder, Dataset, load_dataset
-from workloads.models import ModelSpec
+from hetbench.adapters import FRAMEWORKS, load_adapter
+from hetbench.harness.spec.optimizers import OptimizerSpec
+from hetbench.harness.training.optim import Optimizer
+from hetbench.workloads import WORKLOADS, build_spec, get_workload
+from hetbench.workloads.data import BatchOrder, Dataset, load_dataset
+from hetbench.workloads.models import ModelSpec
 
 # framework -> the module whose absence skips its tests
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
@@ -291,7 +291,7 @@ def per_sample_reference(spec: ModelSpec, values: dict[str, np.ndarray], x: np.n
     any adapter: the workload's torch module with the values loaded by name, each sample's
     loss computed by this test (cross-entropy; for token workloads the mean over the tokens
     that count), its gradient taken alone, and the gradients summed."""
-    from workloads.models import IGNORE, builder
+    from hetbench.workloads.models import IGNORE, builder
 
     module = builder(spec.workload, "pytorch")
     model = module.build(spec).double()
@@ -336,7 +336,7 @@ def test_gradients_match_a_per_sample_loop(framework: str, workload: str, datase
 def test_ignored_tokens_do_not_count(framework: str) -> None:
     """The token loss's IGNORE targets (padding, unmasked positions of the workloads to come)
     in every framework: a sample's loss is the mean over its counted tokens."""
-    from workloads.models import IGNORE
+    from hetbench.workloads.models import IGNORE
 
     data, spec, adapter = adapter_for(framework, "lstm", "text")
     idx = BatchOrder(len(data), 5, SEED).indices(3)

@@ -12,14 +12,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import advisor, deviceclass
-from analysis.advice_report import resolved_tau
-from analysis.pipeline_model import LayerShape
-from analysis.simulate import Scheme, parse_scheme
-from harness.cli.advise import layer_shape
-from harness.cli.main import main
-from harness.records import collector, manifest
-from harness.spec.suite import _parse_toml, load_suite, parse_suite
+from hetbench.analysis import advisor, deviceclass
+from hetbench.analysis.advice_report import resolved_tau
+from hetbench.analysis.pipeline_model import LayerShape
+from hetbench.analysis.simulate import Scheme, parse_scheme
+from hetbench.harness.cli.advise import layer_shape
+from hetbench.harness.cli.main import main
+from hetbench.harness.records import collector, manifest
+from hetbench.harness.spec.suite import _parse_toml, load_suite, parse_suite
 from tests.synthetic import steps_frame
 from tests.test_simulate import PARAMETERS
 
@@ -70,7 +70,7 @@ def write_job(folder: Path, text: str = JOB, status: str = "completed",
 def predictions(run_dir: Path, cores: int | None = None) -> pd.DataFrame:
     """The advisor's ranking of the job's remedies (2 simulated repeats), the job's host
     having `cores` (None: contention not modelled)."""
-    from harness.records.results import load_run
+    from hetbench.harness.records.results import load_run
 
     data = load_run(run_dir)
     runs = [(data.manifest, data.steps)]

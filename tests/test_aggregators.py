@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import torch
 
-from harness.exchange import kind
-from harness.exchange.parameter_server import ShardServer
-from harness.partition.shards import balanced_cuts as placement
-from harness.partition.shards import segments
-from harness.spec.aggregators import AGGREGATORS
-from harness.spec.errors import UsageError
-from harness.spec.suite import parse_suite, run_from_dict
+from hetbench.harness.exchange import kind
+from hetbench.harness.exchange.parameter_server import ShardServer
+from hetbench.harness.partition.shards import balanced_cuts as placement
+from hetbench.harness.partition.shards import segments
+from hetbench.harness.spec.aggregators import AGGREGATORS
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import parse_suite, run_from_dict
 
 
 def run_with(aggregator: Any, workers: int = 3, **extra: Any) -> Any:
@@ -237,7 +237,7 @@ def test_ssp_with_bound_zero_is_a_barrier_and_ends_at_the_sample_budget() -> Non
 def test_torchrun_mode_refuses_what_needs_the_launcher() -> None:
     """torchrun starts only workers: no parameter server, and nobody to finish a run that
     went on without a dead worker."""
-    from harness.loop.worker import _torchrun_problem
+    from hetbench.harness.loop.worker import _torchrun_problem
 
     assert _torchrun_problem(run_with("local-sgd")) is None
     assert _torchrun_problem(run_with("allreduce-host")) is None

@@ -15,8 +15,8 @@ from tests.conftest import REPO, Spawn
 ROUNDS = """
 import json, resource, sys
 import numpy as np
-from harness.loop.worker import prepare_process
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.loop.worker import prepare_process
+from hetbench.harness.spec.workers import WorkerSpec
 prepare_process(WorkerSpec(), keep_freed_memory=sys.argv[1] == "true")
 def rounds(n):
     for _ in range(n):

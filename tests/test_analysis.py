@@ -6,11 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.metrics import heterogeneous_efficiency, phase_stats, step_metrics, worker_idle
-from analysis.persistence import autocorrelation, change_points
-from analysis.runs import group_table, runs_table
-from analysis.stragglers import CAUSES, attribute, cause_shares, straggler_summary
-from analysis.whatif import costs, what_if
+from hetbench.analysis.metrics import (
+    heterogeneous_efficiency,
+    phase_stats,
+    step_metrics,
+    worker_idle,
+)
+from hetbench.analysis.persistence import autocorrelation, change_points
+from hetbench.analysis.runs import group_table, runs_table
+from hetbench.analysis.stragglers import CAUSES, attribute, cause_shares, straggler_summary
+from hetbench.analysis.whatif import costs, what_if
 from tests.synthetic import MS, steps_frame
 
 
@@ -140,7 +145,7 @@ def test_host_samples_are_joined_to_each_step_by_time() -> None:
     beyond the last sample NaN."""
     import pandas as pd
 
-    from harness.system.sampler import join_to_steps
+    from hetbench.harness.system.sampler import join_to_steps
 
     samples = pd.DataFrame({"t_ns": [100 * MS, 200 * MS, 300 * MS],
                             "others_cores": [0.0, 1.0, 0.0], "steal_cores": [0.0, 0.0, 0.5],
@@ -257,7 +262,7 @@ def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() ->
     assert costs(what_if(frame, 0, schedule))["cost_of_variability"] == pytest.approx(
         0.0, abs=1e-6)
     # nor does its variability against the cost model, though its compute time varies
-    from analysis.costmodel import residual_cv
+    from hetbench.analysis.costmodel import residual_cv
 
     assert residual_cv(frame, schedule).max() == pytest.approx(0.0, abs=1e-6)
     assert phase_stats(frame).query("phase == 'compute' and rank == 0")["cv"].iloc[0] > 0.2
@@ -271,7 +276,7 @@ def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() ->
 
 
 def test_the_oracle_is_the_best_static_partition_of_the_fitted_models() -> None:
-    from analysis.costmodel import oracle
+    from hetbench.analysis.costmodel import oracle
 
     # 6 ms and 2 ms per 32 samples: the best static split is 16/48, 3 ms each
     equal = steps_frame(40, lambda r, s: [6.0, 2.0][r], batch=lambda r: 32)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.run import refuse_missing_devices
-from harness.spec.errors import UsageError
-from harness.spec.fields import MAX_CORE
-from harness.spec.suite import load_suite
+from hetbench.harness.cli.run import refuse_missing_devices
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import MAX_CORE
+from hetbench.harness.spec.suite import load_suite
 from tests.test_cli_errors import cuda_7_missing, error_line  # noqa: F401 - a fixture
 
 DIRECTORY = b"<a directory, not a file>"  # content marker: the suite path is a folder
@@ -473,7 +473,7 @@ def test_a_pipe_is_read_to_its_end_and_a_silent_writer_waited_for_with_a_limit(
     import threading
     import time
 
-    from harness.spec.suite import _read_pipe
+    from hetbench.harness.spec.suite import _read_pipe
 
     fifo = tmp_path / "suite.fifo"
     os.mkfifo(fifo)

@@ -74,7 +74,7 @@ def test_a_variants_step_period_and_phases_come_from_its_workers_marks(monkeypat
 
     import numpy as np
 
-    from harness.spec.suite import parse_suite
+    from hetbench.harness.spec.suite import parse_suite
 
     module = script("ddp_compare", monkeypatch)
     # rank 0 and rank 1, three steps each; rank 1 begins 1 later and ends 2 later

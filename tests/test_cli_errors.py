@@ -43,7 +43,7 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def cuda_7_missing() -> None:
-    from harness.run.launcher import gpu_count  # probes in a subprocess: no torch here
+    from hetbench.harness.run.launcher import gpu_count  # probes in a subprocess: no torch here
 
     if gpu_count("pytorch") > 7:
         pytest.skip("this host has a cuda:7")
@@ -102,7 +102,7 @@ def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_s
 @pytest.mark.parametrize("content", ["list", "no run"])
 def test_report_of_a_manifest_that_is_not_hetbench_is_one_line(tmp_path: Path,
                                                                content: str, hetbench) -> None:
-    from harness import SCHEMA_VERSION
+    from hetbench.harness import SCHEMA_VERSION
 
     run_dir = tmp_path / "odd"
     run_dir.mkdir()
@@ -147,7 +147,7 @@ def test_help_exits_zero(tmp_path: Path, hetbench) -> None:
 
 
 def test_cli_imports_no_framework(tmp_path: Path, spawn: Spawn) -> None:
-    code = ("import sys; import harness.cli.main as m; m.build_parser()\n"
+    code = ("import sys; import hetbench.harness.cli.main as m; m.build_parser()\n"
             "loaded = [f for f in ('torch', 'tensorflow', 'mxnet') if f in sys.modules]\n"
             "assert not loaded, loaded")
     result = spawn.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
@@ -158,12 +158,13 @@ def test_cli_imports_no_framework(tmp_path: Path, spawn: Spawn) -> None:
 def test_a_command_loads_only_its_own_module(tmp_path: Path, spawn: Spawn) -> None:
     """Each subcommand's module costs ~0.4 s of every start: `hetbench --debug suites`
     defines the suites command's arguments and loads no other command's module."""
-    code = ("import sys; import harness.cli.main as m\n"
+    code = ("import sys; import hetbench.harness.cli.main as m\n"
             "m.build_parser(m.named_command(['--debug', 'suites', 'quick']))\n"
-            "loaded = sorted(n for n in sys.modules if n.startswith('harness.cli.')\n"
-            "                and n not in ('harness.cli.main', 'harness.cli.suites'))\n"
-            "assert 'harness.cli.suites' in sys.modules\n"
-            "assert not {f'harness.cli.{c}' for c in m.SUBCOMMANDS} & set(loaded), loaded")
+            "loaded = sorted(n for n in sys.modules if n.startswith('hetbench.harness.cli.')\n"
+            "                and n not in ('hetbench.harness.cli.main',\n"
+            "                              'hetbench.harness.cli.suites'))\n"
+            "assert 'hetbench.harness.cli.suites' in sys.modules\n"
+            "assert not {f'hetbench.harness.cli.{c}' for c in m.SUBCOMMANDS} & set(loaded), loaded")
     result = spawn.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
@@ -200,7 +201,7 @@ def test_skip_unavailable_records_a_skipped_run(tmp_path: Path, write_suite, het
 def test_a_gpu_the_framework_cannot_see_is_refused_before_anything_runs(
         tmp_path: Path, write_suite, hetbench) -> None:
     """torch may see a GPU that tensorflow-cpu does not: each framework is asked itself."""
-    from harness.run.launcher import gpu_count
+    from hetbench.harness.run.launcher import gpu_count
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed")
@@ -224,7 +225,7 @@ def test_suites_lists_the_builtins_and_prints_one_to_copy(tmp_path: Path, hetben
     assert toml.returncode == 0 and 'name = "quick"' in toml.stdout
     copy = tmp_path / "copy.toml"
     copy.write_text(toml.stdout)
-    from harness.spec.suite import load_suite
+    from hetbench.harness.spec.suite import load_suite
 
     assert load_suite(str(copy)).runs == load_suite("quick").runs  # what it prints runs
     assert "quick, repartition" in " ".join(hetbench(tmp_path, "run", "--help").stdout.split())
@@ -289,8 +290,8 @@ def test_slowed_cpu_workers_ask_the_cores_for_the_share_they_compute(write_suite
     """A CPU worker slowed s times sleeps all but 1/s of its compute: 3 x cores of them at
     10x (3 at 4 threads, scheduled 20x then 10x) demand 0.3 x cores plus the rest; a GPU
     worker, whose host thread waits for it, and an unslowed one, all of their threads."""
-    from harness.records.rundir import core_load
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records.rundir import core_load
+    from hetbench.harness.spec.suite import load_suite
 
     cores = len(os.sched_getaffinity(0))
     slowed = ", ".join(['{ device = "cpu", slowdown = 10.0 }'] * (3 * cores))
@@ -335,7 +336,7 @@ def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, 
 
 
 def test_suite_progress_says_which_run_of_how_many_and_the_time_left() -> None:
-    from harness.cli.run import SuiteClock, _clock
+    from hetbench.harness.cli.run import SuiteClock, _clock
 
     clock = SuiteClock()
     assert clock.started(3) == "run 1 of 3, 0:00 elapsed"

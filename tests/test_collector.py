@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import run_summary, with_derived, worker_summary
-from harness.records import collector
-from harness.records import trace as trace_writer
-from harness.records.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
+from hetbench.analysis.metrics import run_summary, with_derived, worker_summary
+from hetbench.harness.records import collector
+from hetbench.harness.records import trace as trace_writer
+from hetbench.harness.records.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter
 from tests.trace_check import check_trace
 
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from scipy.stats import mannwhitneyu
 
-from analysis import registry
-from analysis.compare import (
+from hetbench.analysis import registry
+from hetbench.analysis.compare import (
     RUN_LEVEL,
     Settings,
     compare_paths,
@@ -26,10 +26,10 @@ from analysis.compare import (
     min_repeats,
     run_metrics,
 )
-from harness.cli.main import main
-from harness.records import collector, manifest
-from harness.records.collector import RECORD_FIELDS
-from harness.records.results import load_run
+from hetbench.harness.cli.main import main
+from hetbench.harness.records import collector, manifest
+from hetbench.harness.records.collector import RECORD_FIELDS
+from hetbench.harness.records.results import load_run
 from tests.conftest import REPO, Spawn, hetbench_command
 
 ENVIRONMENT = {"host": "ci-1", "cpu_model": "Generic CPU @ 2.0GHz", "cpu_count": 2,
@@ -169,7 +169,7 @@ def test_run_metrics_one_value_per_run_and_worker() -> None:
 
 
 def test_only_the_selected_metrics_are_computed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from analysis import costmodel
+    from hetbench.analysis import costmodel
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the oracle was computed for a comparison that does not use it")
@@ -467,8 +467,8 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
     `inconclusive`. The launches and the comparison are stubbed: this is the decision."""
     from types import SimpleNamespace
 
-    import harness.cli.ci as ci
-    from analysis import compare
+    import hetbench.harness.cli.ci as ci
+    from hetbench.analysis import compare
 
     launches: list[str] = []
 
@@ -509,8 +509,8 @@ def test_the_gate_reports_the_committed_baseline_without_gating_on_it(tmp_path: 
     """A working tree 1.3x slower than the committed baseline (a drift HEAD~1 cannot show):
     the regression is reported beside the gate's own verdict, whose exit status it leaves
     alone; a missing baseline is one line."""
-    from analysis.compare import Settings
-    from harness.cli.ci import against_baseline
+    from hetbench.analysis.compare import Settings
+    from hetbench.harness.cli.ci import against_baseline
 
     baseline = write_group(tmp_path / "baseline", 12, seed=31)
     current = write_group(tmp_path / "current", 12, seed=32, factor=1.3)

@@ -1,5 +1,6 @@
-"""Suite specs (harness.spec.suite): every bad input is one UsageError naming the field and what is
-allowed; good input becomes frozen dataclasses. Framework-free: no torch is imported here."""
+"""Suite specs (hetbench.harness.spec.suite): every bad input is one UsageError naming the field
+and what is allowed; good input becomes frozen dataclasses. Framework-free: no torch is imported
+here."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from harness.spec.errors import UsageError
-from harness.spec.partitions import PartitionSpec
-from harness.spec.suite import (
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.suite import (
     Overrides,
     RunSpec,
     SuiteSpec,
@@ -20,7 +21,7 @@ from harness.spec.suite import (
     load_suite,
     parse_suite,
 )
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.spec.workers import WorkerSpec
 
 TWO_CPUS = [{"device": "cpu"}, {"device": "cpu"}]
 
@@ -528,8 +529,8 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
     did."""
     import json
 
-    from harness.spec.optimizers import OptimizerSpec
-    from harness.spec.suite import run_from_dict
+    from hetbench.harness.spec.optimizers import OptimizerSpec
+    from hetbench.harness.spec.suite import run_from_dict
 
     table = run(workload="resnet", size="tiny", eval_every=5, target={"value": 0.5},
                 optimizer={"name": "adamw", "weight_decay": 0.01, "warmup_steps": 3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.contention import finish_times, uncontended_work
+from hetbench.analysis.contention import finish_times, uncontended_work
 
 
 def test_three_threads_on_two_cores_each_take_half_again_as_long() -> None:

@@ -9,8 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import report
-from analysis.convergence import convergence_groups, convergence_table, curves, time_to_target
+from hetbench.analysis import report
+from hetbench.analysis.convergence import (
+    convergence_groups,
+    convergence_table,
+    curves,
+    time_to_target,
+)
 
 
 def evals(accuracy: list[float], loss: list[float], seconds_per_eval: float) -> pd.DataFrame:

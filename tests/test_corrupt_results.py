@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.records import collector
-from harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
-from harness.records.results import launcher_alive
-from harness.spec.suite import RunSpec
-from harness.system.procfs import start_ticks as process_start_ticks
+from hetbench.harness.records import collector
+from hetbench.harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
+from hetbench.harness.records.results import launcher_alive
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.system.procfs import start_ticks as process_start_ticks
 from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 from tests.trace_check import check_trace
@@ -418,7 +418,7 @@ def whole_run_spec(run_dir: Path) -> RunSpec:
     recover and close_run rebuild the run from)."""
     import tomllib
 
-    from harness.spec.suite import parse_suite
+    from hetbench.harness.spec.suite import parse_suite
 
     suite = parse_suite(tomllib.loads(f'[[runs]]\nname = "pair"\nsteps = {STEPS}\n'
                                       'workers = [ { device = "cpu" }, { device = "cpu" } ]\n'))
@@ -538,7 +538,7 @@ def test_a_run_is_closed_before_its_trace_and_report_writes_a_missing_trace(
         run_dir: Path, hetbench, monkeypatch: pytest.MonkeyPatch) -> None:
     """A signal's run is closed (steps.parquet, manifest) before the trace, which a long
     run took minutes to write; a trace cut short is written by the next report."""
-    from harness.records import rundir, trace
+    from hetbench.harness.records import rundir, trace
 
     to_parts(run_dir)
     running(run_dir, None)

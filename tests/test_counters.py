@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import time
 
-from harness.loop.counters import UNMEASURED, Counters
+from hetbench.harness.loop.counters import UNMEASURED, Counters
 
 
 def burn(seconds: float) -> None:

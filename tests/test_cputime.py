@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from harness.system import cputime
-from harness.system.cputime import ThreadsCpuClock
+from hetbench.harness.system import cputime
+from hetbench.harness.system.cputime import ThreadsCpuClock
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(cputime.TASKS),
                                 reason="per-thread CPU clocks are read through Linux's /proc")

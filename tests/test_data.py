@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workloads.data import (
+from hetbench.workloads.data import (
     TEXT_VOCAB,
     BatchOrder,
     encode_text,
@@ -48,7 +48,7 @@ def test_the_shipped_number_pairs_are_what_num2words_writes() -> None:
     itself."""
     from num2words import num2words
 
-    from workloads import numbers
+    from hetbench.workloads import numbers
 
     assert numbers.SHIPPED.is_file()
     for split in ("train", "heldout"):

@@ -12,7 +12,10 @@ DESIGN = REPO / "docs" / "DESIGN.md"
 TOP = ("harness", "adapters", "workloads", "analysis", "tests", "benchmarks", "docs")
 # harness/loop/worker.py, analysis/profiles/*.json, benchmarks/gpu_check.sh, ...
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./*-]*\w)")
-MODULE = re.compile(r"(?<![\w.])((?:harness|adapters|workloads|analysis)(?:\.\w+)+)")
+ROOMS = "harness|adapters|workloads|analysis"
+MODULE = re.compile(rf"(?<![\w.])(hetbench\.(?:{ROOMS})(?:\.\w+)*)")
+# a room's module named without `hetbench.`: no longer an import name (issue 56)
+BARE_MODULE = re.compile(rf"`((?:{ROOMS})\.\w+(?:\.\w+)*)")
 ROOM_ROW = re.compile(r"^\| `(\w+)/` \| [^|]+ \| (.+) \|$", re.M)
 
 
@@ -27,7 +30,8 @@ def exists(path: str) -> bool:
 
 
 def module_exists(dotted: str) -> bool:
-    """A module, a package, or a name defined at the top of one (harness.cli.main.entry)."""
+    """A module, a package, or a name defined at the top of one
+    (hetbench.harness.cli.main.entry)."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         base = REPO.joinpath(*parts[:cut])
@@ -53,6 +57,11 @@ def test_every_module_design_names_exists() -> None:
     assert not missing, f"DESIGN.md names modules that do not exist: {missing}"
 
 
+def test_design_names_modules_by_their_import_name() -> None:
+    bare = sorted(set(BARE_MODULE.findall(DESIGN.read_text())))
+    assert not bare, f"DESIGN.md names modules without `hetbench.`: {bare}"
+
+
 def test_the_rooms_table_lists_each_room_exactly() -> None:
     rows = dict(ROOM_ROW.findall(DESIGN.read_text()))
     rooms = sorted(p.name for p in (REPO / "harness").iterdir()
@@ -69,8 +78,8 @@ def test_the_rooms_table_lists_each_room_exactly() -> None:
 
 
 def test_the_checks_catch_a_wrong_name(tmp_path: Path) -> None:
-    text = "see `harness/loop/nothing.py` and harness.loop.worker.no_such_name"
+    text = "see `harness/loop/nothing.py` and hetbench.harness.loop.worker.no_such_name"
     assert [p for p in named_paths(text) if not exists(p)] == ["harness/loop/nothing.py"]
-    assert not module_exists("harness.loop.worker.no_such_name")
-    assert module_exists("harness.loop.worker.Trainer")
-    assert module_exists("harness.cli.main.entry")
+    assert not module_exists("hetbench.harness.loop.worker.no_such_name")
+    assert module_exists("hetbench.harness.loop.worker.Trainer")
+    assert module_exists("hetbench.harness.cli.main.entry")

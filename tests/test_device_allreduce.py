@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness.exchange.device import Relay, routes
+from hetbench.harness.exchange.device import Relay, routes
 
 
 def test_cpu_workers_are_dealt_round_robin_over_the_gpu_workers() -> None:
@@ -103,9 +103,9 @@ aggregator = "allreduce-device"
                     reason="allreduce-device needs NCCL; this torch has none")
 def test_strategy_two_ends_with_the_parameters_of_strategy_one(tmp_path: Path,
                                                                write_suite) -> None:
-    from harness.records.results import load_run
-    from harness.run.launcher import run_suite
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records.results import load_run
+    from hetbench.harness.run.launcher import run_suite
+    from hetbench.harness.spec.suite import load_suite
     from tests.trace_check import check_trace
 
     results = run_suite(load_suite(str(write_suite(GPU_SUITE))), tmp_path / "out")

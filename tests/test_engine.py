@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.loop import engine
-from harness.loop.engine import Turn
-from harness.spec.emulation import Stretcher
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.loop import engine
+from hetbench.harness.loop.engine import Turn
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.workers import WorkerSpec
 
 
 @dataclass

@@ -18,10 +18,10 @@ import pytest
 import torch
 from torch import nn
 
-from harness.run.launcher import run_suite
-from harness.spec.suite import load_suite
-from workloads import build_spec
-from workloads.data import BatchOrder, load_dataset
+from hetbench.harness.run.launcher import run_suite
+from hetbench.harness.spec.suite import load_suite
+from hetbench.workloads import build_spec
+from hetbench.workloads.data import BatchOrder, load_dataset
 
 pytestmark = pytest.mark.slow
 STEPS = 25
@@ -112,7 +112,7 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
                                        err_msg=f"{run_name}: {name}")
 
     # The partition really was what the suite asked for, and every step was recorded.
-    from harness.records.results import load_run
+    from hetbench.harness.records.results import load_run
 
     three = load_run(results[2].run_dir)
     assert three.status == "completed"
@@ -194,7 +194,7 @@ def test_adamw_schedule_and_heldout_evaluation_match_plain_torch(tmp_path: Path,
         targets = torch.from_numpy(heldout.targets)
         final_loss = float(nn.functional.cross_entropy(logits, targets))
         final_accuracy = float((logits.argmax(1) == targets).float().mean())
-    from harness.records.results import load_run
+    from hetbench.harness.records.results import load_run
 
     for result in results:
         params = dict(np.load(result.run_dir / "params.npz"))
@@ -255,7 +255,7 @@ def test_ddp_overlapped_exchange_is_exact_and_records_its_buckets(tmp_path: Path
     calibrated alone first) and 2 untimed workers end with the textbook loop's parameters;
     every bucket each worker handed over is recorded, in DDP's order, and a step's ready
     is its last bucket's."""
-    from harness.records.results import load_run
+    from hetbench.harness.records.results import load_run
 
     suite = DDP_SUITE.replace("{comm_hook}", comm_hook)
     results = run_suite(load_suite(str(write_suite(suite))), tmp_path / "results")

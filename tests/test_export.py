@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.metrics import with_derived
-from harness.cli.main import main
+from hetbench.analysis.metrics import with_derived
+from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 from tests.test_cli_errors import error_line
 
@@ -109,7 +109,7 @@ def test_mlperf_logs_parse_and_pass_the_compliance_checker(tmp_path: Path, capsy
 
 
 def test_the_compliance_check_fails_a_log_that_breaks_the_rules(tmp_path: Path) -> None:
-    from analysis.to_mlperf import check, export
+    from hetbench.analysis.to_mlperf import check, export
 
     run_dir = run_with_evals(tmp_path / "results" / "s", "pair", [0.2, 0.95])
     log = tmp_path / "pair.log"
@@ -135,7 +135,7 @@ def test_a_bad_format_or_folder_is_one_line(tmp_path: Path, hetbench, to: list[s
 
 
 def test_a_missing_package_is_named(tmp_path: Path, monkeypatch, capsys) -> None:
-    from harness.cli import export
+    from hetbench.harness.cli import export
 
     run_dir = run_with_evals(tmp_path / "results" / "s", "pair", [0.5])
     monkeypatch.setattr(export.importlib.util, "find_spec", lambda name: None)

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.failslow import PERSIST, describe, detect
-from analysis.failslow_check import check, suite_check
-from harness.cli.main import main
+from hetbench.analysis.failslow import PERSIST, describe, detect
+from hetbench.analysis.failslow_check import check, suite_check
+from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 
 STEPS = 300

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from harness.records import collector
-from harness.records.results import load_run
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
 from tests.conftest import REPO, Spawn, hetbench_command
 
 pytestmark = pytest.mark.slow
@@ -255,7 +255,7 @@ def test_a_killed_launcher_leaves_a_run_that_recover_closes(
     watcher ended them), the manifest still says running, and `hetbench recover` closes
     the run as failed from the parts, every flushed row kept, and removes the run's
     temporary folder."""
-    from harness.system.orphans import LAUNCHER_GONE_GRACE_S
+    from hetbench.harness.system.orphans import LAUNCHER_GONE_GRACE_S
 
     text = LONG_RUN if aggregator is None else stopped_suite(framework, aggregator, 30)
     proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, text)
@@ -358,14 +358,14 @@ IN_NAMESPACE = """
 set -e
 mount -t tmpfs -o size=1m hetbench-full "$DISK"
 set +e
-timeout 300 {python} -m harness.cli.main run "$SUITE" --out "$DISK/out" --no-progress \
+timeout 300 {python} -m hetbench.harness.cli.main run "$SUITE" --out "$DISK/out" --no-progress \
     > "$FACTS/stdout" 2> "$FACTS/stderr"
 echo $? > "$FACTS/code"
 {python} - "$DISK/out" "$FACTS/facts.json" <<'PY'
 import json, sys
 from pathlib import Path
-from harness.records import collector
-from harness.records.results import load_run
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
 (run_dir,) = Path(sys.argv[1]).glob("full/long-*")
 run = load_run(run_dir)
 flushed = sum(len(a) for a in collector.read_parts(run_dir))
@@ -458,7 +458,7 @@ def test_an_output_folder_made_unwritable_stops_the_run_and_says_how_to_close_it
 
 
 def test_a_worker_that_aborts_is_named_with_its_last_words(tmp_path: Path) -> None:
-    from harness.run.launcher import _worker_reason
+    from hetbench.harness.run.launcher import _worker_reason
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank2.log").write_text(
@@ -473,7 +473,7 @@ def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown(
         spawn: Spawn) -> None:
     # the teardown is where native threads abort a finished worker (harness/system/exits.py)
     program = ("import atexit, sys\n"
-               "from harness.system.exits import exit_skipping_teardown\n"
+               "from hetbench.harness.system.exits import exit_skipping_teardown\n"
                "atexit.register(lambda: print('teardown ran'))\n"
                "print('written', end='')\n"
                "sys.stderr.write('said')\n"
@@ -485,7 +485,7 @@ def test_a_hetbench_process_ends_with_its_status_and_output_but_no_teardown(
 
 LATE_SIGNAL = """
 import os, signal, sys, threading, time
-from harness.system.exits import exit_after
+from hetbench.harness.system.exits import exit_after
 
 class Stopped(BaseException):
     pass

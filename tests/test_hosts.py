@@ -23,7 +23,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from harness.system.testbed import Link, Testbed, leftovers
+from hetbench.harness.system.testbed import Link, Testbed, leftovers
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_cli_errors import error_line
 from tests.test_exactness import plain_torch_sgd
@@ -444,16 +444,16 @@ def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, spawn
                                                            hetbench) -> None:
     """A share held by a live launcher (this process) is refused, naming it, exit 1; one
     whose launcher is gone is closed; a folder with neither runs nor shares is an error."""
-    from harness.run.nodes import prepare_share
-    from harness.spec.suite import load_suite
+    from hetbench.harness.run.nodes import prepare_share
+    from hetbench.harness.spec.suite import load_suite
 
     suite = write(tmp_path)
     run = load_suite(str(suite)).runs[0]
     live = prepare_share(tmp_path / "out" / "hosts" / "r0" / "nodes" / "1", "hosts", run, 1)
     gone = tmp_path / "out" / "hosts" / "r1" / "nodes" / "1"
     made = spawn([sys.executable, "-c", "import sys; from pathlib import Path; "
-                  "from harness.run.nodes import prepare_share; "
-                  "from harness.spec.suite import load_suite; "
+                  "from hetbench.harness.run.nodes import prepare_share; "
+                  "from hetbench.harness.spec.suite import load_suite; "
                   "prepare_share(Path(sys.argv[1]), 'hosts', "
                   "load_suite(sys.argv[2]).runs[0], 1)", str(gone), str(suite)],
                  cwd=REPO, stderr=subprocess.PIPE, text=True)
@@ -701,7 +701,7 @@ def test_different_suites_on_two_hosts_are_refused_at_the_join(tmp_path: Path,
 @pytest.mark.parametrize(("nodelist", "first"), [
     ("node[03-05,07],gpu1", "node03"), ("a,b", "a"), ("gpu7", "gpu7"), ("n[1]", "n1")])
 def test_the_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
-    from harness.cli.hosts import first_host
+    from hetbench.harness.cli.hosts import first_host
 
     assert first_host(nodelist) == first
 
@@ -741,8 +741,8 @@ def test_under_srun_the_hosts_come_from_slurms_environment(tmp_path: Path,
 
 def test_as_torchruns_entry_point_the_launchers_meet_in_its_agents_store(
         tmp_path: Path, spawn: Spawn) -> None:
-    """`torchrun --nnodes 2 --node-rank K ... -m harness.cli.main run SUITE` on both "nodes"
-    (two torchruns over loopback): each starts one hetbench launcher, which takes its node
+    """`torchrun --nnodes 2 --node-rank K ... -m hetbench.harness.cli.main run SUITE` on both
+    "nodes" (two torchruns over loopback): each starts one hetbench launcher, which takes its node
     from torchrun's environment and meets the other in the store torchrun's agent serves on
     node 0 (the launchers' keys under their prefix). The workers inherit none of torchrun's
     variables (a worker told TORCHELASTIC_USE_AGENT_STORE would wait for a store nobody
@@ -750,7 +750,7 @@ def test_as_torchruns_entry_point_the_launchers_meet_in_its_agents_store(
     suite, port = write(tmp_path, steps=6), free_port()
     nodes = [spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                     "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
-                    str(port), "--nproc-per-node", "1", "-m", "harness.cli.main", "run",
+                    str(port), "--nproc-per-node", "1", "-m", "hetbench.harness.cli.main", "run",
                     str(suite), "-k", "allreduce", "--out", str(tmp_path / f"node{rank}"),
                     "--no-progress", "--no-figures"],
                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

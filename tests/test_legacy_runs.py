@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.runs import run_row
-from harness.records.results import load_run, load_steps
+from hetbench.analysis.runs import run_row
+from hetbench.harness.records.results import load_run, load_steps
 from tests.conftest import REPO, Spawn, hetbench_command
 
 FIXTURE = REPO / "tests" / "fixtures" / "legacy"

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.exchange import rendezvous
-from harness.records import collector
-from harness.records.results import load_run
-from harness.system import netns
+from hetbench.harness.exchange import rendezvous
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
+from hetbench.harness.system import netns
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_mixed_frameworks import installed
 
@@ -289,7 +289,7 @@ def test_the_check_sees_a_wildcard_and_a_loopback_listener() -> None:
 
 
 def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
-    """harness.exchange.comm's store (what rank 0 serves): bound to 127.0.0.1, not to every
+    """hetbench.harness.exchange.comm's store (what rank 0 serves): bound to 127.0.0.1, not to every
     interface as torch's own; a client reaches it; tcp:// URLs on loopback become the
     bound scheme (the RPC rendezvous), as do those on any address literal; names stay."""
     with socket.socket() as probe:
@@ -388,7 +388,7 @@ def test_a_joined_process_listens_on_every_interface_of_a_loopback_only_namespac
         pytest.skip(f"no network namespace on this host: {holder}")
     try:
         assert netns.interfaces(holder.pid) == ["lo"] and loopback_only(holder.pid)
-        program = ("import socket\nfrom harness.system import netns\n"
+        program = ("import socket\nfrom hetbench.harness.system import netns\n"
                    "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
                    "socket.create_connection(('127.0.0.1', s.getsockname()[1])).close()\n"
                    "print(netns.namespace(), s.getsockname()[1])\n")

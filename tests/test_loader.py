@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.spec.loaders import LoaderSpec
-from harness.training.loader import Prefetcher
-from workloads.pipeline import PAD, augment, decode_png, encode_png
+from hetbench.harness.spec.loaders import LoaderSpec
+from hetbench.harness.training.loader import Prefetcher
+from hetbench.workloads.pipeline import PAD, augment, decode_png, encode_png
 
 
 def test_png_round_trip_is_8_bit_exact() -> None:
@@ -109,9 +109,9 @@ loader = { workers = 2, decode = true }
 
 @pytest.mark.slow
 def test_loader_runs_keep_partition_invariance(tmp_path: Path, write_suite) -> None:
-    from harness.records.results import load_run
-    from harness.run.launcher import run_suite
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records.results import load_run
+    from hetbench.harness.run.launcher import run_suite
+    from hetbench.harness.spec.suite import load_suite
 
     results = run_suite(load_suite(str(write_suite(SUITE))), tmp_path / "results")
     assert [r.status for r in results] == ["completed"] * 3, [r.reason for r in results]

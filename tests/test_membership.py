@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.metrics import complete_steps, run_summary, step_metrics
-from analysis.runs import analyse_run
-from harness.records.results import load_run
+from hetbench.analysis.metrics import complete_steps, run_summary, step_metrics
+from hetbench.analysis.runs import analyse_run
+from hetbench.harness.records.results import load_run
 from tests.conftest import completed_runs
 from tests.test_exactness import plain_torch
 from tests.trace_check import check_trace

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
-from harness.spec.aggregators import AGGREGATORS
+from hetbench.adapters import FRAMEWORKS, REQUIREMENTS, install_hint, missing_framework
+from hetbench.harness.spec.aggregators import AGGREGATORS
 from tests.conftest import REPO
 from tests.trace_check import check_trace
 
@@ -66,16 +66,16 @@ def installed(framework: str) -> bool:
 def test_mixed_job_ends_where_a_pytorch_job_ends(tmp_path: Path, write_suite) -> None:
     if not (installed("tensorflow") and installed("mxnet")):
         pytest.skip("needs TensorFlow and MXNet (pip install 'hetbench[all]')")
-    from harness.records.results import load_run
-    from harness.run.launcher import run_suite
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records.results import load_run
+    from hetbench.harness.run.launcher import run_suite
+    from hetbench.harness.spec.suite import load_suite
 
     suite = load_suite(str(write_suite(MIXED_SUITE)))
     results = run_suite(suite, tmp_path / "results")
     assert [r.status for r in results] == ["completed"] * 2, [r.reason for r in results]
     alone, mixed = (dict(np.load(r.run_dir / "params.npz")) for r in results)
     initial = suite.runs[0]
-    from workloads import build_spec
+    from hetbench.workloads import build_spec
 
     start = build_spec("cnn", (1, 8, 8), 10).initial_parameters(initial.seed)
     for name, expected in alone.items():
@@ -132,9 +132,9 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
     additions, so they agree to rounding)."""
     if not installed(framework):
         pytest.skip(f"needs {framework} (pip install 'hetbench[{framework}]')")
-    from harness.records.results import load_run
-    from harness.run.launcher import run_suite
-    from harness.spec.suite import load_suite
+    from hetbench.harness.records.results import load_run
+    from hetbench.harness.run.launcher import run_suite
+    from hetbench.harness.spec.suite import load_suite
 
     text = NATIVE_SUITE.format(framework=framework, strategy=strategy)
     results = run_suite(load_suite(str(write_suite(text))), tmp_path / "results")
@@ -152,8 +152,8 @@ def test_native_strategy_matches_torch_distributed(tmp_path: Path, write_suite, 
 
 
 def test_native_strategy_needs_its_framework_on_every_worker() -> None:
-    from harness.spec.errors import UsageError
-    from harness.spec.suite import parse_suite
+    from hetbench.harness.spec.errors import UsageError
+    from hetbench.harness.spec.suite import parse_suite
 
     with pytest.raises(UsageError) as info:
         parse_suite({"runs": [{"name": "r", "strategy": "mxnet-kvstore", "workers": [

@@ -10,17 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import report
-from analysis.network import (
+from hetbench.analysis import report
+from hetbench.analysis.network import (
     ALL_REDUCES,
     bytes_per_step,
     exchange_bandwidth,
     rate_mbit,
 )
-from analysis.stragglers import CAUSES, attribute
-from analysis.terminal import render
-from harness.spec.aggregators import AGGREGATORS
-from harness.spec.errors import UsageError
+from hetbench.analysis.stragglers import CAUSES, attribute
+from hetbench.analysis.terminal import render
+from hetbench.harness.spec.aggregators import AGGREGATORS
+from hetbench.harness.spec.errors import UsageError
 from tests.synthetic import MS, steps_frame
 
 # a buffer of 250 000 float32 values (249 999 parameters and the loss sum): 1 MB

@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from harness.spec.optimizers import OptimizerSpec
-from harness.training.optim import Optimizer, learning_rate
+from hetbench.harness.spec.optimizers import OptimizerSpec
+from hetbench.harness.training.optim import Optimizer, learning_rate
 
 STEPS, BATCH, LR, N = 12, 32, 0.05, 200
 

@@ -1,4 +1,4 @@
-"""Batch partitioning (harness.partition.policies): sizes sum exactly to the global
+"""Batch partitioning (hetbench.harness.partition.policies): sizes sum exactly to the global
 batch, respect the minimum, follow the weights as closely as integers allow, and every rank
 computes the same answer. Property tests use hypothesis."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.partition.policies import (
+from hetbench.harness.partition.policies import (
     POLICIES,
     equal_sizes,
     largest_remainder,

@@ -18,17 +18,17 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.metrics import run_summary
-from harness.loop.stage import alike_times
-from harness.records.results import load_run
-from harness.spec.errors import UsageError
-from harness.spec.suite import parse_run
+from hetbench.analysis.metrics import run_summary
+from hetbench.harness.loop.stage import alike_times
+from hetbench.harness.records.results import load_run
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import parse_run
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import load_dataset
+from hetbench.workloads.models import builder
+from hetbench.workloads.torch_layers import parameter_range
 from tests.conftest import completed_runs, hetbench_command
 from tests.trace_check import check_trace
-from workloads import build_spec, get_workload
-from workloads.data import load_dataset
-from workloads.models import builder
-from workloads.torch_layers import parameter_range
 
 PIPED = [("mlp", "digits"), ("cnn", "digits"), ("resnet", "scenes"), ("vgg", "scenes")]
 
@@ -259,7 +259,7 @@ def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
     import signal
     import time
 
-    from harness.records import collector
+    from hetbench.harness.records import collector
     from tests.conftest import REPO
     from tests.test_faults import alive
 

@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from analysis.deviceclass import CommModel, DeviceClass, Line, Source
-from analysis.pipeline_model import (
+from hetbench.analysis.deviceclass import CommModel, DeviceClass, Line, Source
+from hetbench.analysis.pipeline_model import (
     MAX_WAVES,
     LayerShape,
     Pipeline,
     simulate_pipeline,
     stage_bounds,
 )
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.spec.workers import WorkerSpec
 
 MS = 1e6
 STEPS = 50

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.traffic import per_endpoint, traffic_table
-from harness.records.results import load_run
-from harness.spec.errors import UsageError
-from harness.spec.suite import parse_run
+from hetbench.analysis.traffic import per_endpoint, traffic_table
+from hetbench.harness.records.results import load_run
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import parse_run
 from tests.conftest import completed_runs
 
 STEPS = 4

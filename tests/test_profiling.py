@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.metrics import run_summary
-from harness.loop.engine import Turn, run_steps
-from harness.loop.profiling import PROFILE_DIR, StepProfiler
-from harness.records.results import load_run
-from harness.spec.profiling import ProfileSpec
+from hetbench.analysis.metrics import run_summary
+from hetbench.harness.loop.engine import Turn, run_steps
+from hetbench.harness.loop.profiling import PROFILE_DIR, StepProfiler
+from hetbench.harness.records.results import load_run
+from hetbench.harness.spec.profiling import ProfileSpec
 from tests.conftest import completed_runs
 
 pytestmark = pytest.mark.slow
@@ -168,7 +168,7 @@ def test_samples_per_s_leaves_the_profiled_window_s_time_out() -> None:
 
 
 def test_the_report_says_which_steps_were_profiled_and_where_the_traces_are(runs) -> None:
-    from analysis.report import run_section
+    from hetbench.analysis.report import run_section
 
     data = load_run(runs["pair"])
     text = "\n".join(run_section(data.manifest, data.steps))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from adapters.pytorch import TorchAdapter
-from workloads import build_spec
-from workloads.data import BatchOrder, load_dataset
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.workloads import build_spec
+from hetbench.workloads.data import BatchOrder, load_dataset
 
 CASES = [("mlp", "digits"), ("cnn", "digits"), ("lstm", "text"), ("mlp", "synthetic"),
          ("cnn", "synthetic"), ("lstm", "synthetic")]

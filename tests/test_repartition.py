@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import costmodel
-from analysis.repartition import (
+from hetbench.analysis import costmodel
+from hetbench.analysis.repartition import (
     recovery_steps,
     replay,
     replay_summary,
     time_to_loss,
 )
-from harness.partition.policies import (
+from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
     Window,
@@ -151,7 +151,7 @@ def test_recovery_after_an_abrupt_change() -> None:
 
 
 def test_evaluation_table_reads_scenario_policy_balance_and_recovery() -> None:
-    from analysis.repartition import evaluation_table
+    from hetbench.analysis.repartition import evaluation_table
 
     def compute(r: int, s: int) -> float:
         if r == 1 or s < 100:
@@ -195,7 +195,7 @@ def test_replay_of_a_static_run_predicts_what_a_policy_would_do() -> None:
 
 
 def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
-    from harness.spec.partitions import PartitionSpec
+    from hetbench.harness.spec.partitions import PartitionSpec
 
     spec = PartitionSpec(policy="model", every=7, max_ratio=3.0, reset=0.2)
     assert Damping.of(spec) == Damping(every=7, max_ratio=3.0, reset=0.2)
@@ -204,7 +204,7 @@ def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
 
 
 def test_report_says_how_many_repeats_settled_after_the_jump() -> None:
-    from analysis.report import repartition_section
+    from hetbench.analysis.report import repartition_section
 
     def compute(r: int, s: int) -> float:
         if r == 1 or s < 100:

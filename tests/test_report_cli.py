@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.main import main
+from hetbench.harness.cli.main import main
 from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
@@ -109,8 +109,8 @@ def test_paper_writes_every_figure_and_the_study_table(suite_folder: Path, tmp_p
     import numpy as np
     from scipy import stats
 
-    from analysis.metrics import run_summary
-    from harness.records.results import load_run
+    from hetbench.analysis.metrics import run_summary
+    from hetbench.harness.records.results import load_run
 
     out = tmp_path / "paper"
     assert main(["paper", str(suite_folder), "--out", str(out)]) == 0
@@ -181,9 +181,9 @@ def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Pat
                                                                    spawn: Spawn) -> None:
     """A git repository whose baselines changed twice (a 2 ms, then a 4 ms compute step)
     and once elsewhere: two snapshots, oldest first, each with its own runs."""
-    from analysis.html_report import history_table
-    from harness.records import baselines
-    from harness.records.results import find_runs, load_run
+    from hetbench.analysis.html_report import history_table
+    from hetbench.harness.records import baselines
+    from hetbench.harness.records.results import find_runs, load_run
 
     repo = tmp_path / "repo"
     folder = repo / baselines.BASELINE_DIR
@@ -231,7 +231,7 @@ def test_baseline_snapshots_extract_plain_files_only(tmp_path: Path, has_data_fi
     import io
     import tarfile
 
-    from harness.records.baselines import _extract
+    from hetbench.harness.records.baselines import _extract
 
     if not has_data_filter:
         monkeypatch.delattr(tarfile, "data_filter", raising=False)

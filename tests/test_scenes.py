@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from workloads.scenes import (
+from hetbench.workloads.scenes import (
     CAPTION_LEN,
     CAPTION_VOCAB,
     CLASS_NAMES,

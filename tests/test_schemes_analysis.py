@@ -13,21 +13,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import report
-from analysis.figures import write_all
-from analysis.metrics import run_summary, with_derived
-from analysis.schemes import (
+from hetbench.analysis import report
+from hetbench.analysis.figures import write_all
+from hetbench.analysis.metrics import run_summary, with_derived
+from hetbench.analysis.schemes import (
     scheme_groups,
     scheme_table,
     staleness_bound,
     staleness_counts,
     staleness_summary,
 )
-from analysis.terminal import render
-from harness.records import collector
-from harness.records.collector import RECORD_DTYPE
-from harness.spec.errors import UsageError
-from harness.spec.suite import parse_suite, run_from_dict
+from hetbench.analysis.terminal import render
+from hetbench.harness.records import collector
+from hetbench.harness.records.collector import RECORD_DTYPE
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import parse_suite, run_from_dict
 from tests.synthetic import MS, steps_frame
 
 GLOBAL_BATCH = 64

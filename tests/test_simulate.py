@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import deviceclass, simulate
-from analysis.deviceclass import CommModel, Source
-from analysis.metrics import run_summary, step_metrics
-from harness.records import collector
-from harness.spec.workers import WorkerSpec
+from hetbench.analysis import deviceclass, simulate
+from hetbench.analysis.deviceclass import CommModel, Source
+from hetbench.analysis.metrics import run_summary, step_metrics
+from hetbench.harness.records import collector
+from hetbench.harness.spec.workers import WorkerSpec
 from tests.synthetic import MS, steps_frame
 
 PARAMETERS = 1000
@@ -110,7 +110,7 @@ def test_the_ring_model_is_recovered_from_two_world_sizes() -> None:
 
 
 def test_runs_that_cannot_be_fitted_are_refused_by_name() -> None:
-    from harness.spec.errors import UsageError
+    from hetbench.harness.spec.errors import UsageError
 
     meta, frame = steady_pair()
     with pytest.raises(UsageError, match="status failed"):
@@ -242,7 +242,7 @@ def test_the_summary_is_what_the_analysis_reads_off_the_records(scheme: str) -> 
     sim = simulate.simulate(workers("rank0:2,rank1:3,rank2:1", [run]), comm,
                             simulate.parse_scheme(scheme), 60, 192, seed=1)
     frame = collector.records_frame([simulate.records(sim)])
-    from harness.records.results import step_problem
+    from hetbench.harness.records.results import step_problem
 
     assert step_problem(frame) is None
     mine, theirs = simulate.summarise(sim), run_summary(frame)
@@ -459,9 +459,9 @@ def test_fc_on_server_computes_the_tail_on_a_server_inside_the_stretched_forward
 def test_every_simulated_scheme_is_named_in_the_registries() -> None:
     """The simulator's schemes are a real run's aggregator, policy and option: a simulated
     run's manifest names them, and recorded runs map back to them (deviceclass)."""
-    from analysis.simulated import SIMULATED
-    from harness.partition.policies import POLICIES
-    from harness.spec.aggregators import AGGREGATORS
+    from hetbench.analysis.simulated import SIMULATED
+    from hetbench.harness.partition.policies import POLICIES
+    from hetbench.harness.spec.aggregators import AGGREGATORS
 
     for name, simulated in SIMULATED.items():
         assert simulated.aggregator in AGGREGATORS, name

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.cli.main import main
-from harness.records import collector, manifest
-from harness.records.results import load_run
+from hetbench.harness.cli.main import main
+from hetbench.harness.records import collector, manifest
+from hetbench.harness.records.results import load_run
 from tests.synthetic import steps_frame
 from tests.test_simulate import recorded
 
@@ -131,9 +131,9 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     own width on either side, and by at least 5% of the mean step time and 2 points of
     idle: three repeats can agree by chance). On two shared cores the repeats of one
     suite differ by 10-30%, so this is what 'reproduces' can mean here."""
-    from analysis import deviceclass, simulate
-    from analysis.metrics import run_summary
-    from harness.records.results import find_runs
+    from hetbench.analysis import deviceclass, simulate
+    from hetbench.analysis.metrics import run_summary
+    from hetbench.harness.records.results import find_runs
 
     results = tmp_path / "results"
     assert main(["run", str(write_suite(RECORDED)), "--out", str(results), "--no-figures"]) == 0
@@ -164,7 +164,7 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
 
 
 def test_load_steps_gives_many_runs_as_one_tidy_frame(tmp_path: Path) -> None:
-    from harness.records.results import load_steps
+    from hetbench.harness.records.results import load_steps
 
     write_recorded(tmp_path / "in", "a")
     write_recorded(tmp_path / "in", "b")

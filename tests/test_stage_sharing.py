@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.stage_sharing import BACKWARD, FORWARD, Stage, run_waves, schedule
+from hetbench.analysis.stage_sharing import BACKWARD, FORWARD, Stage, run_waves, schedule
 
 
 def test_the_schedules_order_ops_as_torch_pipelining_does() -> None:

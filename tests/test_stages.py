@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.partition.stages import Links, Profile, split_layers, stage_times
+from hetbench.harness.partition.stages import Links, Profile, split_layers, stage_times
 
 
 def exhaustive(profile: Profile, links: Links) -> float:

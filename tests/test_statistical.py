@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import advisor, statistical
+from hetbench.analysis import advisor, statistical
 
 BSP_STEPS = 80.0
 TRUTH = (0.2, 1.5, 0.1)  # per unit of staleness, of dropped share, per extra local step

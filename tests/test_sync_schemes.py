@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.records import collector
-from harness.records.results import load_run
-from harness.run.launcher import run_suite
-from harness.spec.suite import load_suite
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
+from hetbench.harness.run.launcher import run_suite
+from hetbench.harness.spec.suite import load_suite
 from tests.conftest import Spawn
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive, finish, start_long_run
@@ -281,8 +281,8 @@ def test_ps_async_goes_on_without_a_dead_worker_when_the_suite_says_so(
 
 
 def test_going_on_without_a_worker_needs_ps_async() -> None:
-    from harness.spec.errors import UsageError
-    from harness.spec.suite import parse_suite
+    from hetbench.harness.spec.errors import UsageError
+    from hetbench.harness.spec.suite import parse_suite
 
     with pytest.raises(UsageError) as info:
         parse_suite({"runs": [{"name": "r", "on_worker_failure": "continue",

@@ -15,10 +15,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from analysis.stragglers import attribute
-from harness.records import collector
-from harness.records.results import load_run
-from harness.system import sampler as system
+from hetbench.analysis.stragglers import attribute
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
+from hetbench.harness.system import sampler as system
 from tests.conftest import REPO, Spawn, hetbench_command
 
 pytestmark = [pytest.mark.slow,

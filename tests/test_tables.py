@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.spec.builtin import builtin_suites
-from harness.spec.suite import _parse_toml, load_suite, parse_suite
-from harness.spec.tables import run_table, suite_text, toml_value
+from hetbench.harness.spec.builtin import builtin_suites
+from hetbench.harness.spec.suite import _parse_toml, load_suite, parse_suite
+from hetbench.harness.spec.tables import run_table, suite_text, toml_value
 
 BUILTIN = [(name, run) for name in builtin_suites() for run in load_suite(name).runs]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.records.results import load_run
-from harness.run.launcher import run_suite
-from harness.spec.errors import UsageError
-from harness.spec.suite import load_suite, parse_suite
+from hetbench.harness.records.results import load_run
+from hetbench.harness.run.launcher import run_suite
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import load_suite, parse_suite
 from tests.conftest import Spawn
 from tests.test_exactness import plain_torch_sgd
 from tests.test_faults import alive
@@ -176,8 +176,8 @@ def test_a_workers_step_ends_with_its_next_steps_pull() -> None:
     """The coordinator's records: a step is load, compute, stretch, then the exchange: its
     push, the wait for the next function (idle) and that function's pull; a worker's last
     step ends with its push. Instants in wall-clock seconds become monotonic ns."""
-    from harness.loop.tensorflow_coordinator import Recorder
-    from harness.records import collector
+    from hetbench.harness.loop.tensorflow_coordinator import Recorder
+    from hetbench.harness.records import collector
 
     recorder = Recorder([(0, 40), (40, 64)])
     offset = recorder.offset
@@ -217,8 +217,8 @@ def test_a_workers_steps_fetched_out_of_order_are_recorded_in_the_order_it_ran_t
     ran them (a stopped worker's came as k = 53, 57, 54, 55, 56 in a test of issue 18): each
     step still ends with the pull of the worker's next step k + 1; a k lost with its
     function is skipped once more outputs than can be in flight came after it."""
-    from harness.loop.tensorflow_coordinator import Recorder
-    from harness.records import collector
+    from hetbench.harness.loop.tensorflow_coordinator import Recorder
+    from hetbench.harness.records import collector
 
     recorder = Recorder([(0, 40), (40, 64)])
     base = 1.8e9
@@ -242,8 +242,8 @@ def test_a_workers_steps_fetched_out_of_order_are_recorded_in_the_order_it_ran_t
 def test_the_coordinator_feeds_hetbench_batches_and_slowdowns() -> None:
     """Worker r's k-th step: slice r of global batch k, as BatchOrder cuts it; its slowdown,
     factor_at(k) (the jitter drawn from seed, rank and step as in the training loop)."""
-    from harness.loop.tensorflow_coordinator import batch_tables
-    from workloads.data import BatchOrder
+    from hetbench.harness.loop.tensorflow_coordinator import batch_tables
+    from hetbench.workloads.data import BatchOrder
 
     [run] = parse_suite(suite_with(steps=7, global_batch=64, workers=[
         {"framework": "tensorflow"},
@@ -265,8 +265,8 @@ def test_a_service_that_fails_is_named_with_its_last_words(tmp_path: Path,
     line is not about that)."""
     import sys
 
-    from harness.run.launcher import _watch
-    from harness.system.services import Services
+    from hetbench.harness.run.launcher import _watch
+    from hetbench.harness.system.services import Services
 
     [run] = parse_suite(suite_with()).runs
     (tmp_path / "parts").mkdir()

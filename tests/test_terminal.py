@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.terminal import WIDTH, Summary, Table, as_data, fit, render
-from harness.cli.main import main
+from hetbench.analysis.terminal import WIDTH, Summary, Table, as_data, fit, render
+from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.system import testbed
-from harness.system.testbed import Link, Testbed, TestbedError, leftovers
+from hetbench.harness.system import testbed
+from hetbench.harness.system.testbed import Link, Testbed, TestbedError, leftovers
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_cli_errors import error_line
 
@@ -285,7 +285,7 @@ def torchrun_on(bed: Testbed, rank: int, suite: Path, out: Path) -> list[str]:
     return bed.command(rank, [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
         str(rank), "--nproc-per-node", "1", "--master-addr", bed.host(0).address,
-        "--master-port", "29500", "-m", "harness.loop.worker", "--suite", str(suite),
+        "--master-port", "29500", "-m", "hetbench.harness.loop.worker", "--suite", str(suite),
         "--run-name", "pair", "--out", str(out)])
 
 
@@ -329,8 +329,8 @@ def test_clocks_of_emulated_hosts_apart_are_aligned(tmp_path: Path, spawn: Spawn
     offsets measured over the testbed's link put every record on rank 0's clock: no worker
     leaves an all-reduce before the last one arrived, and idle from the aligned instants
     agrees with idle from local durations. Prints both estimates."""
-    from analysis.metrics import idle_agreement
-    from harness.records.results import load_run
+    from hetbench.analysis.metrics import idle_agreement
+    from hetbench.harness.records.results import load_run
 
     suite = tmp_path / "suite.toml"
     suite.write_text(ACROSS.format(interface='interface = "eth0"').replace("steps = 12",

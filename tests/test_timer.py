@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.loop.timer import RULES, CudaEventTimer, HostTimer, StepTimer
-from harness.records import collector
-from harness.records.collector import PHASES, RECORD_DTYPE, Phase
-from harness.spec.emulation import Stretcher
+from hetbench.harness.loop.timer import RULES, CudaEventTimer, HostTimer, StepTimer
+from hetbench.harness.records import collector
+from hetbench.harness.records.collector import PHASES, RECORD_DTYPE, Phase
+from hetbench.harness.spec.emulation import Stretcher
 
 COMPUTE = [p for p in PHASES if RULES[p].stretched]
 
@@ -186,9 +186,9 @@ def compute_times(device: str, timers: dict[str, Callable[[Any], StepTimer]],
     """The worker's own compute (Trainer.compute) of a CNN on `device`, timed in turn by
     each of `timers` (each made from the worker's adapter): each timer's compute times
     (begin to ready) after 10 warm-up steps (cuDNN's choices, the allocator)."""
-    from adapters.pytorch import TorchAdapter
-    from harness.loop.worker import build_trainer
-    from harness.spec.suite import parse_suite
+    from hetbench.adapters.pytorch import TorchAdapter
+    from hetbench.harness.loop.worker import build_trainer
+    from hetbench.harness.spec.suite import parse_suite
 
     run = parse_suite({"runs": [{"name": "timing", "workload": "cnn", "dataset": "digits",
                                  "global_batch": 64, "steps": steps,
@@ -225,7 +225,7 @@ def test_on_a_gpu_events_and_synchronised_marks_agree_on_the_compute() -> None:
     """The worker's compute on cuda:0, timed alternately by events and by a device-wide
     wait per phase: both time the same kernels, so their compute medians are within a
     factor 2 (how much the waits add is what benchmarks/gpu_check.sh measures)."""
-    torch.cuda.set_device(0)  # as harness.exchange.comm.init does for a CUDA worker
+    torch.cuda.set_device(0)  # as hetbench.harness.exchange.comm.init does for a CUDA worker
     compute = compute_times("cuda:0", {
         "events": lambda adapter: CudaEventTimer(adapter.synchronize, adapter.cuda_event),
         "waits": lambda adapter: StepTimer(Stretcher(1.0), adapter.synchronize)})
@@ -258,8 +258,8 @@ class Device:
 def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: float,
                                                      adapter: Device, instrument: bool,
                                                      expected: str) -> None:
-    from harness.loop.worker import phase_timer
-    from harness.spec.workers import WorkerSpec
+    from hetbench.harness.loop.worker import phase_timer
+    from hetbench.harness.spec.workers import WorkerSpec
 
     timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,
                         Stretcher(slowdown), instrument)

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.metrics import idle_agreement
-from harness.records import collector
-from harness.records.results import load_run
-from harness.system import interfaces
-from harness.system.interfaces import INTERFACE_VARIABLES
+from hetbench.analysis.metrics import idle_agreement
+from hetbench.harness.records import collector
+from hetbench.harness.records.results import load_run
+from hetbench.harness.system import interfaces
+from hetbench.harness.system.interfaces import INTERFACE_VARIABLES
 from tests.conftest import REPO, Spawn
 from tests.test_listeners import listeners_of
 
@@ -46,7 +46,7 @@ STALLING_SUITE = SUITE.replace("steps = 12", "steps = 12\ntimeout_s = 2").replac
 def torchrun(spawn: Spawn, suite: Path, out: Path) -> subprocess.CompletedProcess[str]:
     return spawn.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(suite),
+         "--nproc-per-node", "2", "-m", "hetbench.harness.loop.worker", "--suite", str(suite),
          "--run-name", "pair", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=180,
         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
@@ -124,7 +124,7 @@ def test_the_suite_interface_is_the_one_the_workers_listen_on(tmp_path: Path, wr
     env = {k: v for k, v in os.environ.items() if k not in INTERFACE_VARIABLES}
     proc = spawn(  # in a process group of its own, as a Ctrl-C in a terminal signals it
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "2", "-m", "harness.loop.worker", "--suite", str(suite),
+         "--nproc-per-node", "2", "-m", "hetbench.harness.loop.worker", "--suite", str(suite),
          "--run-name", "pair", "--out", str(tmp_path / "out")],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -164,7 +164,7 @@ def test_two_nodes_with_clocks_apart_are_aligned(tmp_path: Path, write_suite,
     def node(rank: int) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                 "--node-rank", str(rank), "--nproc-per-node", "1", "--master-addr",
-                "127.0.0.1", "--master-port", port, "-m", "harness.loop.worker", "--suite",
+                "127.0.0.1", "--master-port", port, "-m", "hetbench.harness.loop.worker", "--suite",
                 str(suite), "--run-name", "pair", "--out", str(tmp_path / "out")]
 
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}

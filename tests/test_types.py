@@ -13,6 +13,7 @@ from tests.conftest import REPO, Spawn
 def test_mypy_is_clean_on_harness_analysis_and_adapters(tmp_path, spawn: Spawn) -> None:
     pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
     done = spawn.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path),
-                      "harness", "analysis", "adapters"], cwd=REPO, capture_output=True,
+                      "-p", "hetbench.harness", "-p", "hetbench.analysis",
+                      "-p", "hetbench.adapters"], cwd=REPO, capture_output=True,
                      text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:]

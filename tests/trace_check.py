@@ -1,6 +1,6 @@
 """A check of trace.json against the Trace Event Format (the Chrome/Perfetto JSON format),
-written apart from harness.records.collector so that it is not the writer checking itself: event
-types, units (microseconds, as float), process ids from 1, the nesting of each step's
+written apart from hetbench.harness.records.collector so that it is not the writer checking itself:
+event types, units (microseconds, as float), process ids from 1, the nesting of each step's
 phases in its parent slice, and flows that pair up."""
 
 from __future__ import annotations

@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import importlib
 
-from workloads.models import DEFAULT_SIZE, ModelSpec, Workload
+from hetbench.workloads.models import DEFAULT_SIZE, ModelSpec, Workload
 
 WORKLOADS: dict[str, str] = {
-    "mlp": "workloads.mlp:WORKLOAD",
-    "cnn": "workloads.cnn:WORKLOAD",
-    "lstm": "workloads.lstm:WORKLOAD",
-    "resnet": "workloads.resnet:WORKLOAD",
-    "vgg": "workloads.vgg:WORKLOAD",
-    "transformer": "workloads.transformer:WORKLOAD",
-    "bert": "workloads.bert:WORKLOAD",
-    "captioning": "workloads.captioning:WORKLOAD",
+    "mlp": "hetbench.workloads.mlp:WORKLOAD",
+    "cnn": "hetbench.workloads.cnn:WORKLOAD",
+    "lstm": "hetbench.workloads.lstm:WORKLOAD",
+    "resnet": "hetbench.workloads.resnet:WORKLOAD",
+    "vgg": "hetbench.workloads.vgg:WORKLOAD",
+    "transformer": "hetbench.workloads.transformer:WORKLOAD",
+    "bert": "hetbench.workloads.bert:WORKLOAD",
+    "captioning": "hetbench.workloads.captioning:WORKLOAD",
 }
 DATASETS: dict[str, str] = {
-    "digits": "workloads.data:load_digits",
-    "text": "workloads.data:load_text",
-    "synthetic": "workloads.data:load_synthetic",
-    "scenes": "workloads.data:load_scenes",
-    "numbers": "workloads.data:load_numbers",
+    "digits": "hetbench.workloads.data:load_digits",
+    "text": "hetbench.workloads.data:load_text",
+    "synthetic": "hetbench.workloads.data:load_synthetic",
+    "scenes": "hetbench.workloads.data:load_scenes",
+    "numbers": "hetbench.workloads.data:load_numbers",
 }
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads import DATASETS, get_workload
-from workloads.captioning import encode
-from workloads.numbers import TARGET_VOCAB, TRAIN_PAIRS, corpus
-from workloads.scenes import CAPTION_VOCAB, NUM_CLASSES, render_scenes
+from hetbench.workloads import DATASETS, get_workload
+from hetbench.workloads.captioning import encode
+from hetbench.workloads.numbers import TARGET_VOCAB, TRAIN_PAIRS, corpus
+from hetbench.workloads.scenes import CAPTION_VOCAB, NUM_CLASSES, render_scenes
 
 TEXT_SEQ_LEN = 64
 # Fixed vocabulary: 0 unknown, 1 newline, 2.. printable ASCII. Independent of the corpus so
@@ -179,7 +179,7 @@ def load_scenes(workload: str, seed: int, split: str = "train") -> Dataset:
 
     count = SCENES_TRAIN if split == "train" else SCENES_HELDOUT
     scenes = render_scenes(count, seed=SPLITS.index(split))
-    source = "workloads.scenes (rendered scene grammar)"
+    source = "hetbench.workloads.scenes (rendered scene grammar)"
     if workload == "captioning":
 
         inputs, targets = encode(scenes.images, scenes.captions)

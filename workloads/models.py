@@ -136,4 +136,4 @@ def check_size(workload: str, size: str) -> None:
 
 def builder(workload: str, framework: str) -> Any:
     """The module that builds `workload` in `framework` (workloads/<name>/<framework>.py)."""
-    return importlib.import_module(f"workloads.{workload}.{framework}")
+    return importlib.import_module(f"hetbench.workloads.{workload}.{framework}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.models import IGNORE
+from hetbench.workloads.models import IGNORE
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ("<pad>", "<bos>", "<eos>")
@@ -115,7 +115,7 @@ def generate(split: str) -> Corpus:
 
 def ship(path: Path = SHIPPED) -> None:
     """Write both splits as `generate` makes them (token ids fit a byte) to `path`; run
-    `python -m workloads.numbers` after a change to the corpus or to num2words
+    `python -m hetbench.workloads.numbers` after a change to the corpus or to num2words
     (tests/test_data.py compares the file with `generate`)."""
     arrays: dict[str, np.ndarray] = {}
     for split in ("train", "heldout"):

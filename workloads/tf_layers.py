@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch  # before TensorFlow: Keras documents a segfault in the other order
 
-from workloads.models import ModelSpec
+from hetbench.workloads.models import ModelSpec
 
 # TensorFlow's C++ INFO lines (CPU feature notes) would open every worker log; warnings stay
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -29,22 +29,26 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # --- Every import of hetbench's own modules, in this one block.
-import harness  # noqa: E402  (SCHEMA_VERSION)
-from adapters import FRAMEWORKS  # noqa: E402
-from harness.cli import main as cli_main  # noqa: E402
-from harness.partition import policies  # noqa: E402
-from harness.records import collector, manifest, rundir  # noqa: E402
-from harness.spec import aggregators as exchange  # noqa: E402  (the aggregators' registry)
-from harness.spec import builtin, partitions, pipelines  # noqa: E402
-from harness.spec import loaders as loader  # noqa: E402
-from harness.spec import nodes as spec_nodes  # noqa: E402
-from harness.spec import optimizers as optim  # noqa: E402
-from harness.spec import profiling  # noqa: E402
-from harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec, RunSpec, RUN_KEYS, ...)
-from harness.spec import workers as spec_workers  # noqa: E402
-from harness.system import sampler  # noqa: E402
-from workloads import DATASETS, WORKLOADS, get_workload  # noqa: E402
-from workloads import models as workload_models  # noqa: E402
+import hetbench.harness  # noqa: E402  (SCHEMA_VERSION)
+from hetbench.adapters import FRAMEWORKS  # noqa: E402
+from hetbench.harness.cli import main as cli_main  # noqa: E402
+from hetbench.harness.partition import policies  # noqa: E402
+from hetbench.harness.records import collector, manifest, rundir  # noqa: E402
+from hetbench.harness.spec import aggregators as exchange  # noqa: E402  (the aggregators' registry)
+from hetbench.harness.spec import (  # noqa: E402
+    builtin,
+    partitions,
+    pipelines,
+    profiling,  # noqa: E402
+)
+from hetbench.harness.spec import loaders as loader  # noqa: E402
+from hetbench.harness.spec import nodes as spec_nodes  # noqa: E402
+from hetbench.harness.spec import optimizers as optim  # noqa: E402
+from hetbench.harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec, RunSpec, RUN_KEYS, ...)
+from hetbench.harness.spec import workers as spec_workers  # noqa: E402
+from hetbench.harness.system import sampler  # noqa: E402
+from hetbench.workloads import DATASETS, WORKLOADS, get_workload  # noqa: E402
+from hetbench.workloads import models as workload_models  # noqa: E402
 
 # --- end of the imports of hetbench
 
@@ -110,7 +114,7 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> str:
 
 def cli_markdown() -> str:
     """`hetbench --help`, then every subcommand's help, in the order the CLI registers them
-    (harness.cli.main's map of subcommands)."""
+    (hetbench.harness.cli.main's map of subcommands)."""
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix it for the page
     try:
@@ -600,7 +604,7 @@ def results_markdown() -> str:
         f"### buckets.parquet columns (`{collector.__name__}.BUCKET_DTYPE`)", "",
         side_table(collector.BUCKET_DTYPE, BUCKET_DESCRIPTIONS), "",
         f"### manifest.json fields read strictly (`{manifest.__name__}.FIELDS`)", "",
-        f"`schema_version` must be {harness.SCHEMA_VERSION} (`harness.SCHEMA_VERSION`); "
+        f"`schema_version` must be {hetbench.harness.SCHEMA_VERSION} (`hetbench.harness.SCHEMA_VERSION`); "
         f"`status` one of {_choices(manifest.STATUSES)}. A missing required field or a "
         "value of another kind is refused, naming the file.", "", fields, ""])
 

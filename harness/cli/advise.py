@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli import arguments
-from harness.cli.simulate import load_runs
-from harness.spec.errors import UsageError
-from harness.spec.suite import load_suite
-from harness.spec.tables import run_table, suite_text
-from workloads import build_spec, get_workload
-from workloads.data import load_dataset
-from workloads.models import builder
+from hetbench.harness.cli import arguments
+from hetbench.harness.cli.simulate import load_runs
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import load_suite
+from hetbench.harness.spec.tables import run_table, suite_text
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import load_dataset
+from hetbench.workloads.models import builder
 
 SUITE = "advised"
 MAX_TOP = 20
@@ -71,8 +71,8 @@ def _bounded(value: int | None, name: str, low: int, high: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import advice_fit, advice_report
-    from harness.records.results import writable_folder
+    from hetbench.analysis import advice_fit, advice_report
+    from hetbench.harness.records.results import writable_folder
 
     _bounded(args.top, "--top", 1, MAX_TOP)
     _bounded(args.repeats, "--repeats", 1, MAX_REPEATS)
@@ -107,14 +107,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def data_and_model(run: Any) -> tuple[Any, Any]:
-    """The recorded run's data set and its model's spec (workloads.build_spec)."""
+    """The recorded run's data set and its model's spec (hetbench.workloads.build_spec)."""
     data = load_dataset(run.dataset, run.workload, run.seed)
     return data, build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
 
 
 def tensor_sizes(run: Any) -> tuple[int, ...]:
     """The model's parameter tensors' sizes in elements, in the order of the flat buffer
-    the parameter servers cut (for the placements: harness.partition.shards)."""
+    the parameter servers cut (for the placements: hetbench.harness.partition.shards)."""
     return tuple(p.size for p in data_and_model(run)[1].params)
 
 
@@ -122,7 +122,7 @@ PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
 
 
 def layer_shape(run: Any) -> Any:
-    """The model's layers for the pipelined remedies (analysis.pipeline_model.LayerShape):
+    """The model's layers for the pipelined remedies (hetbench.analysis.pipeline_model.LayerShape):
     each layer's share of a forward + backward and its forward's share of that, timed here
     on the micro-batch a virtual worker of two stages would take in 4 micro-batches, as a
     pipelined run profiles them (harness/partition/layerprofile.py); or why there is none
@@ -135,8 +135,8 @@ def layer_shape(run: Any) -> Any:
         return "virtual workers run PyTorch stages only; the recorded job is not PyTorch's"
     import torch
 
-    from analysis.pipeline_model import LayerShape
-    from harness.partition.layerprofile import profile_layers
+    from hetbench.analysis.pipeline_model import LayerShape
+    from hetbench.harness.partition.layerprofile import profile_layers
 
     data, spec = data_and_model(run)
     module = builder(run.workload, "pytorch")
@@ -156,7 +156,7 @@ def layer_shape(run: Any) -> Any:
 
 def _advised(ranked: Any, top: int) -> list[str]:
     """The recorded job and the top remedies advised (the recorded one not counted among
-    them; the unvalidated kinds, analysis.advisor.UNVALIDATED, never)."""
+    them; the unvalidated kinds, hetbench.analysis.advisor.UNVALIDATED, never)."""
     others = [n for n, advised in zip(ranked["remedy"], ranked["advised"], strict=True)
               if n != "recorded" and advised]
     return ["recorded", *others[:top]]
@@ -179,11 +179,11 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None,
     fraction and (with a target) time to target: medians over the suite's repeats."""
     import pandas as pd
 
-    from analysis.advice_report import repeat_range
-    from analysis.convergence import time_to_target
-    from analysis.metrics import run_summary
-    from harness.cli import run as run_command
-    from harness.records.results import load_run
+    from hetbench.analysis.advice_report import repeat_range
+    from hetbench.analysis.convergence import time_to_target
+    from hetbench.analysis.metrics import run_summary
+    from hetbench.harness.cli import run as run_command
+    from hetbench.harness.records.results import load_run
 
     parser = argparse.ArgumentParser()
     run_command.add_arguments(parser)

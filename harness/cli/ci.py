@@ -4,8 +4,9 @@ Runs SUITE for the base commit and for the working tree on this machine, one lau
 per round, then `hetbench compare`s them (same exit statuses: 0, 1 regression, 3
 inconclusive, 2 error). The base runs its own code: a temporary `git worktree` of REF, with
 a Python started there (cwd and PYTHONPATH) that calls the tree's own launcher
-(harness.run.launcher.run_suite; `python -m harness.cli.main run` for trees without it), so its
-workers import the base's harness, adapters and workloads. Both sides run the same suite
+(hetbench.harness.run.launcher.run_suite; before the rooms were installed under `hetbench`,
+harness.run.launcher.run_suite), so its workers import the base's harness, adapters and
+workloads: the worktree's hetbench/ links to its own rooms. Both sides run the same suite
 definition (the working tree's text, one repeat per launch), so only the code differs.
 
 Rounds alternate the order, A B B A A B ...: a shared machine drifts (other jobs, thermal
@@ -26,11 +27,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.cli import arguments
-from harness.cli.compare import add_statistics_arguments, report, settings_from
-from harness.spec.builtin import builtin_text
-from harness.spec.errors import UsageError
-from harness.spec.suite import load_suite
+from hetbench.harness.cli import arguments
+from hetbench.harness.cli.compare import add_statistics_arguments, report, settings_from
+from hetbench.harness.spec.builtin import builtin_text
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import load_suite
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
@@ -42,7 +43,7 @@ GATE_METRICS = "step_time_ms,samples_per_s,compute_ms"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from harness.cli.compare import EPILOG
+    from hetbench.harness.cli.compare import EPILOG
 
     parser.epilog = ("Runs the suite for REF (in a temporary git worktree, with REF's own code)\n"
                      "and for the working tree, one launch each per round, in the order\n"
@@ -66,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_paths
-    from harness.records.results import writable_folder
+    from hetbench.analysis.compare import compare_paths
+    from hetbench.harness.records.results import writable_folder
 
     settings = settings_from(args)
     suite = load_suite(args.suite)
@@ -115,7 +116,7 @@ def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool
     show (a series of small slowdowns). Reported only: the baseline was recorded in another
     session, and sessions of one machine class differ by more than a threshold
     (docs/howto/ci-gate.md). With --json, its verdict goes to stderr."""
-    from analysis.compare import compare_paths
+    from hetbench.analysis.compare import compare_paths
 
     if not baseline.is_dir():
         say(f"hetbench ci: no committed baseline at {baseline}: not compared")
@@ -180,14 +181,21 @@ import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
-try:  # the layout since the harness was split into rooms
-    from harness.spec.errors import UsageError
-    from harness.spec.suite import load_suite
-    from harness.run.launcher import run_suite
-except ModuleNotFoundError:  # a base commit from before it
-    from harness.config import load_suite
-    from harness.errors import UsageError
-    from harness.launch import run_suite
+# By the tree's layout, not by what imports: an older tree has no hetbench/, and
+# `import hetbench` there would find the installed (current) one.
+if Path("hetbench", "__init__.py").is_file():  # one import name (issue 56)
+    from hetbench.harness.spec.errors import UsageError
+    from hetbench.harness.spec.suite import load_suite
+    from hetbench.harness.run.launcher import run_suite
+else:
+    try:  # the rooms, imported bare
+        from harness.spec.errors import UsageError
+        from harness.spec.suite import load_suite
+        from harness.run.launcher import run_suite
+    except ModuleNotFoundError:  # before the harness was split into rooms
+        from harness.config import load_suite
+        from harness.errors import UsageError
+        from harness.launch import run_suite
 try:
     suite = dataclasses.replace(load_suite(sys.argv[1]), repeats=1)
     results = run_suite(suite, Path(sys.argv[2]))

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.cli import launches
-from harness.spec.errors import UsageError
+from hetbench.harness.cli import launches
+from hetbench.harness.spec.errors import UsageError
 
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.002
@@ -69,7 +69,7 @@ def add_statistics_arguments(parser: argparse.ArgumentParser, metrics: str = "")
 
 
 def settings_from(args: argparse.Namespace) -> Any:
-    from analysis.compare import DIRECTIONS, Settings
+    from hetbench.analysis.compare import DIRECTIONS, Settings
 
     if not (math.isfinite(args.threshold) and args.threshold >= 0):
         raise UsageError("--threshold", f"{args.threshold} is not allowed (a number >= 0)")
@@ -97,15 +97,15 @@ def settings_from(args: argparse.Namespace) -> Any:
 def _check_pattern(pattern: str, where: str, known: str) -> None:
     import fnmatch
 
-    from analysis.compare import DIRECTIONS
+    from hetbench.analysis.compare import DIRECTIONS
 
     if not any(fnmatch.fnmatchcase(name, pattern) for name in DIRECTIONS):
         raise UsageError(where, f"{pattern!r} matches no metric (metrics: {known})")
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_runs
-    from harness.records.results import choose_launches, finished_runs, mixed_suites_note
+    from hetbench.analysis.compare import compare_runs
+    from hetbench.harness.records.results import choose_launches, finished_runs, mixed_suites_note
 
     settings = settings_from(args)
     base = choose_launches(finished_runs([args.base]), launches.choice(args),

@@ -8,7 +8,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from harness.run.probe import DEFAULT_TIMEOUT_S, FrameworkInfo, probe_all
+from hetbench.harness.run.probe import DEFAULT_TIMEOUT_S, FrameworkInfo, probe_all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

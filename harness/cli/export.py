@@ -7,8 +7,8 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from harness.cli import launches
-from harness.spec.errors import UsageError
+from hetbench.harness.cli import launches
+from hetbench.harness.spec.errors import UsageError
 
 # format -> the package it writes with (the `export` extra: pip install 'hetbench[export]')
 FORMATS = {"tensorboard": "tensorboard", "mlperf": "mlperf_logging"}
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.records.results import finished_runs_by_suite, note, writable_folder
+    from hetbench.harness.records.results import finished_runs_by_suite, note, writable_folder
 
     kind, folder = args.to
     if kind not in FORMATS:
@@ -44,15 +44,15 @@ def run(args: argparse.Namespace) -> int:
     runs = [r for loaded in suites.values() for r in loaded]
     failed = 0
     if kind == "tensorboard":
-        from analysis.to_tensorboard import export as to_tensorboard
+        from hetbench.analysis.to_tensorboard import export as to_tensorboard
 
         for r in runs:
             for written in to_tensorboard(r.manifest, r.steps, r.evals, out):
                 print(written)
         print(f"\nread them with: tensorboard --logdir {out}")
         return 0
-    from analysis.to_mlperf import RULESET, check
-    from analysis.to_mlperf import export as to_mlperf
+    from hetbench.analysis.to_mlperf import RULESET, check
+    from hetbench.analysis.to_mlperf import export as to_mlperf
 
     for r in runs:
         path = out / f"{r.manifest.get('run_id', r.run_dir.name)}.log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import arguments, launches
+from hetbench.harness.cli import arguments, launches
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.figures import write_all
-    from harness.records.results import finished_runs_by_suite, writable_folder
+    from hetbench.analysis.figures import write_all
+    from hetbench.harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE",
                                     launches.choice(args))

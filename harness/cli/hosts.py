@@ -13,8 +13,8 @@ import socket
 import sys
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.system import interfaces
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.system import interfaces
 
 MASTER_PORT = 29500  # torchrun's default
 JOIN_TIMEOUT_S = 300.0
@@ -31,7 +31,7 @@ TORCHRUN_VARIABLES = (
 def place(args: argparse.Namespace, suite: Any) -> Any:
     """This host's Place among the hosts, or None for a run on this host alone. Raises
     UsageError naming the flag or the suite's field that does not fit."""
-    from harness.run.nodes import Place
+    from hetbench.harness.run.nodes import Place
 
     torchrun = _from_torchrun(args)
     if torchrun is not None:
@@ -76,9 +76,9 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
 
 
 def join(where: Any, suite: Any, link: dict[str, Any]) -> Any:
-    """Meet the other hosts (harness.run.nodes), saying so on this one; `link`: what the
+    """Meet the other hosts (hetbench.harness.run.nodes), saying so on this one; `link`: what the
     manifests record of this host's link."""
-    from harness.run.nodes import Nodes, suite_digest
+    from hetbench.harness.run.nodes import Nodes, suite_digest
 
     print(f"node {where.node_rank} of {where.nnodes}: joining at {where.master_addr}:"
           f"{where.master_port} (up to {where.join_timeout_s:g} s)", flush=True)

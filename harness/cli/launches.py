@@ -14,6 +14,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def choice(args: argparse.Namespace) -> Any:
-    from harness.records.results import LaunchChoice
+    from hetbench.harness.records.results import LaunchChoice
 
     return LaunchChoice(args.launch, args.pool_launches)

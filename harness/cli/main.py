@@ -7,29 +7,30 @@ import importlib
 import sys
 from collections.abc import Iterable
 
-from harness import __version__
-from harness.spec.errors import NodeLost, NotClosed, UsageError
-from harness.system import signals
-from harness.system.exits import exit_after
+from hetbench.harness import __version__
+from hetbench.harness.spec.errors import NodeLost, NotClosed, UsageError
+from hetbench.harness.system import signals
+from hetbench.harness.system.exits import exit_after
 
+CLI = "hetbench.harness.cli."
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("harness.cli.run", "run a benchmark suite (default: the built-in 'quick')"),
-    "suites": ("harness.cli.suites", "the built-in suites, a line each; one as TOML to copy"),
-    "compare": ("harness.cli.compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),
-    "ci": ("harness.cli.ci", "regression gate: a suite for --base REF and this tree, compared"),
-    "report": ("harness.cli.report", "analyse runs: tables in the terminal, report.md, figures"),
-    "figures": ("harness.cli.figures", "write the paper figures (PNG and PDF) for runs"),
-    "export": ("harness.cli.export", "runs as TensorBoard scalars or MLPerf-style logs"),
-    "paper": ("harness.cli.paper", "every figure and the study's table (Markdown, LaTeX) "
+    "run": (CLI + "run", "run a benchmark suite (default: the built-in 'quick')"),
+    "suites": (CLI + "suites", "the built-in suites, a line each; one as TOML to copy"),
+    "compare": (CLI + "compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),
+    "ci": (CLI + "ci", "regression gate: a suite for --base REF and this tree, compared"),
+    "report": (CLI + "report", "analyse runs: tables in the terminal, report.md, figures"),
+    "figures": (CLI + "figures", "write the paper figures (PNG and PDF) for runs"),
+    "export": (CLI + "export", "runs as TensorBoard scalars or MLPerf-style logs"),
+    "paper": (CLI + "paper", "every figure and the study's table (Markdown, LaTeX) "
               "of recorded runs, in one command"),
-    "simulate": ("harness.cli.simulate", "fit recorded runs, simulate 8 to 4,096 workers "
+    "simulate": (CLI + "simulate", "fit recorded runs, simulate 8 to 4,096 workers "
                  "under each scheme"),
-    "advise": ("harness.cli.advise", "rank the remedies for a recorded job by simulation; "
+    "advise": (CLI + "advise", "rank the remedies for a recorded job by simulation; "
                "write them as a suite, --verify runs it"),
-    "recover": ("harness.cli.recover", "close runs left 'running' by a launcher that died"),
-    "devices": ("harness.cli.devices", "frameworks here: installed?, version, devices, strategies"),
-    "testbed": ("harness.cli.testbed", "hosts emulated as network namespaces (198.18.0.0/15), "
+    "recover": (CLI + "recover", "close runs left 'running' by a launcher that died"),
+    "devices": (CLI + "devices", "frameworks here: installed?, version, devices, strategies"),
+    "testbed": (CLI + "testbed", "hosts emulated as network namespaces (198.18.0.0/15), "
                 "links shaped with tc: up until Ctrl-C, or down"),
 }
 

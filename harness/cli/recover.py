@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.records import manifest
-from harness.run import nodes
-from harness.spec.errors import NotClosed, UsageError
+from hetbench.harness.records import manifest
+from hetbench.harness.run import nodes
+from hetbench.harness.spec.errors import NotClosed, UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.records.rundir import recover
+    from hetbench.harness.records.rundir import recover
 
     runs, shares = _found(args.paths)
     running = [d for d in runs if manifest.read(d).get("status") == "running"]
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _found(paths: list[Path]) -> tuple[list[Path], list[Path]]:
     """The run directories and the shares of other nodes at the paths or below them; a
     path with neither is an error."""
-    from harness.records.results import find_runs
+    from hetbench.harness.records.results import find_runs
 
     runs: list[Path] = []
     shares: list[Path] = []

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.cli import arguments, launches
-from harness.records import baselines
-from harness.spec.errors import UsageError
+from hetbench.harness.cli import arguments, launches
+from hetbench.harness.records import baselines
+from hetbench.harness.spec.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.records.results import finished_runs_by_suite, writable_folder
+    from hetbench.harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, "reported apart",
                                     launches.choice(args))
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
 def write_missing_traces(runs: list[Any]) -> None:
     """The trace of a run closed without one (its closing was cut short after the manifest:
     a SIGKILL, a full disk), written now; a run folder that cannot be written is left."""
-    from harness.records.results import note
-    from harness.records.rundir import write_missing_trace
+    from hetbench.harness.records.results import note
+    from hetbench.harness.records.rundir import write_missing_trace
 
     for run in runs:
         try:
@@ -70,14 +70,14 @@ def write_missing_traces(runs: list[Any]) -> None:
 def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """report.md (and the figures) of one suite's runs in `out`; the summary printed as
     text, or returned for JSON."""
-    from analysis import report, terminal
+    from hetbench.analysis import report, terminal
 
     runs = [(r.manifest, r.steps) for r in loaded]
     evals = [(r.manifest, r.evals) for r in loaded]
     micro = [(r.manifest, r.steps, r.micro) for r in loaded]
     figures: list[str] = []
     if not args.no_figures:
-        from analysis.figures import write_all
+        from hetbench.analysis.figures import write_all
 
         figures = [p.name for p in write_all(runs, out, evals, micro) if p.suffix == ".png"]
     markdown, summary = report.build(runs, figures, args.target_loss, evals, micro)
@@ -97,9 +97,9 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict
 
 def write_html(runs: list[Any], markdown: str, out: Path) -> None:
     """report.html beside report.md: the page, with the committed baselines' history."""
-    from analysis.figures import history_figure
-    from analysis.html_report import history_table, page
-    from harness.records.results import find_runs, load_finished_runs, note
+    from hetbench.analysis.figures import history_figure
+    from hetbench.analysis.html_report import history_table, page
+    from hetbench.harness.records.results import find_runs, load_finished_runs, note
 
     with baselines.snapshots() as found:
         points = []

@@ -10,13 +10,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.cli import arguments, hosts
-from harness.records import manifest
-from harness.run import links
-from harness.spec import profiling
-from harness.spec.builtin import builtin_suites
-from harness.spec.errors import UsageError
-from harness.spec.suite import Overrides, load_suite
+from hetbench.harness.cli import arguments, hosts
+from hetbench.harness.records import manifest
+from hetbench.harness.run import links
+from hetbench.harness.spec import profiling
+from hetbench.harness.spec.builtin import builtin_suites
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import Overrides, load_suite
 
 DEFAULT_SUITE = "quick"
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     """`hetbench run`, each run's result (launcher.RunResult) added to `collected`."""
-    from harness.records.results import writable_folder
+    from hetbench.harness.records.results import writable_folder
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
     place = hosts.place(args, suite)
@@ -94,8 +94,8 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
 
 def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
                gpu_counts: dict[str, int] | None, collected: list[Any]) -> int:
-    from harness.records.rundir import core_load
-    from harness.run.launcher import run_suite
+    from hetbench.harness.records.rundir import core_load
+    from hetbench.harness.run.launcher import run_suite
 
     where = "" if place is None else f" (node {place.node_rank} of {place.nnodes})"
     print(f"suite {suite.name}: {len(suite.runs)} run(s) x {suite.repeats} repeat(s) -> "
@@ -196,7 +196,7 @@ def refuse_missing_devices(suite: Any, node: int | None = None) -> dict[str, int
     host lacks, before --out is created or anything printed: a refused suite leaves
     nothing behind. (run_suite asks again, and with --skip-unavailable records such runs
     as skipped, so then there is nothing to refuse here.)"""
-    from harness.run.launcher import check_devices
+    from hetbench.harness.run.launcher import check_devices
 
     gpu_counts: dict[str, int] = {}
     for i, run_spec in enumerate(suite.runs):
@@ -243,8 +243,8 @@ def _worker_text(w: Any) -> str:
 
 
 def print_result(result: Any) -> None:
-    from analysis.metrics import run_summary, worker_summary
-    from harness.records.results import load_run
+    from hetbench.analysis.metrics import run_summary, worker_summary
+    from hetbench.harness.records.results import load_run
 
     print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
           f"[{result.run_dir}]")
@@ -271,7 +271,7 @@ def print_result(result: Any) -> None:
 
 def _profile_line(data: Any) -> str | None:
     """Where the profiler's traces are, and which steps the summary leaves out for them."""
-    from harness.loop.profiling import PROFILE_DIR
+    from hetbench.harness.loop.profiling import PROFILE_DIR
 
     window = data.manifest["run"].get("profile")
     if not window:
@@ -284,7 +284,7 @@ def _profile_line(data: Any) -> str | None:
 
 def _held_out_line(data: Any) -> str | None:
     """The last held-out evaluation and the time to target, when the run evaluated."""
-    from analysis.convergence import convergence_row
+    from hetbench.analysis.convergence import convergence_row
 
     row = convergence_row(data.manifest, data.evals)
     if row is None:
@@ -300,8 +300,8 @@ def _held_out_line(data: Any) -> str | None:
 
 def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
     """The analysis figures for the runs just made (PNG and PDF)."""
-    from analysis.figures import write_all
-    from harness.records.results import load_run
+    from hetbench.analysis.figures import write_all
+    from hetbench.harness.records.results import load_run
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
     return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out,

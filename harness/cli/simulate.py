@@ -1,6 +1,6 @@
 """`hetbench simulate RESULTS... [--mix NAME:COUNT,...] [--scheme NAME] --out DIR`: fit
 device classes to recorded runs and simulate larger jobs under each scheme
-(analysis.simulate). Every simulated run is a run directory like a real one (manifest
+(hetbench.analysis.simulate). Every simulated run is a run directory like a real one (manifest
 marked `simulated`), so report, figures and compare read it; beside them summary-<launch>.csv and
 figures/scale-<launch>.png (idle, throughput and staleness against the number of workers);
 <launch> is the invocation's id, also in each run's manifest."""
@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.simulated import SIMULATED
-from harness.cli import arguments
-from harness.spec.aggregators import AggregatorSpec
-from harness.spec.errors import UsageError
-from harness.spec.suite import name_matches
-from harness.system import environment
+from hetbench.analysis.simulated import SIMULATED
+from hetbench.harness.cli import arguments
+from hetbench.harness.spec.aggregators import AggregatorSpec
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import name_matches
+from hetbench.harness.system import environment
 
 SUITE = "simulate"
 MAX_STEPS = 1_000_000
@@ -73,8 +73,8 @@ def _bounded(value: int | None, name: str, low: int, high: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import deviceclass
-    from analysis.simulate import parse_scheme
+    from hetbench.analysis import deviceclass
+    from hetbench.analysis.simulate import parse_scheme
 
     profiles = deviceclass.named_profiles()
     if args.profiles:
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         if args.results else []
     classes, names = deviceclass.fit_classes(runs) if runs else ({}, {})
     comm = deviceclass.fit_comm(runs) if runs else None
-    from harness.records.results import writable_folder
+    from hetbench.harness.records.results import writable_folder
 
     jobs = _jobs(runs, names, mixes, schemes, args)
     for job in jobs:  # every name resolved before anything is written
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
     """The runs at `paths` (RunData), those whose name matches `pattern` where given."""
-    from harness.records.results import find_runs, load_run
+    from hetbench.harness.records.results import find_runs, load_run
 
     loaded = [load_run(p) for p in find_runs(paths)]
     if pattern is not None:
@@ -133,8 +133,8 @@ def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
 def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: list[Any],
           args: argparse.Namespace) -> list[dict[str, Any]]:
     """(mix, scheme, sizes, steps, global batch) of every simulated configuration."""
-    from analysis import deviceclass
-    from analysis.simulate import parse_scheme
+    from hetbench.analysis import deviceclass
+    from hetbench.analysis.simulate import parse_scheme
 
     first = runs[0] if runs else None
     recorded_sizes = None
@@ -168,8 +168,8 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
                   args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from analysis.simulate import simulate, summarise
-    from harness.records.rundir import new_launch
+    from hetbench.analysis.simulate import simulate, summarise
+    from hetbench.harness.records.rundir import new_launch
 
     launch, rows = new_launch(), []
     for job in jobs:
@@ -195,7 +195,7 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
               " summary only, no run directory)")
     print(f"summary: {summary_path}")
     if not args.no_figures and table["workers"].nunique() > 1:
-        from analysis.figures import scale_figure
+        from hetbench.analysis.figures import scale_figure
 
         classes = sorted({name.rpartition(":")[0] for mix in table["mix"].unique()
                           for name in mix.split(",")})
@@ -221,9 +221,9 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
                summary: dict[str, Any], runs: list[Any], comm: Any,
                args: argparse.Namespace) -> str:
     """A run directory like a real run's: manifest (marked simulated) and steps.parquet."""
-    from analysis.simulate import BLOCK, records
-    from harness.records import collector, manifest
-    from harness.records.rundir import RUN_FILE
+    from hetbench.analysis.simulate import BLOCK, records
+    from hetbench.harness.records import collector, manifest
+    from hetbench.harness.records.rundir import RUN_FILE
 
     scheme = job["scheme"]
     name = f"{scheme.label.replace(':', '')}-n{job['workers']}"
@@ -279,7 +279,7 @@ def _worker(cls: Any) -> dict[str, Any]:
 
 
 def _save_profiles(folder: Path, classes: dict[str, Any], comm: Any, runs: list[Any]) -> None:
-    from analysis import deviceclass
+    from hetbench.analysis import deviceclass
 
     folder.mkdir(parents=True, exist_ok=True)
     meta = runs[0][0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.spec.builtin import builtin_suites, builtin_summary, builtin_text
-from harness.spec.errors import UsageError
+from hetbench.harness.spec.builtin import builtin_suites, builtin_summary, builtin_text
+from hetbench.harness.spec.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

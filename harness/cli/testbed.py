@@ -20,8 +20,8 @@ import subprocess
 import sys
 import time
 
-from harness.spec.errors import UsageError
-from harness.system import testbed
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.system import testbed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,12 +37,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from adapters.base import Adapter, Loss
-from harness.spec.aggregators import kind
-from harness.spec.emulation import Stretcher
-from harness.spec.suite import RunSpec
-from harness.system.services import Services
-from harness.training.optim import Optimizer
+from hetbench.adapters.base import Adapter, Loss
+from hetbench.harness.spec.aggregators import kind
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.system.services import Services
+from hetbench.harness.training.optim import Optimizer
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from harness.exchange import Context, Exchange, Holds, next_step
+from hetbench.harness.exchange import Context, Exchange, Holds, next_step
 
 
 class Allreduce:

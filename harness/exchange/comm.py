@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.exchange.rendezvous import agent_store, is_address, tcp_store
+from hetbench.harness.exchange.rendezvous import agent_store, is_address, tcp_store
 
 
 @dataclass(frozen=True)

@@ -59,15 +59,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from adapters.base import Loss
-from harness.exchange import Context, Exchange, Holds, next_step
-from harness.records import collector
-from harness.spec.emulation import Stretcher
+from hetbench.adapters.base import Loss
+from hetbench.harness.exchange import Context, Exchange, Holds, next_step
+from hetbench.harness.records import collector
+from hetbench.harness.spec.emulation import Stretcher
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-    from adapters.pytorch import TorchAdapter
+    from hetbench.adapters.pytorch import TorchAdapter
 
 
 class DDPAllreduce:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.exchange import Context, Exchange, Holds, next_step
+from hetbench.harness.exchange import Context, Exchange, Holds, next_step
 
 
 def routes(is_cuda: Sequence[bool]) -> dict[int, list[int]]:

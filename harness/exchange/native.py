@@ -37,13 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from harness.exchange import Context, Exchange, Holds, next_step
-from harness.spec.suite import RunSpec
-from harness.system import interfaces
-from harness.system.services import Services
+from hetbench.harness.exchange import Context, Exchange, Holds, next_step
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.system import interfaces
+from hetbench.harness.system.services import Services
 
 if TYPE_CHECKING:
-    from adapters.mxnet import MXNetAdapter
+    from hetbench.adapters.mxnet import MXNetAdapter
 
 TF_WORKERS_ENV = "HETBENCH_TF_WORKERS"  # "host:port,host:port,...", rank order
 # rank r's TensorFlow server in the run's private namespace: below Linux's ephemeral ports
@@ -112,7 +112,7 @@ def prepare_tensorflow(run: RunSpec, rank: int) -> None:
     """TensorFlow's collectives must be configured before its runtime runs a single op (and
     its thread pools before that): before the adapter exists."""
     global _tf_strategy
-    from adapters.tensorflow import configure_threads, tf
+    from hetbench.adapters.tensorflow import configure_threads, tf
 
     world_size, threads = run.world_size, run.workers[rank].threads
 
@@ -138,7 +138,7 @@ def _exchanged_addresses() -> list[str]:
     in them)."""
     import torch
 
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     address, port = interfaces.endpoint(os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     mine = [float(int(ipaddress.IPv4Address(address))), float(port)]
@@ -234,7 +234,7 @@ class TensorFlowCollective:
     """Sum the torch buffer over the workers with TensorFlow's ring all-reduce."""
 
     def __init__(self, context: Context) -> None:
-        from adapters.tensorflow import tf
+        from hetbench.adapters.tensorflow import tf
 
         strategy = _tf_strategy
         if strategy is None:
@@ -257,7 +257,7 @@ class TensorFlowCollective:
     def exchange(self, step: int, samples: int) -> Exchange:
         from torch.utils.dlpack import from_dlpack, to_dlpack
 
-        from adapters.tensorflow import tf
+        from hetbench.adapters.tensorflow import tf
 
         total = self._all_reduce(tf.experimental.dlpack.from_dlpack(to_dlpack(self.buffer)))
         self.buffer.copy_(from_dlpack(tf.experimental.dlpack.to_dlpack(total)))

@@ -57,7 +57,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from harness.exchange import (
+from hetbench.harness.exchange import (
     Context,
     Exchange,
     Holds,
@@ -66,16 +66,16 @@ from harness.exchange import (
     rendezvous,
     server_clocks,
 )
-from harness.partition import shards
-from harness.spec.suite import RunSpec, run_from_dict
-from harness.system import orphans
-from harness.system.exits import exit_after
-from harness.system.services import Services
-from workloads import get_workload
-from workloads.models import builder
+from hetbench.harness.partition import shards
+from hetbench.harness.spec.suite import RunSpec, run_from_dict
+from hetbench.harness.system import orphans
+from hetbench.harness.system.exits import exit_after
+from hetbench.harness.system.services import Services
+from hetbench.workloads import get_workload
+from hetbench.workloads.models import builder
 
 if TYPE_CHECKING:
-    from adapters.base import TorchLayersAdapter
+    from hetbench.adapters.base import TorchLayersAdapter
 
 INIT_ENV = "HETBENCH_PS_INIT"  # tcp://127.0.0.1:port, the RPC rendezvous
 
@@ -128,7 +128,7 @@ class Reply:
 
 class ShardServer:
     def __init__(self, run: RunSpec, values: torch.Tensor, has_loss: bool) -> None:
-        from harness.training.optim import Optimizer
+        from hetbench.harness.training.optim import Optimizer
 
         spec = run.aggregator
         # under wsp the pushers are virtual workers (each stage's server hears one stage
@@ -263,7 +263,7 @@ def push(version: int, clock: int, rank: int, grads: torch.Tensor, samples: int
 def serve(run_dir: Path, index: int) -> int:
     """One server process: join the RPC group, answer until every worker has left."""
     global _run
-    from harness.records import rundir
+    from hetbench.harness.records import rundir
 
     _run = run_from_dict(json.loads((run_dir / rundir.RUN_FILE).read_text())["run"])
     placement.serving(_run)
@@ -425,7 +425,7 @@ class TailClient:
     refreshed only when they are read."""
 
     def __init__(self, run: RunSpec, adapter: TorchLayersAdapter, server: str) -> None:
-        from workloads.torch_layers import parameter_range
+        from hetbench.workloads.torch_layers import parameter_range
 
         workload = get_workload(run.workload)
         assert workload.layers is not None and workload.fc_layers is not None
@@ -483,6 +483,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # RPC calls name this module's functions by their import path: serve from that module,
     # not from __main__, or the server state they read would be another module's
-    from harness.exchange import parameter_server
+    from hetbench.harness.exchange import parameter_server
 
     exit_after(parameter_server.main)

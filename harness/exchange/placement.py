@@ -6,7 +6,7 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
   over the servers, as TensorFlow's replica_device_setter places variables (the busiest
   server is the one that drew the largest tensor);
 - sharded (the default): every layer computed on the workers; contiguous shards cut on
-  tensor boundaries, balanced by bytes (`harness.partition.shards.balanced_cuts`);
+  tensor boundaries, balanced by bytes (`hetbench.harness.partition.shards.balanced_cuts`);
 - fc-on-server: the convolutional layers computed on the workers, their parameters
   sharded over the servers but the last; the fully connected tail held *and computed* by
   the last server: a worker sends the activations entering it and the labels, the server
@@ -15,7 +15,7 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
   sums the tail's gradients over every worker's samples of the step and updates once all
   have come, with the run's optimizer: the all-reduce path's mathematics (tested).
 
-`harness.partition.shards.segments` gives each server its pieces of the flat buffer; the
+`hetbench.harness.partition.shards.segments` gives each server its pieces of the flat buffer; the
 RPC functions here run in the server processes (parameter_server.serve), called by the
 workers' client.
 """
@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from harness.partition.shards import Segments
-from harness.spec.suite import RunSpec
-from workloads import build_spec
-from workloads.models import builder
+from hetbench.harness.partition.shards import Segments
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.workloads import build_spec
+from hetbench.workloads.models import builder
 
 
 def gather(buffer: torch.Tensor, pieces: Segments) -> torch.Tensor:
@@ -52,9 +52,9 @@ class TailServer:
 
     def __init__(self, run: RunSpec, sample_shape: tuple[int, ...], num_classes: int,
                  first_layer: int, values: torch.Tensor) -> None:
-        from adapters.pytorch import loss_sum
-        from harness.training.optim import Optimizer
-        from workloads.torch_layers import parameter_range
+        from hetbench.adapters.pytorch import loss_sum
+        from hetbench.harness.training.optim import Optimizer
+        from hetbench.workloads.torch_layers import parameter_range
 
         spec = build_spec(run.workload, sample_shape, num_classes, run.size)
         module = builder(run.workload, "pytorch")

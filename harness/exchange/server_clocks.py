@@ -5,7 +5,7 @@ A server stamps when a push arrived and when its wait ended on its own CLOCK_MON
 stamps. On the worker's host (and time namespace: `clocks.domain`) the clocks are one and
 nothing is applied. A server on another host counts from another origin: the worker
 measures the server's offset by RPC ping-pong before its first push, as
-`harness.system.clocks.measure` measures workers' (the shortest of ROUNDS round trips,
+`hetbench.harness.system.clocks.measure` measures workers' (the shortest of ROUNDS round trips,
 NTP's minimum filter; half of it is the uncertainty), and maps the server's stamps to its
 own clock. The offset is taken once: a run's exchanges last seconds to minutes, over which
 two hosts' clocks drift by microseconds.
@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.system import clocks
+from hetbench.harness.system import clocks
 
 
 @dataclass(frozen=True)

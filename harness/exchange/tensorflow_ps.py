@@ -5,8 +5,8 @@ Under ParameterServerStrategy the workers run no training loop: each is a Tensor
 server, and a coordinator (the "chief") schedules step functions that whichever worker is
 free executes; the variables and their updates live on the ps servers. hetbench starts:
 
-- W worker processes (`python -m harness.loop.worker`, as for every run: the worker's cores and
-  threads apply), each serving as TensorFlow task `worker:<rank>` (serve_worker);
+- W worker processes (`python -m hetbench.harness.loop.worker`, as for every run: the worker's cores
+  and threads apply), each serving as TensorFlow task `worker:<rank>` (serve_worker);
 - S ps servers, each by the launcher of the node `server_nodes` names (node 0 by default),
   and the coordinator, by node 0's: the run's services (start_services).
 
@@ -41,11 +41,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from harness.exchange.native import warn_every_interface
-from harness.records import collector, rundir
-from harness.spec.suite import RunSpec, run_from_dict
-from harness.system import interfaces
-from harness.system.services import Services
+from hetbench.harness.exchange.native import warn_every_interface
+from hetbench.harness.records import collector, rundir
+from hetbench.harness.spec.suite import RunSpec, run_from_dict
+from hetbench.harness.system import interfaces
+from hetbench.harness.system.services import Services
 
 STORE_ENV = "HETBENCH_TF_STORE"  # host:port of the store the coordinator serves
 RANK_FILE = "hetbench-rank"  # in a worker server's working folder: its rank
@@ -77,7 +77,7 @@ def start_services(run: RunSpec, free_port: Callable[[], int], logs: Path, run_d
                                               str(run_dir), "--ps", str(index)], env, logs)
     if services.node == 0:
         services.start(COORDINATOR, [sys.executable, "-m",
-                                     "harness.loop.tensorflow_coordinator", "--run-dir",
+                                     "hetbench.harness.loop.tensorflow_coordinator", "--run-dir",
                                      str(run_dir)], env, logs)
 
 
@@ -89,7 +89,7 @@ def meet_timeout_s(run: RunSpec) -> float:
 
 def meeting(run: RunSpec, serve: bool = False) -> Any:
     """The run's store: served here (the coordinator) or joined (a server)."""
-    from harness.exchange import rendezvous
+    from hetbench.harness.exchange import rendezvous
 
     host, port = os.environ[STORE_ENV].rsplit(":", 1)
     timeout = timedelta(seconds=meet_timeout_s(run))
@@ -141,7 +141,7 @@ def start_server(run: RunSpec, run_dir: Path, job: str, index: int, threads: int
     """TensorFlow task `job:index` of the run's cluster, serving from its own folder (where
     RANK_FILE says who it is, and once it listens, `ready` its pid: on its own host, for
     whoever watches there). Returns the server and the run's store."""
-    from adapters.tensorflow import configure_threads, tf
+    from hetbench.adapters.tensorflow import configure_threads, tf
 
     folder = server_folder(run_dir, job, index)
     folder.mkdir(parents=True, exist_ok=True)
@@ -162,8 +162,8 @@ def serve_worker(run: RunSpec, run_dir: Path, rank: int) -> None:
     coordinator has closed the run (or the launcher stops it)."""
     import socket
 
-    from adapters.tensorflow import TensorFlowAdapter
-    from harness.system import clocks
+    from hetbench.adapters.tensorflow import TensorFlowAdapter
+    from hetbench.harness.system import clocks
 
     worker = run.workers[rank]
     run_dir = run_dir.resolve()  # the server works in a folder of its own
@@ -211,6 +211,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from harness.system.exits import exit_after
+    from hetbench.harness.system.exits import exit_after
 
     exit_after(main)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from adapters.tensorflow import TensorFlowAdapter, loss_sum, tf
-from harness.exchange.tensorflow_ps import RANK_FILE, TIMES
-from workloads.models import ModelSpec, builder
+from hetbench.adapters.tensorflow import TensorFlowAdapter, loss_sum, tf
+from hetbench.harness.exchange.tensorflow_ps import RANK_FILE, TIMES
+from hetbench.workloads.models import ModelSpec, builder
 
 QUANTUM_US = 500  # one nap of the stretch (SleepDataset's element)
 SPIN_SLACK_US = 200  # what a nap may overshoot; the stretch's end is spun

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.exchange import server_clocks
-from harness.training.optim import Optimizer
+from hetbench.harness.exchange import server_clocks
+from hetbench.harness.training.optim import Optimizer
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class ServerWaves:
     def exchange(self, wave: int) -> WaveExchange:
         import torch.distributed.rpc as rpc
 
-        from harness.exchange.parameter_server import push
+        from hetbench.harness.exchange.parameter_server import push
 
         start = time.perf_counter_ns()
         sums = self.b.grads[self.b.lo:self.b.hi]

@@ -20,8 +20,8 @@ import resource
 import time
 from typing import Any
 
-from harness.records.collector import UNMEASURED
-from harness.system.cputime import ThreadsCpuClock
+from hetbench.harness.records.collector import UNMEASURED
+from hetbench.harness.system.cputime import ThreadsCpuClock
 
 UNMEASURED_CPU = (UNMEASURED, UNMEASURED)  # compute_cpu() of a step not sampled
 _UNMEASURED_USAGE = (UNMEASURED,) * 4

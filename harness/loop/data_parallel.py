@@ -1,7 +1,7 @@
 """A data-parallel worker's steps as the step engine takes them (harness/loop/engine.py).
 
-A computing worker takes its timed step on its slice (harness.loop.worker.Trainer); a
-left-out worker takes turns sitting out (harness.loop.repartitioning.sit_out). Between
+A computing worker takes its timed step on its slice (hetbench.harness.loop.worker.Trainer); a
+left-out worker takes turns sitting out (hetbench.harness.loop.repartitioning.sit_out). Between
 steps, outside any step's timing: the keep-alive to the left-out workers and the adaptive
 repartitioning, whose new slice the next step takes.
 """
@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import Adapter
-from harness.exchange import Exchange
-from harness.loop.counters import Counters
-from harness.loop.engine import Evaluation, Record, Turn
-from harness.loop.membership import Membership
-from harness.loop.repartitioning import Repartitioning, sit_out
-from harness.spec.suite import RunSpec
-from harness.training.evaluation import Evaluator
+from hetbench.adapters.base import Adapter
+from hetbench.harness.exchange import Exchange
+from hetbench.harness.loop.counters import Counters
+from hetbench.harness.loop.engine import Evaluation, Record, Turn
+from hetbench.harness.loop.membership import Membership
+from hetbench.harness.loop.repartitioning import Repartitioning, sit_out
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.training.evaluation import Evaluator
 
 # (step, lo, hi, counters) -> the step's record and what its exchange did
 StepFunction = Callable[[int, int, int, Counters], tuple[Record, Exchange]]

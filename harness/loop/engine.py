@@ -6,7 +6,7 @@ step is taken: the worker computes its slice and exchanges it, a stage runs one 
 schedule, the coordinator collects a step TensorFlow ran on a remote worker. What happens
 around the step is the same and lives here, once:
 
-- the emulated slowdown of the step is set before it (harness.spec.emulation);
+- the emulated slowdown of the step is set before it (hetbench.harness.spec.emulation);
 - a profiled step runs inside the profiler's step annotation (harness/loop/profiling.py);
 - the step's records are written, in the order taken;
 - the held-out evaluation runs when the global steps done reach its next multiple, outside
@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.spec.emulation import Stretcher
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.workers import WorkerSpec
 
-Record = tuple[Any, ...]  # a row in RECORD_DTYPE's field order (harness.records.collector)
+Record = tuple[Any, ...]  # a row in RECORD_DTYPE's field order (hetbench.harness.records.collector)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +56,9 @@ class Steps(Protocol):
 
 
 class Evaluation(Protocol):
-    """The held-out evaluation as the engine calls it (harness.training.evaluation.Evaluator,
-    or a trainer's wrapper that first lines its peers up)."""
+    """The held-out evaluation as the engine calls it
+    (hetbench.harness.training.evaluation.Evaluator, or a trainer's wrapper that first lines its
+    peers up)."""
 
     def due(self, steps_done: int, /) -> bool: ...
 
@@ -65,7 +66,7 @@ class Evaluation(Protocol):
 
 
 class Profiler(Protocol):
-    """What records a window of steps (harness.loop.profiling.StepProfiler)."""
+    """What records a window of steps (hetbench.harness.loop.profiling.StepProfiler)."""
 
     def begin(self, step: int, /) -> None: ...
 

@@ -11,10 +11,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector, rundir
-from harness.spec.suite import RunSpec
-from harness.spec.workers import WorkerSpec
-from harness.system import clocks
+from hetbench.harness.records import collector, rundir
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.spec.workers import WorkerSpec
+from hetbench.harness.system import clocks
 
 
 def describe(run: RunSpec, rank: int, worker: WorkerSpec, versions: dict[str, str],
@@ -31,7 +31,7 @@ def start(run_dir: Path, info: dict[str, Any], device: Any) -> dict[str, Any]:
     """Before the first step, every rank: its description is left in parts/ (for whoever
     closes a run that fails), its clock offset to rank 0 is measured, and rank 0 writes
     every rank's clock domain. Returns the offsets at the start."""
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     (run_dir / collector.PARTS_DIR / f"rank{info['rank']}.json").write_text(json.dumps(info))
     clock_start = clocks.measure().to_dict()
@@ -52,7 +52,7 @@ def finish(run: RunSpec, run_dir: Path, device: Any, info: dict[str, Any],
     worker's buckets), gathered the same way; every rank names the same tables."""
     import numpy as np
 
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     clock_end = clocks.measure().to_dict()
     gathered_infos = comm.gather_bytes(json.dumps(info).encode(), device)

@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from adapters.base import Adapter
-from harness.training.optim import Optimizer
+from hetbench.adapters.base import Adapter
+from hetbench.harness.training.optim import Optimizer
 
 EVAL, CHANGE, END, ALIVE = 1, 2, 3, 4
 ALIVE_EVERY_S = 1.0  # a send of 24 bytes a second: nothing against the steps

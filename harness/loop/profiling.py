@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.spec.profiling import ProfileSpec
+from hetbench.harness.spec.profiling import ProfileSpec
 
 PROFILE_DIR = "profile"
 
@@ -24,7 +24,7 @@ def trace_path(run_dir: Path, rank: int) -> Path:
 
 
 class StepProfiler:
-    """Records steps spec.first to spec.last of this rank (harness.loop.engine calls
+    """Records steps spec.first to spec.last of this rank (hetbench.harness.loop.engine calls
     `begin` before each step and `end` after it). Built before training starts."""
 
     def __init__(self, spec: ProfileSpec, cuda: bool) -> None:

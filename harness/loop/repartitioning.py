@@ -5,7 +5,8 @@ Every computing worker adds each step's (slice, compute) pair to its window, and
 from the step's begin to the reduced sums (compute, idle and exchange: what leaving a
 worker out is weighed against); every `every` steps the members gather their windows among
 themselves (a lone member needs no gather), every rank computes the same new partition
-(harness.partition.policies.Repartitioner), and the first member tells the left-out workers.
+(hetbench.harness.partition.policies.Repartitioner), and the first member tells the left-out
+workers.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.exchange import comm
-from harness.loop.engine import Turn
-from harness.loop.membership import CHANGE, END, EVAL, Membership, members_of
-from harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
-from harness.records import collector
-from harness.records.collector import MARK_READY, MARK_REDUCED
-from harness.spec.suite import RunSpec
+from hetbench.harness.exchange import comm
+from hetbench.harness.loop.engine import Turn
+from hetbench.harness.loop.membership import CHANGE, END, EVAL, Membership, members_of
+from hetbench.harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
+from hetbench.harness.records import collector
+from hetbench.harness.records.collector import MARK_READY, MARK_REDUCED
+from hetbench.harness.spec.suite import RunSpec
 
 
 class Repartitioning:

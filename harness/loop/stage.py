@@ -30,22 +30,22 @@ from typing import Any
 
 import torch
 
-from adapters.base import TorchLayersAdapter
-from harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
-from harness.loop import engine, lifecycle
-from harness.loop.counters import Counters
-from harness.loop.profiling import step_profiler
-from harness.partition.policies import slice_bounds
-from harness.partition.stages import Links, Profile, split_layers, stage_times
-from harness.partition.virtual import bounds_of, kind_of
-from harness.records import collector
-from harness.spec.emulation import Stretcher
-from harness.spec.pipelines import vw_slices
-from harness.spec.suite import RunSpec
-from workloads import build_spec, get_workload
-from workloads.data import BatchOrder, load_dataset
-from workloads.models import builder
-from workloads.torch_layers import parameter_range
+from hetbench.adapters.base import TorchLayersAdapter
+from hetbench.harness.exchange.waves import AllreduceWaves, ServerWaves, StageBuffers
+from hetbench.harness.loop import engine, lifecycle
+from hetbench.harness.loop.counters import Counters
+from hetbench.harness.loop.profiling import step_profiler
+from hetbench.harness.partition.policies import slice_bounds
+from hetbench.harness.partition.stages import Links, Profile, split_layers, stage_times
+from hetbench.harness.partition.virtual import bounds_of, kind_of
+from hetbench.harness.records import collector
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.pipelines import vw_slices
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import BatchOrder, load_dataset
+from hetbench.workloads.models import builder
+from hetbench.workloads.torch_layers import parameter_range
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
     import torch.distributed as dist
     import torch.distributed.rpc as rpc
 
-    from harness.exchange.parameter_server import init_shard, rpc_options
+    from hetbench.harness.exchange.parameter_server import init_shard, rpc_options
 
     servers = run.aggregator.servers
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=run.world_size + servers,
@@ -183,7 +183,7 @@ def gather_parameters(flat_params: Any, lo: int, hi: int, virtual_worker: int,
     stage's [lo, hi), rank 0 keeps those of virtual worker 0's stages. Every rank calls it."""
     import numpy as np
 
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     mine = flat_params[lo:hi].detach().cpu().numpy().astype(np.float32)
     header = np.array([lo, hi, virtual_worker], dtype=np.int64).tobytes()
@@ -203,7 +203,7 @@ def make_evaluator(run: RunSpec, rank: int, adapter: TorchLayersAdapter, run_dir
     stages' parameters gathered first); None on the other ranks or without eval_every."""
     if not run.eval_every or rank != 0:
         return None
-    from harness.training.evaluation import Evaluator
+    from hetbench.harness.training.evaluation import Evaluator
 
     heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
     return Evaluator(run.eval_every, run.steps, run.global_batch,
@@ -216,7 +216,7 @@ def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int
     """Between waves, every rank: the parameters to rank 0, its evaluation, then all line
     up again so the evaluation never shows in a wave's records."""
 
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     full = gather_parameters(adapter.flat_params, lo, hi, virtual_worker, device)
     if evaluator is not None and full is not None:
@@ -232,7 +232,7 @@ def served_parameters(run: RunSpec) -> Any:
     stage s's layers, in order)."""
     import torch.distributed.rpc as rpc
 
-    from harness.exchange.parameter_server import pull
+    from hetbench.harness.exchange.parameter_server import pull
 
     shards = [rpc.rpc_async(f"ps{s}", pull) for s in range(run.aggregator.servers)]
     return torch.cat([shard.wait()[0] for shard in shards])
@@ -292,7 +292,7 @@ class WaveSteps:
     the micro-batch records. Nothing between waves."""
 
     rank: int
-    order: Any  # workloads.data.BatchOrder
+    order: Any  # hetbench.workloads.data.BatchOrder
     inputs: Any
     targets: Any
     bounds: tuple[int, int]  # this virtual worker's slice of each global batch
@@ -383,10 +383,10 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from adapters.pytorch import TorchAdapter, loss_sum
-    from harness.exchange import comm
-    from harness.partition.layerprofile import profile_layers
-    from harness.training.optim import Optimizer
+    from hetbench.adapters.pytorch import TorchAdapter, loss_sum
+    from hetbench.harness.exchange import comm
+    from hetbench.harness.partition.layerprofile import profile_layers
+    from hetbench.harness.training.optim import Optimizer
 
     pipe = run.pipeline
     assert pipe is not None

@@ -50,20 +50,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.exchange import Exchange, Holds
-from harness.exchange import tensorflow_ps as served
-from harness.exchange.tensorflow_ps import COORDINATOR, TIMES
-from harness.loop import engine
-from harness.loop.engine import Record, Turn
-from harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
-from harness.records import collector, rundir
-from harness.spec.suite import RunSpec, run_from_dict
-from harness.system import clocks
-from workloads import build_spec, get_workload
-from workloads.data import BatchOrder, load_dataset
+from hetbench.harness.exchange import Exchange, Holds
+from hetbench.harness.exchange import tensorflow_ps as served
+from hetbench.harness.exchange.tensorflow_ps import COORDINATOR, TIMES
+from hetbench.harness.loop import engine
+from hetbench.harness.loop.engine import Record, Turn
+from hetbench.harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
+from hetbench.harness.records import collector, rundir
+from hetbench.harness.spec.suite import RunSpec, run_from_dict
+from hetbench.harness.system import clocks
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import BatchOrder, load_dataset
 
 if TYPE_CHECKING:
-    from harness.training.evaluation import Evaluator
+    from hetbench.harness.training.evaluation import Evaluator
 
 POLL_S = 0.1
 NO_COUNTERS = (0,) * 7  # context switches, CPU, rss, gc: of a TF server, not measured
@@ -257,11 +257,11 @@ def batch_tables(run: RunSpec, samples: int) -> tuple[np.ndarray, np.ndarray]:
 
 def train(run: RunSpec, run_dir: Path, store: Any) -> None:
     """Connect, train, write the run's results (steps, parameters, evaluations, manifest)."""
-    from adapters.tensorflow import configure_threads
+    from hetbench.adapters.tensorflow import configure_threads
 
     configure_threads(1)  # before TensorFlow's runtime starts
-    from harness.exchange import tensorflow_ps_graph as graph
-    from harness.training.evaluation import Evaluator
+    from hetbench.harness.exchange import tensorflow_ps_graph as graph
+    from hetbench.harness.training.evaluation import Evaluator
 
     served.say_where(store, "chief", 0)  # its runtime serves the chief task there
     cluster = served.cluster_spec(store, run)
@@ -311,7 +311,7 @@ def close(run: RunSpec, run_dir: Path, arrays: list[np.ndarray],
           parameters: dict[str, np.ndarray], sizes: tuple[int, ...],
           placement: dict[str, str], infos: list[dict[str, Any]],
           cluster: dict[str, list[str]]) -> None:
-    """What rank 0 writes at the end of any other run (harness.loop.lifecycle.finish)."""
+    """What rank 0 writes at the end of any other run (hetbench.harness.loop.lifecycle.finish)."""
     rundir.complete(
         run_dir, arrays, infos, parameters, {},
         "grpc", {"partition_history": [{"step": 0, "sizes": list(sizes),
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from harness.system.exits import exit_after
+    from hetbench.harness.system.exits import exit_after
 
     # without TensorFlow's teardown, which would call the servers as they leave
     exit_after(main)

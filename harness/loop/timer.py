@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from time import perf_counter_ns  # a module global: one lookup less per mark than time.X
 from typing import Protocol
 
-from adapters.base import TimingEvent
-from harness.records.collector import PHASES, Phase
+from hetbench.adapters.base import TimingEvent
+from hetbench.harness.records.collector import PHASES, Phase
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class CudaEventTimer(StepTimer):
 
     def end_at(self, phase: Phase, instant: int) -> None:
         raise RuntimeError("CUDA-event timing marks its own phases (an overlapped exchange "
-                           "is timed by StepTimer: harness.loop.worker.phase_timer)")
+                           "is timed by StepTimer: hetbench.harness.loop.worker.phase_timer)")
 
     def end(self, now: int) -> None:
         index = len(self.marks)

@@ -2,8 +2,9 @@
 
 Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
 
-    python -m harness.loop.worker --run-dir DIR                     # prepared by hetbench run
-    torchrun ... -m harness.loop.worker --suite S --run-name NAME --out DIR   # env:// rendezvous
+    python -m hetbench.harness.loop.worker --run-dir DIR       # prepared by hetbench run
+    torchrun ... -m hetbench.harness.loop.worker --suite S --run-name NAME --out DIR
+                                                              # env:// rendezvous
 
 Rank and world size come from RANK and WORLD_SIZE. Core affinity and thread counts are set
 before any framework is imported, so every framework thread inherits them.
@@ -28,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adapters.base import Adapter, DeviceEvents, Loss
-from harness import exchange as aggregators
-from harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, Unattached
-from harness.loop import engine, lifecycle
-from harness.loop.counters import UNMEASURED_CPU, Counters
-from harness.loop.profiling import step_profiler
-from harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
-from harness.partition.policies import (
+from hetbench.adapters.base import Adapter, DeviceEvents, Loss
+from hetbench.harness import exchange as aggregators
+from hetbench.harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, Unattached
+from hetbench.harness.loop import engine, lifecycle
+from hetbench.harness.loop.counters import UNMEASURED_CPU, Counters
+from hetbench.harness.loop.profiling import step_profiler
+from hetbench.harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
+from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
     equal_sizes,
@@ -43,18 +44,18 @@ from harness.partition.policies import (
     measures,
     slice_bounds,
 )
-from harness.records import collector, rundir
-from harness.records.collector import Phase, RecordWriter
-from harness.spec.emulation import Stretcher
-from harness.spec.errors import UsageError
-from harness.spec.suite import RunSpec, load_suite, run_from_dict
-from harness.spec.workers import WorkerSpec
-from harness.system import allocator, interfaces, orphans
-from harness.system.exits import exit_after
-from harness.training.loader import Prefetcher
-from harness.training.optim import Optimizer
-from workloads import build_spec, get_workload
-from workloads.data import BatchOrder, load_dataset
+from hetbench.harness.records import collector, rundir
+from hetbench.harness.records.collector import Phase, RecordWriter
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import RunSpec, load_suite, run_from_dict
+from hetbench.harness.spec.workers import WorkerSpec
+from hetbench.harness.system import allocator, interfaces, orphans
+from hetbench.harness.system.exits import exit_after
+from hetbench.harness.training.loader import Prefetcher
+from hetbench.harness.training.optim import Optimizer
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads.data import BatchOrder, load_dataset
 
 # The phases an overlapped backward ends at an instant it measured, as module constants: an
 # enum member read through its class costs ~0.15 us (the metaclass's lookup), several times
@@ -66,7 +67,7 @@ now = time.perf_counter_ns  # a module global: one lookup less per mark than tim
 if TYPE_CHECKING:
     import torch
 
-    from workloads.data import BatchOrder
+    from hetbench.workloads.data import BatchOrder
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -133,14 +134,14 @@ class Trainer:
         idx = self.order.indices(step)[lo:hi]
         loader = self.run.loader
         if self.encoded is not None:
-            from workloads.pipeline import decode_png
+            from hetbench.workloads.pipeline import decode_png
 
             x = decode_png([self.encoded[i] for i in idx], self.inputs.shape[1])
         else:
             x = self.inputs[idx]
         y = self.targets[idx]
         if loader is not None and loader.augment:
-            from workloads.pipeline import augment
+            from hetbench.workloads.pipeline import augment
 
             x = augment(x, self.run.seed, step, lo, self.run.global_batch)
         if self.prepare is not None:
@@ -322,8 +323,8 @@ def make_evaluator(run: RunSpec, rank: int, adapter: Adapter, run_dir: Path, dev
     """The held-out evaluation of a run with eval_every, or None."""
     if not run.eval_every:
         return None
-    from harness.exchange import comm
-    from harness.training.evaluation import Evaluator
+    from hetbench.harness.exchange import comm
+    from hetbench.harness.training.evaluation import Evaluator
 
     lockstep = aggregators.kind(run.aggregator.name).lockstep
     if not lockstep and rank != 0:
@@ -364,7 +365,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapt
     import numpy as np
     import torch
 
-    from harness.training.optim import Optimizer
+    from hetbench.harness.training.optim import Optimizer
 
     worker = run.workers[rank]
     data = load_dataset(run.dataset, run.workload, run.seed)
@@ -388,7 +389,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapt
                       num_classes=data.num_classes)
     trainer.fetch = trainer.batch
     if run.loader is not None and run.loader.decode:
-        from workloads.pipeline import encode_png
+        from hetbench.workloads.pipeline import encode_png
 
         trainer.encoded = encode_png(data.inputs)  # once, before any timing
     adapter.zero_grad()
@@ -398,7 +399,7 @@ def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapt
 def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter]) -> None:
     """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
     if run.pipeline is not None:  # a stage of a virtual worker: its own loop
-        from harness.loop.stage import train_stage
+        from hetbench.harness.loop.stage import train_stage
 
         train_stage(run, run_dir, rank, backend)
         return
@@ -432,10 +433,10 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
            trainer: Trainer, data: Any) -> None:
     import torch
 
-    from harness.exchange import comm
-    from harness.loop.data_parallel import WorkerSteps
-    from harness.loop.membership import Membership
-    from harness.loop.repartitioning import Repartitioning
+    from hetbench.harness.exchange import comm
+    from hetbench.harness.loop.data_parallel import WorkerSteps
+    from hetbench.harness.loop.membership import Membership
+    from hetbench.harness.loop.repartitioning import Repartitioning
 
     worker = run.workers[rank]
     adapter = trainer.adapter
@@ -498,7 +499,8 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.loop.worker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m hetbench.harness.loop.worker",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", type=Path, help="run directory prepared by hetbench run")
     parser.add_argument("--suite", help="suite file or built-in name (torchrun mode)")
@@ -535,8 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         return _guarded(args.run_dir, run, rank, False,
                         lambda: aggregators.serve(run, args.run_dir, rank))
 
-    from adapters import load_adapter
-    from harness.exchange import comm as comm_module
+    from hetbench.adapters import load_adapter
+    from hetbench.harness.exchange import comm as comm_module
 
     adapter_cls = load_adapter(worker.framework)
     backend = comm_module.choose_backend(
@@ -655,7 +657,7 @@ def _torchrun_run_dir(run: RunSpec, suite_name: str, args: argparse.Namespace, r
     """Rank 0 creates the run directory and manifest; every rank learns its name."""
     import torch
 
-    from harness.exchange import comm
+    from hetbench.harness.exchange import comm
 
     name = ""
     if rank == 0:

@@ -29,7 +29,7 @@ MEASURED = ("profiled",)
 
 
 class SliceSpec(Protocol):
-    """The fields of a run's partition (harness.spec.partitions.PartitionSpec) that choose
+    """The fields of a run's partition (hetbench.harness.spec.partitions.PartitionSpec) that choose
     the first slices."""
 
     @property

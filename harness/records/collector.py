@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.system import clocks
+from hetbench.harness.system import clocks
 
 
 class Phase(StrEnum):
@@ -108,7 +108,7 @@ def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
                  ) -> tuple[Any, ...]:
     """One step's row, in RECORD_DTYPE's field order (the one place that knows it):
     `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
-    threads' CPU time during compute, `counters` harness.loop.counters.Counters.take()'s
+    threads' CPU time during compute, `counters` hetbench.harness.loop.counters.Counters.take()'s
     (context switches, user and system CPU, rss, gc time and collections), `exchange` the
     aggregator's Exchange (its EXCHANGE_FIELDS)."""
     # spelled out, not a loop over PHASES: built once a step right after its compute, where
@@ -355,8 +355,8 @@ def steps_done(run_dir: Path, world_size: int, ranks: Iterable[int] | None = Non
 
 def records_frame(arrays: Iterable[np.ndarray], clock: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
     """One tidy DataFrame, one row per (rank, step). `clock`: the offsets measured when the
-    workers do not share a clock ({"start": ..., "end": ...}, harness.system.clocks), applied so
-    that every timestamp is on rank 0's clock."""
+    workers do not share a clock ({"start": ..., "end": ...}, hetbench.harness.system.clocks),
+    applied so that every timestamp is on rank 0's clock."""
     import pandas as pd
 
     arrays = [a for a in arrays if len(a)]
@@ -417,8 +417,8 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 # Which run a row belongs to, as columns of steps.parquet, so that rows of many runs can be
-# concatenated and still told apart (harness.records.results.load_steps adds them to runs recorded
-# before, or read from parts): run id, launch, repeat, and whether the step is warm-up.
+# concatenated and still told apart (hetbench.harness.records.results.load_steps adds them to runs
+# recorded before, or read from parts): run id, launch, repeat, and whether the step is warm-up.
 IDENTITY_COLUMNS = ("run_id", "launch", "repeat", "warmup", "profiled")
 
 
@@ -447,7 +447,7 @@ def with_placement(frame: Any, meta: dict[str, Any]) -> Any:
     """Where the run pipelined its model (virtual workers): columns `virtual_worker` and
     `stage` of each row's rank (in place, and returned); nothing otherwise. Every stage of a
     virtual worker records the virtual worker's slice: its samples count once, at stage 0
-    (analysis.metrics.counted_samples)."""
+    (hetbench.analysis.metrics.counted_samples)."""
     pipeline = (meta.get("run") or {}).get("pipeline")
     if not pipeline or "rank" not in frame:
         return frame

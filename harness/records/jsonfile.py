@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.spec.errors import UsageError
+from hetbench.harness.spec.errors import UsageError
 
 
 def read(path: Path, what: str) -> Any:

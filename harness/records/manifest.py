@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import SCHEMA_VERSION
-from harness.records import jsonfile
-from harness.spec.errors import UsageError
-from harness.spec.fields import NAME_PATTERN
+from hetbench.harness import SCHEMA_VERSION
+from hetbench.harness.records import jsonfile
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import NAME_PATTERN
 
 MANIFEST_FILE = "manifest.json"
 STATUSES = ("running", "completed", "failed", "interrupted", "skipped")

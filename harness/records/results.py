@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from harness.records import collector, manifest
-from harness.spec import aggregators
-from harness.spec.errors import UsageError
-from harness.system import procfs
-from harness.system import sampler as system
+from hetbench.harness.records import collector, manifest
+from hetbench.harness.spec import aggregators
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.system import procfs
+from hetbench.harness.system import sampler as system
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def load_steps(*paths: str | os.PathLike[str]) -> pd.DataFrame:
     `warmup` flag. Every launch
     found is there: filter on `launch` to keep one, the column says which is which.
 
-        from harness.records.results import load_steps
+        from hetbench.harness.records.results import load_steps
         steps = load_steps("results/variability")
         steps[~steps.warmup].groupby(["run", "repeat"])["allreduce_ns"].median()
     """

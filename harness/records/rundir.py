@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector, jsonfile, manifest, trace
-from harness.spec.errors import NotClosed, UsageError
-from harness.spec.suite import RunSpec, run_from_dict
-from harness.system import environment, procfs, services
+from hetbench.harness.records import collector, jsonfile, manifest, trace
+from hetbench.harness.spec.errors import NotClosed, UsageError
+from hetbench.harness.spec.suite import RunSpec, run_from_dict
+from hetbench.harness.system import environment, procfs, services
 
 RUN_FILE = "run.json"  # the run's configuration, read by its workers and servers
 
@@ -180,7 +180,7 @@ def recover(run_dir: Path) -> RunResult:
     its records written from the flushed parts, nothing lost. Its workers and services died
     with the launcher (they are told to, at start). Refused, with the reason, while the
     launcher lives or where this host cannot tell (UsageError)."""
-    from harness.records.results import checked_steps, require_launcher_gone  # pandas
+    from hetbench.harness.records.results import checked_steps, require_launcher_gone  # pandas
 
     meta = manifest.read(run_dir)
     if meta.get("status") != "running":

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.records.collector import PHASES, TRACE_FILE, Phase
+from hetbench.harness.records.collector import PHASES, TRACE_FILE, Phase
 
 CHUNK_ROWS = 100_000  # rows turned into events at a time (about 130 MB of text)
 # The most rows (worker-steps) a trace holds, about 1.3 KB of JSON each: Perfetto's UI runs

@@ -5,7 +5,7 @@ launchers meet in its store). It watches the workers: when one dies the others a
 within a bounded time, and whatever they flushed becomes the run's records, marked
 `failed` (or `interrupted` on Ctrl-C) with the reason. Across hosts (`hetbench run
 --nnodes N` on each), every host's launcher starts and watches its own workers, and the
-launchers keep the runs in lockstep through harness.run.nodes (docs/howto/multi-host.md).
+launchers keep the runs in lockstep through hetbench.harness.run.nodes (docs/howto/multi-host.md).
 """
 
 from __future__ import annotations
@@ -21,17 +21,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters import missing_framework
-from harness import exchange
-from harness.records import collector, manifest
-from harness.records.rundir import RunResult, close_run, new_launch, next_repeat, prepare_run_dir
-from harness.run.nodes import Nodes, Seat, prepare_share
-from harness.spec.errors import DeviceUnavailable, NodeLost
-from harness.spec.suite import RunSpec, SuiteSpec
-from harness.spec.workers import cpu_list
-from harness.system import interfaces, procfs, signals
-from harness.system import sampler as system
-from harness.system import services as aggregator_services
+from hetbench.adapters import missing_framework
+from hetbench.harness import exchange
+from hetbench.harness.records import collector, manifest
+from hetbench.harness.records.rundir import (
+    RunResult,
+    close_run,
+    new_launch,
+    next_repeat,
+    prepare_run_dir,
+)
+from hetbench.harness.run.nodes import Nodes, Seat, prepare_share
+from hetbench.harness.spec.errors import DeviceUnavailable, NodeLost
+from hetbench.harness.spec.suite import RunSpec, SuiteSpec
+from hetbench.harness.spec.workers import cpu_list
+from hetbench.harness.system import interfaces, procfs, signals
+from hetbench.harness.system import sampler as system
+from hetbench.harness.system import services as aggregator_services
 
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
@@ -47,7 +53,7 @@ def gpu_count(framework: str) -> int:
     """GPUs that `framework` itself sees here, probed in a throw-away process (the launcher
     imports no framework). It can differ between frameworks on one host: tensorflow-cpu
     and MXNet's CPU wheel see none even where torch sees several."""
-    from harness.run.probe import DEFAULT_TIMEOUT_S, probe
+    from hetbench.harness.run.probe import DEFAULT_TIMEOUT_S, probe
 
     info = probe(framework, DEFAULT_TIMEOUT_S)
     if info.status != "ok":
@@ -95,8 +101,8 @@ def worker_environment(run: RunSpec, rank: int, port: int, seat: Seat | None = N
                        ) -> dict[str, str]:
     """What a worker is told: the rendezvous (rank 0 serves its store), its rank, the
     interface its libraries bind. On one host, loopback only (issue 18): the store listens
-    on MASTER_ADDR alone (harness.exchange.comm), gloo's pair sockets and TensorPipe's (RPC)
-    listeners on lo. Across hosts, the master's address and this host's `seat.interface`."""
+    on MASTER_ADDR alone (hetbench.harness.exchange.comm), gloo's pair sockets and TensorPipe's
+    (RPC) listeners on lo. Across hosts, the master's address and this host's `seat.interface`."""
     env = dict(os.environ)
     ranks_here = [rank] if seat is None else seat.ranks
     env.update({
@@ -174,7 +180,7 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         for rank in ranks:
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs[rank] = subprocess.Popen(
-                    services.worker_command([sys.executable, "-m", "harness.loop.worker",
+                    services.worker_command([sys.executable, "-m", "hetbench.harness.loop.worker",
                                              "--run-dir", str(run_dir)]),
                     env=services.environment(worker_environment(run, rank, port, seat)
                                              | services.env), stdout=log,

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.spec.suite import SuiteSpec
-from harness.system import testbed
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import SuiteSpec
+from hetbench.harness.system import testbed
 
 
 @contextmanager

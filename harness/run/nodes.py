@@ -33,11 +33,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from harness.records import collector, jsonfile
-from harness.records.rundir import RUN_FILE, RunResult, close_run
-from harness.spec.errors import NodeLost, UsageError
-from harness.spec.suite import RunSpec, SuiteSpec
-from harness.system import interfaces, procfs
+from hetbench.harness.records import collector, jsonfile
+from hetbench.harness.records.rundir import RUN_FILE, RunResult, close_run
+from hetbench.harness.spec.errors import NodeLost, UsageError
+from hetbench.harness.spec.suite import RunSpec, SuiteSpec
+from hetbench.harness.system import interfaces, procfs
 
 BEAT_S = 0.5
 STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
@@ -117,7 +117,7 @@ class Nodes:
         """Meet the other hosts, or one line (UsageError) naming what did not answer or
         what differs, before anything runs."""
         dist = _torch_distributed()
-        from harness.exchange.rendezvous import tcp_store
+        from hetbench.harness.exchange.rendezvous import tcp_store
 
         where = f"{place.master_addr}:{place.master_port}"
         timeout = timedelta(seconds=place.join_timeout_s)
@@ -479,7 +479,7 @@ def recover_share(share: Path) -> int:
     the run itself, with the records of this node that reached it; the rest stay here, in
     their flushed parts, as they are. Refused while the launcher lives or where this host
     cannot tell (UsageError). Returns the step records the share holds."""
-    from harness.records.results import require_launcher_gone  # pandas: here only
+    from hetbench.harness.records.results import require_launcher_gone  # pandas: here only
 
     state = share_state(share)
     launcher = state.get("launcher") or {}

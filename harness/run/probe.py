@@ -18,15 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters import FRAMEWORKS, install_hint, load_adapter, missing_framework
-from harness.spec.aggregators import AGGREGATORS
-from harness.system.exits import exit_after
+from hetbench.adapters import FRAMEWORKS, install_hint, load_adapter, missing_framework
+from hetbench.harness.spec.aggregators import AGGREGATORS
+from hetbench.harness.system.exits import exit_after
 
 MARKER = "HETBENCH-PROBE "
 DEFAULT_TIMEOUT_S = 120.0
 
-# A probe is `python -m harness.run.probe FRAMEWORK`: it loads the framework's adapter, whose
-# probe() says what the framework sees, and prints MARKER + that JSON as its last line.
+# A probe is `python -m hetbench.harness.run.probe FRAMEWORK`: it loads the framework's adapter,
+# whose probe() says what the framework sees, and prints MARKER + that JSON as its last line.
 
 
 @dataclass
@@ -37,7 +37,7 @@ class FrameworkInfo:
     version: str = ""
     devices: list[str] = field(default_factory=list)
     strategies: list[str] = field(default_factory=list)
-    # aggregator names a suite may give runs on this framework (harness.exchange)
+    # aggregator names a suite may give runs on this framework (hetbench.harness.exchange)
     hetbench_aggregators: list[str] = field(default_factory=list)
     reason: str = ""
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.partition.policies import fixed_policies
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.partition.policies import fixed_policies
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_NODES,
     MAX_SERVERS,
     MAX_STEPS,
@@ -24,11 +24,11 @@ from harness.spec.fields import (
     number,
     table,
 )
-from harness.spec.frameworks import with_torch_layers
-from harness.spec.loaders import LoaderSpec
-from harness.spec.partitions import PartitionSpec
-from harness.spec.workers import WorkerSpec
-from workloads import WORKLOADS, get_workload
+from hetbench.harness.spec.frameworks import with_torch_layers
+from hetbench.harness.spec.loaders import LoaderSpec
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.workers import WorkerSpec
+from hetbench.workloads import WORKLOADS, get_workload
 
 
 @dataclass(frozen=True)
@@ -91,19 +91,19 @@ class Kind:
         return "servers" in self.keys
 
 
-_ALLREDUCE = "harness.exchange.allreduce"
+_ALLREDUCE = "hetbench.harness.exchange.allreduce"
 
 
-_DEVICE = "harness.exchange.device"
+_DEVICE = "hetbench.harness.exchange.device"
 
 
-_NATIVE = "harness.exchange.native"
+_NATIVE = "hetbench.harness.exchange.native"
 
 
-_PS = "harness.exchange.parameter_server"
+_PS = "hetbench.harness.exchange.parameter_server"
 
 
-_TF_PS = "harness.exchange.tensorflow_ps"
+_TF_PS = "hetbench.harness.exchange.tensorflow_ps"
 
 
 _PS_KEYS = ("servers",)
@@ -154,7 +154,7 @@ AGGREGATORS: dict[str, Kind] = {
     "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "backup"),
                    lockstep=False, services=_PS_START,
                    summary="synchronous over the first n - b gradients of each step"),
-    "ddp": Kind("harness.exchange.ddp:DDPAllreduce", framework="pytorch",
+    "ddp": Kind("hetbench.harness.exchange.ddp:DDPAllreduce", framework="pytorch",
                 keys=("bucket_mb", "comm_hook"),
                 device_buffer=True, overlaps=True,
                 summary="PyTorch DistributedDataParallel: gradient sums all-reduced in "
@@ -172,7 +172,7 @@ AGGREGATORS: dict[str, Kind] = {
                                   prepare=f"{_NATIVE}:prepare_tensorflow",
                                   summary="TensorFlow's ring all-reduce "
                                   "(MultiWorkerMirroredStrategy)"),
-    "tensorflow-ps": Kind("harness.loop.tensorflow_coordinator:train",
+    "tensorflow-ps": Kind("hetbench.harness.loop.tensorflow_coordinator:train",
                           framework="tensorflow", keys=_PLACED_PS_KEYS, lockstep=False,
                           staleness_bound="unbounded",
                           plain_sgd=True, services=f"{_TF_PS}:start_services",

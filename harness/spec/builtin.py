@@ -8,12 +8,12 @@ from importlib import resources
 
 
 def builtin_suites() -> list[str]:
-    folder = resources.files("harness.spec") / "suites"
+    folder = resources.files("hetbench.harness.spec") / "suites"
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
 def builtin_text(name: str) -> str:
-    return (resources.files("harness.spec") / "suites" / f"{name}.toml").read_text()
+    return (resources.files("hetbench.harness.spec") / "suites" / f"{name}.toml").read_text()
 
 
 def builtin_summary(name: str) -> str:

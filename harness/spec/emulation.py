@@ -12,7 +12,8 @@ from typing import Protocol
 
 
 class Emulated(Protocol):
-    """The fields of a worker spec (harness.spec.suite.WorkerSpec) that say how it is slowed."""
+    """The fields of a worker spec (hetbench.harness.spec.suite.WorkerSpec) that say how it is
+    slowed."""
 
     @property
     def slowdown(self) -> float: ...

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from harness.spec.errors import UsageError
+from hetbench.harness.spec.errors import UsageError
 
 # Where a value came from, for errors: a run's `at(key)` says runs[i].key or defaults.key.
 At = Callable[[str], str]

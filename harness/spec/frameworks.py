@@ -21,10 +21,11 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "pytorch": Framework("adapters.pytorch:TorchAdapter", "torch", None, torch_layers=True),
-    "tensorflow": Framework("adapters.tensorflow:TensorFlowAdapter", "tensorflow",
+    "pytorch": Framework("hetbench.adapters.pytorch:TorchAdapter", "torch", None,
+                         torch_layers=True),
+    "tensorflow": Framework("hetbench.adapters.tensorflow:TensorFlowAdapter", "tensorflow",
                             "tensorflow"),
-    "mxnet": Framework("adapters.mxnet:MXNetAdapter", "mxnet", "mxnet"),
+    "mxnet": Framework("hetbench.adapters.mxnet:MXNetAdapter", "mxnet", "mxnet"),
 }
 # framework -> (the module it imports, the extra that installs it)
 REQUIREMENTS: dict[str, tuple[str, str | None]] = {

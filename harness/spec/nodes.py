@@ -4,11 +4,11 @@
     [[nodes]]                                   # node 1
     link = { rate = "100mbit", delay = "1ms" }
 
-`link` is how the node's network link is shaped, in tc's units (`harness.system.testbed.Link`:
-rate by a token bucket, delay, jitter and loss by netem). On hetbench's testbed each host's
-launcher shapes its own link for the suite and restores it after (harness/run/links.py);
-on real hosts the link is recorded only, with a warning. Every run's manifest records the
-links with the hosts (`nodes`).
+`link` is how the node's network link is shaped, in tc's units
+(`hetbench.harness.system.testbed.Link`: rate by a token bucket, delay, jitter and loss by netem).
+On hetbench's testbed each host's launcher shapes its own link for the suite and restores it after
+(harness/run/links.py); on real hosts the link is recorded only, with a warning. Every run's
+manifest records the links with the hosts (`nodes`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.spec.fields import MAX_NODES, check_keys, table
-from harness.system.testbed import LINK_KEYS, Link
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import MAX_NODES, check_keys, table
+from hetbench.harness.system.testbed import LINK_KEYS, Link
 
 NODE_KEYS = {"link"}
 

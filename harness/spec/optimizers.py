@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_EPS,
     MAX_LR,
     MAX_STEPS,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.partition.policies import ADAPTIVE, POLICIES
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.partition.policies import ADAPTIVE, POLICIES
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_SLICE_RATIO,
     MAX_STEPS,
     MAX_TOLERANCE,
@@ -29,7 +29,7 @@ class PartitionSpec:
     sizes: tuple[int, ...] | None = None
     weights: tuple[float, ...] | None = None
     profile_steps: int = 5
-    # adaptive policies (proportional, model): see harness.partition.policies.Damping
+    # adaptive policies (proportional, model): see hetbench.harness.partition.policies.Damping
     initial: str = "equal"
     every: int = 10
     dead_band: float = 0.05
@@ -39,7 +39,7 @@ class PartitionSpec:
     max_ratio: float = 2.0
     reset: float = 0.3
     # 'model' only: a worker whose slice does not pay for its cost and the exchange gets
-    # none (harness.partition.policies.Repartitioner.membership)
+    # none (hetbench.harness.partition.policies.Repartitioner.membership)
     leave_out: bool = False
 
     @property

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.partition.policies import fixed_policies, initial_sizes, measures
-from harness.partition.virtual import allocate
-from harness.spec.aggregators import AggregatorSpec
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.partition.policies import fixed_policies, initial_sizes, measures
+from hetbench.harness.partition.virtual import allocate
+from hetbench.harness.spec.aggregators import AggregatorSpec
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_MICRO_BATCHES,
     MAX_STEPS,
     At,
@@ -22,10 +22,10 @@ from harness.spec.fields import (
     integer,
     table,
 )
-from harness.spec.frameworks import with_torch_layers
-from harness.spec.partitions import PartitionSpec
-from harness.spec.workers import WorkerSpec
-from workloads import WORKLOADS, get_workload
+from hetbench.harness.spec.frameworks import with_torch_layers
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.workers import WorkerSpec
+from hetbench.workloads import WORKLOADS, get_workload
 
 SCHEDULES = ("gpipe", "1f1b")
 

@@ -5,7 +5,7 @@
 The profiled ranks write one Kineto trace each (harness/loop/profiling.py), the layout
 Holistic Trace Analysis reads. The window's steps, and the step after it (the profiled ranks
 stop the profiler before it, while the others wait in its exchange), are marked `profiled`
-in steps.parquet and left out of every summary (analysis.metrics.after_warmup).
+in steps.parquet and left out of every summary (hetbench.analysis.metrics.after_warmup).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harness.spec.errors import UsageError
-from harness.spec.fields import MAX_STEPS, check_keys, integer, table, toml_type
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import MAX_STEPS, check_keys, integer, table, toml_type
 
 PROFILE_KEYS = {"steps", "ranks"}
 # The profiler keeps every event of the window in memory until the run ends: a window is a

@@ -34,11 +34,11 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.spec import aggregators, pipelines
-from harness.spec.aggregators import AggregatorSpec
-from harness.spec.builtin import builtin_suites, builtin_text
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.spec import aggregators, pipelines
+from hetbench.harness.spec.aggregators import AggregatorSpec
+from hetbench.harness.spec.builtin import builtin_suites, builtin_text
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_GLOBAL_BATCH,
     MAX_LR,
     MAX_REPEATS,
@@ -57,18 +57,23 @@ from harness.spec.fields import (
     text,
     valid_name,
 )
-from harness.spec.frameworks import FRAMEWORKS
-from harness.spec.loaders import LoaderSpec, parse_loader
-from harness.spec.nodes import NodeSpec, parse_nodes
-from harness.spec.optimizers import OptimizerSpec, parse_optimizer
-from harness.spec.partitions import PartitionSpec, parse_partition
-from harness.spec.pipelines import PipelineSpec, pipeline_from_dict
-from harness.spec.profiling import ProfileSpec, parse_profile, profile_from_dict, step_window
-from harness.spec.workers import WorkerSpec, parse_workers
-from harness.system.testbed import Link
-from workloads import DATASETS, WORKLOADS, get_workload
-from workloads.data import sample_count
-from workloads.models import DEFAULT_SIZE, SIZES
+from hetbench.harness.spec.frameworks import FRAMEWORKS
+from hetbench.harness.spec.loaders import LoaderSpec, parse_loader
+from hetbench.harness.spec.nodes import NodeSpec, parse_nodes
+from hetbench.harness.spec.optimizers import OptimizerSpec, parse_optimizer
+from hetbench.harness.spec.partitions import PartitionSpec, parse_partition
+from hetbench.harness.spec.pipelines import PipelineSpec, pipeline_from_dict
+from hetbench.harness.spec.profiling import (
+    ProfileSpec,
+    parse_profile,
+    profile_from_dict,
+    step_window,
+)
+from hetbench.harness.spec.workers import WorkerSpec, parse_workers
+from hetbench.harness.system.testbed import Link
+from hetbench.workloads import DATASETS, WORKLOADS, get_workload
+from hetbench.workloads.data import sample_count
+from hetbench.workloads.models import DEFAULT_SIZE, SIZES
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ class RunSpec:
     placement: str | None = None
     # the trace (trace.json) holds the last this many steps, or the window (first, last) of
     # steps ("A-B" in a suite); 0: no trace. A long run's trace of every step would be more
-    # than Perfetto's UI can hold (harness.records.trace.MAX_ROWS bounds it too).
+    # than Perfetto's UI can hold (hetbench.harness.records.trace.MAX_ROWS bounds it too).
     trace_steps: int | tuple[int, int] = 5000
     # steps recorded by torch.profiler on some ranks (harness/spec/profiling.py); None: none
     profile: ProfileSpec | None = None

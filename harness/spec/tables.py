@@ -13,13 +13,13 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from harness.spec.aggregators import AGGREGATORS, AggregatorSpec
-from harness.spec.loaders import LoaderSpec
-from harness.spec.optimizers import OptimizerSpec
-from harness.spec.partitions import PartitionSpec
-from harness.spec.pipelines import PipelineSpec
-from harness.spec.suite import RUN_DEFAULTS, RunSpec
-from harness.spec.workers import WorkerSpec
+from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
+from hetbench.harness.spec.loaders import LoaderSpec
+from hetbench.harness.spec.optimizers import OptimizerSpec
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.pipelines import PipelineSpec
+from hetbench.harness.spec.suite import RUN_DEFAULTS, RunSpec
+from hetbench.harness.spec.workers import WorkerSpec
 
 # the RunSpec fields written as they are when they differ from the suite defaults
 _PLAIN = ("framework", "workload", "dataset", "steps", "warmup_steps", "global_batch", "lr",

@@ -1,5 +1,5 @@
 """A run's workers: what each is (device, threads, cores, framework) and how it is slowed
-(harness.spec.emulation), checked."""
+(hetbench.harness.spec.emulation), checked."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.spec import emulation
-from harness.spec.errors import UsageError
-from harness.spec.fields import (
+from hetbench.harness.spec import emulation
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import (
     MAX_CORE,
     MAX_NODES,
     MAX_SLOWDOWN,
@@ -24,7 +24,7 @@ from harness.spec.fields import (
     table,
     text,
 )
-from harness.spec.frameworks import FRAMEWORKS
+from hetbench.harness.spec.frameworks import FRAMEWORKS
 
 # Used with fullmatch: '$' alone would also accept a trailing newline.
 DEVICE_PATTERN = re.compile(r"cpu|cuda:\d+")
@@ -61,7 +61,7 @@ class WorkerSpec:
         return bool(self.slowdown_at) or bool(self.jitter)
 
     def factor_at(self, step: int, seed: int, rank: int) -> float:
-        """The slowdown of this worker's step `step` (harness.spec.emulation)."""
+        """The slowdown of this worker's step `step` (hetbench.harness.spec.emulation)."""
         return emulation.factor_at(self, step, seed, rank)
 
     @property
@@ -75,7 +75,7 @@ class WorkerSpec:
             float(self.threads)
 
     def slowdown_for(self, step: int) -> float:
-        """The schedule's slowdown at `step`, without jitter (harness.spec.emulation)."""
+        """The schedule's slowdown at `step`, without jitter (hetbench.harness.spec.emulation)."""
         return emulation.scheduled(self, step)
 
     @property
@@ -132,7 +132,7 @@ def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...
 
 def parse_cores(raw: Any, where: str) -> tuple[int, ...] | None:
     """Distinct CPU numbers. Whether this host has them is asked before a run starts
-    (harness.run.launcher.check_devices): the suite still parses on a smaller machine."""
+    (hetbench.harness.run.launcher.check_devices): the suite still parses on a smaller machine."""
     if raw is None:
         return None
     if not isinstance(raw, list) or not raw:

@@ -3,10 +3,10 @@ else, so that a listener bound to every interface is still reachable from this h
 
 TensorFlow's gRPC servers bind "0.0.0.0:<port>" whatever address they are given, with no
 setting for it (issue 18); inside such a namespace "every interface" is `lo`. The launcher
-starts a holder (`python -m harness.system.netns hold`) that creates the namespace (a user
+starts a holder (`python -m hetbench.harness.system.netns hold`) that creates the namespace (a user
 namespace too when not root, as `unshare -Urn` does), brings `lo` up and waits; each worker
-is started as `python -m harness.system.netns join PID -- COMMAND`, which enters the holder's
-namespaces and then becomes COMMAND (exec: same pid, nothing left between). The holder ends
+is started as `python -m hetbench.harness.system.netns join PID -- COMMAND`, which enters the
+holder's namespaces and then becomes COMMAND (exec: same pid, nothing left between). The holder ends
 when the launcher stops it or dies (its stdin closes).
 
 Linux only; where namespaces are not allowed (a container without the capability, a
@@ -107,7 +107,7 @@ def interfaces(pid: int | str = "self") -> list[str]:
 def start_holder(log: Path) -> subprocess.Popen[bytes] | str:
     """The holder process, once its namespace is ready; else why not (its log's words)."""
     with open(log, "wb") as err:
-        holder = subprocess.Popen([sys.executable, "-m", "harness.system.netns", "hold"],
+        holder = subprocess.Popen([sys.executable, "-m", "hetbench.harness.system.netns", "hold"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                   start_new_session=True)
     assert holder.stdout is not None
@@ -137,7 +137,7 @@ def stop_holder(holder: subprocess.Popen[bytes]) -> None:
 
 def join_command(pid: int, command: list[str]) -> list[str]:
     """`command`, run inside the namespace of holder `pid`."""
-    return [sys.executable, "-m", "harness.system.netns", "join", str(pid), "--", *command]
+    return [sys.executable, "-m", "hetbench.harness.system.netns", "join", str(pid), "--", *command]
 
 
 def main(argv: list[str]) -> int:
@@ -151,7 +151,8 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 1
         os.execv(argv[3], argv[3:])
-    print("usage: python -m harness.system.netns hold | join PID -- COMMAND...", file=sys.stderr)
+    print("usage: python -m hetbench.harness.system.netns hold | join PID -- COMMAND...",
+          file=sys.stderr)
     return 2
 
 

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.system import netns, orphans
+from hetbench.harness.system import netns, orphans
 
 STOP_GRACE_S = 5.0
 PRIVATE_TMP_PREFIX = "hetbench-run-"  # a run's TMPDIR: remove_private_tmp removes only such

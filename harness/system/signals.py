@@ -33,7 +33,7 @@ def describe(interrupt: KeyboardInterrupt) -> str:
     """The reason a run interrupted by it records."""
     if isinstance(interrupt, Interrupted):
         return f"interrupted by {signal.Signals(interrupt.number).name}"
-    if interrupt.args:  # one that says why (another host was stopped: harness.run.nodes)
+    if interrupt.args:  # one that says why (another host was stopped: hetbench.harness.run.nodes)
         return str(interrupt.args[0])
     return "interrupted by the user (Ctrl-C)"
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Adapter
-from harness.records import collector
+from hetbench.adapters.base import Adapter
+from hetbench.harness.records import collector
 
 EVAL_BATCH = 256  # held-out samples per forward pass (memory, not mathematics)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from harness.spec.loaders import LoaderSpec
+from hetbench.harness.spec.loaders import LoaderSpec
 
 PR_SET_PDEATHSIG = 1
 

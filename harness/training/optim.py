@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.spec.optimizers import OptimizerSpec
+from hetbench.harness.spec.optimizers import OptimizerSpec
 
 
 def learning_rate(spec: OptimizerSpec, lr: float, step: int, steps: int) -> float:

@@ -21,8 +21,16 @@ import math
 
 import numpy as np
 
-from workloads.models import IGNORE, ModelSpec, ParamSpec, Workload, check_size, dense, layer_norm
-from workloads.transformer import EMBED_BOUND, encoder_layer
+from hetbench.workloads.models import (
+    IGNORE,
+    ModelSpec,
+    ParamSpec,
+    Workload,
+    check_size,
+    dense,
+    layer_norm,
+)
+from hetbench.workloads.transformer import EMBED_BOUND, encoder_layer
 
 WIDTHS = {"tiny": (32, 2, 64, 1), "small": (128, 4, 512, 2), "base": (256, 4, 1024, 3)}
 MASK_SHARE = 0.15

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
-from workloads.transformer.mxnet import EncoderLayer, LayerNorm, Positions, dense
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
+from hetbench.workloads.transformer.mxnet import EncoderLayer, LayerNorm, Positions, dense
 
 
 class Bert(gluon.HybridBlock):

@@ -3,8 +3,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.models import ModelSpec
-from workloads.transformer.pytorch import EncoderLayer
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.transformer.pytorch import EncoderLayer
 
 
 class Bert(nn.Module):

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.tf_layers import dense, tf
-from workloads.transformer.tensorflow import embed, encoder_layer, layer_norm
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.tf_layers import dense, tf
+from hetbench.workloads.transformer.tensorflow import embed, encoder_layer, layer_norm
 
 NHWC = False  # token inputs
 

@@ -24,7 +24,15 @@ import math
 
 import numpy as np
 
-from workloads.models import IGNORE, ModelSpec, ParamSpec, Workload, check_size, conv, dense
+from hetbench.workloads.models import (
+    IGNORE,
+    ModelSpec,
+    ParamSpec,
+    Workload,
+    check_size,
+    conv,
+    dense,
+)
 
 CONVS = {"tiny": (8, 16, 32), "small": (16, 32, 64), "base": (32, 64, 128)}
 WIDTHS = {"tiny": (16, 32), "small": (32, 128), "base": (64, 512)}  # (embedding, hidden)

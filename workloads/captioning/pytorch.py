@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models import ModelSpec
+from hetbench.workloads.models import ModelSpec
 
 PARAMETER_NAMES = {
     "lstm.weight_ih": "lstm.weight_ih_l0",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workloads.models import ModelSpec, Workload, check_size, conv, dense
+from hetbench.workloads.models import ModelSpec, Workload, check_size, conv, dense
 
 CHANNELS = {"tiny": (8, 16), "small": (16, 32), "base": (64, 128)}
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
 
 
 def build(spec: ModelSpec) -> tuple[Any, dict[str, Any]]:

@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models import ModelSpec
-from workloads.torch_layers import Layer, flatten, relu_pool
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.torch_layers import Layer, flatten, relu_pool
 
 
 class CNN(nn.Module):

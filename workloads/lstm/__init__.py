@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from workloads.models import ModelSpec, ParamSpec, Workload, check_size, dense
+from hetbench.workloads.models import ModelSpec, ParamSpec, Workload, check_size, dense
 
 WIDTHS = {"tiny": (16, 64), "small": (32, 128), "base": (64, 512)}  # (embedding, hidden)
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
 
 # spec parameter kind -> Gluon attribute, where they differ (the fused LSTM layer's names)
 ATTRIBUTES = {"weight_ih": "l0_i2h_weight", "weight_hh": "l0_h2h_weight",

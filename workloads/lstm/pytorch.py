@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.models import ModelSpec
+from hetbench.workloads.models import ModelSpec
 
 # spec name -> torch parameter name, where they differ
 PARAMETER_NAMES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from workloads.models import ModelSpec, Workload, check_size, dense
+from hetbench.workloads.models import ModelSpec, Workload, check_size, dense
 
 HIDDEN = {"tiny": 64, "small": 256, "base": 1024}
 

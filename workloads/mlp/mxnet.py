@@ -4,8 +4,8 @@ from typing import Any
 
 import numpy as np
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
 
 
 def build(spec: ModelSpec) -> tuple[Any, dict[str, Any]]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.tf_layers import dense, tf
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.tf_layers import dense, tf
 
 NHWC = False  # flattened in the data's C, H, W order, as fc1.weight's columns
 

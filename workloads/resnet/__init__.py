@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from workloads.models import ModelSpec, ParamSpec, Workload, check_size, conv, dense
+from hetbench.workloads.models import ModelSpec, ParamSpec, Workload, check_size, conv, dense
 
 WIDTHS = {"tiny": (4, 8, 16), "small": (16, 32, 64), "base": (16, 32, 64)}
 BLOCKS = {"tiny": 1, "small": 1, "base": 3}

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon, mx
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon, mx
 
 
 class Block(gluon.HybridBlock):

@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models import ModelSpec
-from workloads.torch_layers import Layer, global_average
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.torch_layers import Layer, global_average
 
 
 class Block(nn.Module):

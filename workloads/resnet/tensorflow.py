@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.tf_layers import dense, tf
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.tf_layers import dense, tf
 
 NHWC = True
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 
-from workloads import numbers
-from workloads.models import (
+from hetbench.workloads import numbers
+from hetbench.workloads.models import (
     ModelSpec,
     ParamSpec,
     Workload,

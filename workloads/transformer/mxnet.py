@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
-from workloads.transformer import MASK_BIAS
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
+from hetbench.workloads.transformer import MASK_BIAS
 
 
 class LayerNorm(gluon.nn.LayerNorm):

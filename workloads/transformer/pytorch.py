@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models import ModelSpec
-from workloads.transformer import MASK_BIAS
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.transformer import MASK_BIAS
 
 
 class Attention(nn.Module):

@@ -4,9 +4,9 @@ from typing import Any
 
 import numpy as np
 
-from workloads.models import ModelSpec
-from workloads.tf_layers import dense, tf
-from workloads.transformer import MASK_BIAS
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.tf_layers import dense, tf
+from hetbench.workloads.transformer import MASK_BIAS
 
 NHWC = False  # token inputs
 EPS = 1e-5  # torch's LayerNorm default

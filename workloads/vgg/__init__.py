@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from workloads.models import ModelSpec, Workload, check_size, conv, dense
+from hetbench.workloads.models import ModelSpec, Workload, check_size, conv, dense
 
 POOL = 0  # marks a 2x2 max pooling in CONVS
 CONVS = {"tiny": (8, POOL, 16, POOL), "small": (16, POOL, 32, POOL, 64, POOL),

@@ -3,9 +3,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.mx_layers import gluon
-from workloads.vgg import POOL
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.mx_layers import gluon
+from hetbench.workloads.vgg import POOL
 
 
 def build(spec: ModelSpec) -> tuple[Any, dict[str, Any]]:

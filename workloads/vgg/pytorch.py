@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models import ModelSpec
-from workloads.torch_layers import Layer, flatten, relu_pool
-from workloads.vgg import POOL
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.torch_layers import Layer, flatten, relu_pool
+from hetbench.workloads.vgg import POOL
 
 
 class VGG(nn.Module):

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.models import ModelSpec
-from workloads.tf_layers import Layout, dense, flatten_layout, tf
-from workloads.vgg import POOL
+from hetbench.workloads.models import ModelSpec
+from hetbench.workloads.tf_layers import Layout, dense, flatten_layout, tf
+from hetbench.workloads.vgg import POOL
 
 NHWC = True
 
