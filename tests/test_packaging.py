@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from hetbench.harness.system.environment import git_commit
 from tests.conftest import REPO, Spawn
 
 ROOMS = ("harness", "adapters", "workloads", "analysis")
@@ -88,3 +89,9 @@ def test_a_checkout_imports_as_an_install_does() -> None:
     modes = {line.split()[3]: line.split()[0] for line in done.stdout.splitlines()}
     if modes:  # committed: as links (mode 120000), not copies
         assert all(modes.get(f"hetbench/{room}") == "120000" for room in ROOMS), modes
+
+
+def test_a_run_records_the_commit_of_the_checkout_it_runs_from() -> None:
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, timeout=30).stdout.strip()
+    assert git_commit()["commit"] == head

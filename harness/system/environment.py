@@ -60,8 +60,9 @@ def library_versions() -> dict[str, str]:
 
 
 def git_commit() -> dict[str, Any]:
-    """The commit of the hetbench source tree, if it is a git checkout."""
-    source = Path(__file__).resolve().parent.parent
+    """The commit of the hetbench source tree, if it is a git checkout (harness/system/ is
+    two folders below its top)."""
+    source = Path(__file__).resolve().parents[2]
     if shutil.which("git") is None or not (source / ".git").exists():
         return {}
     try:
