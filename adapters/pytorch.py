@@ -66,21 +66,26 @@ class TorchAdapter:
 
     def __init__(self, spec: ModelSpec, device: str, threads: int) -> None:
         torch.set_num_threads(threads)
+        workload = builder(spec.workload, "pytorch")
+        self.bind(spec, workload.build(spec), device, getattr(workload, "PARAMETER_NAMES", {}))
+
+    def bind(self, spec: ModelSpec, model: torch.nn.Module, device: str,
+             torch_names: dict[str, str]) -> None:
+        """The model on the device, its parameters views of the flat buffers in spec order
+        (`torch_names`: a spec name -> the module's name, where they differ)."""
         self.spec = spec
         self.device = torch.device(device)
-        workload = builder(spec.workload, "pytorch")
-        self.model = workload.build(spec).to(self.device)
+        self.model = model.to(self.device)
         # what the training forward runs: the model, or a wrapper of it that hooks its
         # backward (DDP: harness/exchange/ddp.py); evaluation always runs the model
         self.forward_module: torch.nn.Module = self.model
         # d(loss)/d(loss) the backward starts from; None: 1. An exchange that averages where
         # hetbench sums (DDP's own all-reduce) sets its number of workers.
         self.backward_seed: torch.Tensor | None = None
-        torch_names = getattr(workload, "PARAMETER_NAMES", {})
         n = spec.num_elements
         self.flat_params = torch.zeros(n, device=self.device)
         self.flat_grads = torch.zeros(n + 1, device=self.device)  # last element: loss sum
-        named = dict(self.model.named_parameters())
+        named = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         if len(named) != len(spec.params):  # a parameter outside the spec would never train
             raise ValueError(f"{spec.workload}: the torch model has {len(named)} parameters, "
                              f"the spec {len(spec.params)}")
@@ -89,6 +94,8 @@ class TorchAdapter:
             param = named[torch_names.get(p.name, p.name)]
             if tuple(param.shape) != p.shape:
                 raise ValueError(f"{p.name}: torch shape {tuple(param.shape)} != spec {p.shape}")
+            with torch.no_grad():  # the module's own values, where no spec draws them (a job)
+                self.flat_params[offset : offset + p.size].copy_(param.detach().reshape(-1))
             param.data = self.flat_params[offset : offset + p.size].view(p.shape)
             param.grad = self.flat_grads[offset : offset + p.size].view(p.shape)
             offset += p.size

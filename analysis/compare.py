@@ -142,6 +142,9 @@ def usable_runs(runs: Sequence[RunData], side: str) -> tuple[list[RunData], list
 ENVIRONMENT_KEYS = ("host", "cpu_model", "cpu_count", "memory_bytes", "python", "platform")
 # Keys of the suite record that may differ between comparable groups.
 SUITE_KEYS_IGNORED = ("repeats", "source")
+# ... and of the run record: where a job's code was imported from (`hetbench ci` runs the
+# base's from a worktree: the code is what is compared, not its folder)
+RUN_KEYS_IGNORED = ("project",)
 
 
 def environment_facts(run: RunData) -> dict[str, str]:
@@ -183,8 +186,9 @@ def _config_warnings(base: Sequence[RunData], current: Sequence[RunData]) -> lis
         for run in runs:
             suite = {k: v for k, v in (run.manifest.get("suite") or {}).items()
                      if k not in SUITE_KEYS_IGNORED}
-            text = json.dumps({"suite": suite, "run": run.manifest.get("run")},
-                              sort_keys=True, default=str)
+            spec = {k: v for k, v in (run.manifest.get("run") or {}).items()
+                    if k not in RUN_KEYS_IGNORED}
+            text = json.dumps({"suite": suite, "run": spec}, sort_keys=True, default=str)
             out.setdefault(run_key(run), set()).add(text)
         return out
 

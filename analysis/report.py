@@ -99,6 +99,29 @@ def profile_lines(run: dict[str, Any]) -> list[str]:
             f"{window['first']}-{window['last'] + 1} are left out of every number below.", ""]
 
 
+def job_lines(manifest: dict[str, Any]) -> list[str]:
+    """A workload named by import path: the user's job, its data, and how exact its slices
+    were measured to be before training (harness/loop/exactness.py)."""
+    job, exact = manifest.get("job"), manifest.get("exactness")
+    if not isinstance(job, dict):
+        return []
+    train = job.get("train") or {}
+    project = job.get("project") or {}
+    git = project.get("git") or {}
+    code = (f"; {project.get('package')} at {str(git['commit'])[:12]}"
+            + (" (dirty tree)" if git.get("dirty") else "") if git.get("commit") else "")
+    lines = [f"**Job**: `{job.get('factory')}` ({job.get('model')}, {job.get('parameters')} "
+             f"parameters, loss reduced by {job.get('reduction')}){code}; data "
+             f"{train.get('source') or train.get('type')}, {train.get('samples')} samples, "
+             f"fingerprint {train.get('fingerprint')}.", ""]
+    if isinstance(exact, dict):
+        lines += [f"**Exactness**: the slices {exact.get('sizes')} of step "
+                  f"{exact.get('step')}'s global batch sum to its gradient within "
+                  f"{exact.get('max_relative_difference', float('nan')):.2g} of its largest "
+                  f"element: {exact.get('reason')}.", ""]
+    return lines
+
+
 def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
                 failslow: list[dict[str, Any]] | None = None) -> list[str]:
     """The run's part of report.md; its fail-slow detections appended to `failslow`."""
@@ -119,6 +142,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
         lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads{busy} of "
                   f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
                   "start): every timing includes waiting for a core.", ""]
+    lines += job_lines(manifest)
     lines += clock_lines(manifest, steps) + membership_lines(manifest) + profile_lines(run)
     table = first_steps_table(steps, warmup)
     if table.empty:

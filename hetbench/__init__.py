@@ -6,10 +6,30 @@ analysis/), installed as `hetbench.harness`, `hetbench.adapters`, `hetbench.work
 top-level name a user's project may have. In a checkout, hetbench/<room> is a link to the
 room's folder: the checkout imports as the installed package does, with no install (a
 `hetbench ci` base worktree runs its own code that way).
+
+The public API: `hetbench.Job`, what a factory named by a suite's `workload =
+"package.module:factory"` returns (hetbench.workloads.job), and `hetbench.open_data`, a
+local folder or file of data as a Dataset for it (hetbench.workloads.folders).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from hetbench.harness import __version__
 
-__all__ = ["__version__"]
+__all__ = ["Job", "__version__", "open_data"]
+
+
+def __getattr__(name: str) -> Any:
+    # on first use: `import hetbench` (every command's first import) stays free of numpy,
+    # and open_data's of torch
+    if name == "Job":
+        from hetbench.workloads.job import Job
+
+        return Job
+    if name == "open_data":
+        from hetbench.workloads.folders import open_data
+
+        return open_data
+    raise AttributeError(f"module 'hetbench' has no attribute {name!r}")

@@ -67,6 +67,10 @@ class Dataset:
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
+    def read(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Samples [lo, hi): what the held-out evaluation reads (harness/training)."""
+        return self.inputs[lo:hi], self.targets[lo:hi]
+
 
 class BatchOrder:
     """Global batch indices for each step: a seeded permutation per epoch, cut in order."""

@@ -48,6 +48,7 @@ from hetbench.harness.spec import suite as spec_suite  # noqa: E402  (SuiteSpec,
 from hetbench.harness.spec import workers as spec_workers  # noqa: E402
 from hetbench.harness.system import sampler  # noqa: E402
 from hetbench.workloads import DATASETS, WORKLOADS, get_workload  # noqa: E402
+from hetbench.workloads import job as user_job  # noqa: E402
 from hetbench.workloads import models as workload_models  # noqa: E402
 
 # --- end of the imports of hetbench
@@ -154,7 +155,9 @@ DESCRIPTIONS: dict[str, str] = {
     # run keys
     "RunSpec.name": "the run's name, unique in the suite (letters, digits, `.`, `_`, `-`)",
     "RunSpec.framework": "every worker's framework unless the worker sets its own",
-    "RunSpec.workload": "the model ([Workloads](../concepts/workloads.md))",
+    "RunSpec.workload": "the model: a built-in name ([Workloads](../concepts/workloads.md)), "
+                        "or your own factory by import path, `package.module:factory` or "
+                        "`file.py:factory` ([Your own job](../reference/job.md))",
     "RunSpec.dataset": "the data set; default: the workload's own",
     "RunSpec.steps": "training steps (under asynchronous schemes: global batches applied)",
     "RunSpec.warmup_steps": "first steps, recorded and marked `warmup`, left out of "
@@ -201,6 +204,12 @@ DESCRIPTIONS: dict[str, str] = {
     "RunSpec.pipeline": "a table: pipeline the model over virtual workers "
                         "([pipeline](#pipeline)); needs `virtual_workers`",
     "RunSpec.placement": "where a parameter-server aggregator puts the layers",
+    "RunSpec.project": "a workload named by import path only: the folder it is imported "
+                       "from, relative to the suite's (default: the suite file's folder; "
+                       "[Your own job](../reference/job.md))",
+    "RunSpec.batchnorm": "a workload named by import path only: its BatchNorm layers' "
+                         "statistics, each worker's slice's (`slice`) or the global "
+                         "batch's (`global`, every forward gathering the workers' sums)",
     "RunSpec.profile": "a table: torch.profiler traces of a window of steps, PyTorch runs "
                        "only ([profile](#profile); [Profiler traces in HTA]"
                        "(../howto/profiler.md))",
@@ -275,6 +284,8 @@ DESCRIPTIONS: dict[str, str] = {
     "LoaderSpec.kind": "threads, or forked processes (batches cross a pipe)",
     "LoaderSpec.decode": "store training images as PNG and decode every batch (Pillow)",
     "LoaderSpec.augment": "pad by 4, random crop, flip half (image classification only)",
+    "LoaderSpec.pin_memory": "a workload named by import path only: torch's DataLoader "
+                             "puts its batches in page-locked memory",
     # pipeline
     "PipelineSpec.virtual_workers": "set by the run key `virtual_workers`: the ranks of "
                                     "each virtual worker, in stage order",
@@ -609,6 +620,22 @@ def results_markdown() -> str:
         "value of another kind is refused, naming the file.", "", fields, ""])
 
 
+def job_markdown() -> str:
+    """hetbench.Job's fields: their types and defaults from the dataclass, their meaning
+    from FIELD_HELP beside it."""
+    rows = []
+    for f in dataclasses.fields(user_job.Job):
+        default = "required" if f.default is dataclasses.MISSING else _code(f.default)
+        rows.append([_code(f.name), _code(f.type), default, user_job.FIELD_HELP[f.name]])
+    return "\n".join([
+        f"From `{user_job.__name__}.Job` (`hetbench.Job`); a factory named by a suite's "
+        "`workload` returns one.", "",
+        _table(["field", "type", "default", "meaning"], rows), "",
+        f"`reduction` is one of {_choices(user_job.REDUCTIONS)}. A factory's project folder "
+        f"may not hold a module hetbench imports ({_choices(user_job.NEEDED_MODULES)}): it "
+        "would shadow it, and the suite check names it.", ""])
+
+
 # ---------------------------------------------------------------------------------------
 # mkdocs events
 
@@ -618,6 +645,7 @@ MARKERS: dict[str, Callable[[], str]] = {
     "<!-- hetbench:builtin-suites -->": builtin_suites_markdown,
     "<!-- hetbench:catalogue -->": catalogue_markdown,
     "<!-- hetbench:results-format -->": results_markdown,
+    "<!-- hetbench:job -->": job_markdown,
 }
 _expanded: set[str] = set()
 

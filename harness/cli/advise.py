@@ -112,9 +112,12 @@ def data_and_model(run: Any) -> tuple[Any, Any]:
     return data, build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
 
 
-def tensor_sizes(run: Any) -> tuple[int, ...]:
+def tensor_sizes(run: Any) -> tuple[int, ...] | None:
     """The model's parameter tensors' sizes in elements, in the order of the flat buffer
-    the parameter servers cut (for the placements: hetbench.harness.partition.shards)."""
+    the parameter servers cut (for the placements: hetbench.harness.partition.shards);
+    None for a job named by import path (its parameter servers cannot run yet)."""
+    if run.is_job:
+        return None
     return tuple(p.size for p in data_and_model(run)[1].params)
 
 
@@ -129,6 +132,8 @@ def layer_shape(run: Any) -> Any:
     (a str)."""
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
+    if run.is_job:
+        return f"{run.workload!r} (a job named by import path) gives no layers to pipeline"
     if get_workload(run.workload).layers is None:
         return f"{run.workload!r} has no layer sequence to pipeline"
     if any(w.framework != "pytorch" for w in run.workers):

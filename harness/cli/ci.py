@@ -9,6 +9,11 @@ harness.run.launcher.run_suite), so its workers import the base's harness, adapt
 workloads: the worktree's hetbench/ links to its own rooms. Both sides run the same suite
 definition (the working tree's text, one repeat per launch), so only the code differs.
 
+A suite of jobs named by import path (a user's own model) gates the user's commits instead:
+the repository is the one holding the jobs' project folder, the base side runs its code at
+REF (a worktree of that repository, each job's `project` moved into it) and both sides run
+the one installed hetbench. The built-in suites, and `.ci/run`, gate hetbench's commits.
+
 Rounds alternate the order, A B B A A B ...: a shared machine drifts (other jobs, thermal
 state, page cache), and interleaving spreads the drift over both sides instead of letting
 it land on one; alternating who goes first also cancels any effect of running second.
@@ -17,6 +22,7 @@ it land on one; alternating who goes first also cancels any effect of running se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -29,9 +35,12 @@ from typing import Any
 
 from hetbench.harness.cli import arguments
 from hetbench.harness.cli.compare import add_statistics_arguments, report, settings_from
+from hetbench.harness.run.jobcheck import check_jobs
 from hetbench.harness.spec.builtin import builtin_text
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.suite import load_suite
+from hetbench.harness.spec.suite import SuiteSpec, load_suite
+from hetbench.harness.spec.tables import run_table
+from hetbench.harness.spec.tables import suite_text as written_suite
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
@@ -75,13 +84,13 @@ def run(args: argparse.Namespace) -> int:
     rounds = suite.repeats if args.repeats is None else args.repeats
     if rounds < 1:
         raise UsageError("--repeats", f"{rounds} is not allowed (at least 1)")
-    repo = source_repository()
+    users = user_repository(suite)  # a suite of the user's own jobs gates the user's code
+    repo = users or source_repository()
     commit = resolve_commit(repo, args.base)
+    if users is not None:
+        check_jobs(suite)  # the working tree's jobs, before anything runs
     out = (args.out or Path("results") / "ci" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
     out = writable_folder(out.resolve(), "--out")
-    suite_file = out / "suite.toml"
-    # Both sides run the working tree's suite text: a built-in suite may not exist at REF.
-    suite_file.write_text(suite_text(args.suite))
     say(f"hetbench ci: suite {suite.name}, {rounds} round(s); base {args.base} = "
         f"{commit[:12]}, current = working tree {repo}; results in {out}")
     worktree = Path(tempfile.mkdtemp(prefix="hetbench-base-"))
@@ -89,10 +98,20 @@ def run(args: argparse.Namespace) -> int:
     failed_launches = 0
     try:
         trees = {"base": worktree, "current": repo}
+        if users is None:
+            # Both sides run the working tree's suite text: a built-in suite may not exist
+            # at REF.
+            (out / "suite.toml").write_text(suite_text(args.suite))
+            files = {side: out / "suite.toml" for side in SIDES}
+        else:
+            files = {side: out / f"suite-{side}.toml" for side in SIDES}
+            for side in SIDES:
+                files[side].write_text(moved_suite(suite, repo, trees[side]))
         for i in range(rounds):
             order = SIDES if i % 2 == 0 else SIDES[::-1]
             for side in order:
-                code = run_side(side, trees[side], suite_file, out, i, rounds)
+                code = run_side(side, trees[side], files[side], out, i, rounds,
+                                own_code=users is None)
                 failed_launches += side == "current" and code != 0
     finally:
         git(repo, "worktree", "remove", "--force", str(worktree), check=False)
@@ -134,6 +153,35 @@ def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool
 def say(text: str) -> None:
     """Progress goes to stderr: stdout is the verdict (a table, or JSON with --json)."""
     print(text, file=sys.stderr, flush=True)
+
+
+def user_repository(suite: SuiteSpec) -> Path | None:
+    """The git repository holding the suite's jobs (a workload named by import path), or
+    None for a suite of built-in workloads (hetbench's own gate)."""
+    projects = {run.project for run in suite.runs if run.project is not None}
+    if not projects:
+        return None
+    tops = {git(Path(p), "rev-parse", "--show-toplevel", check=False) for p in projects}
+    if "" in tops:
+        raise UsageError("workload", "hetbench ci gates the commits of the repository that "
+                         "holds the jobs' project folder, and "
+                         f"{sorted(projects)[0]} is in no git repository")
+    if len(tops) > 1:
+        raise UsageError("workload", "the suite's jobs live in several repositories "
+                         f"({', '.join(sorted(tops))}): gate one at a time")
+    return Path(tops.pop())
+
+
+def moved_suite(suite: SuiteSpec, repo: Path, tree: Path) -> str:
+    """The suite as TOML with each job's project folder moved from `repo` into `tree`
+    (the base's worktree, or the working tree itself), one repeat per launch."""
+    runs = []
+    for run in suite.runs:
+        if run.project is not None:
+            inside = Path(run.project).resolve().relative_to(repo.resolve())
+            run = dataclasses.replace(run, project=str(tree / inside))
+        runs.append(run_table(run))
+    return written_suite(suite.name, suite.description, 1, runs)
 
 
 def source_repository() -> Path:
@@ -181,9 +229,10 @@ import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
-# By the tree's layout, not by what imports: an older tree has no hetbench/, and
-# `import hetbench` there would find the installed (current) one.
-if Path("hetbench", "__init__.py").is_file():  # one import name (issue 56)
+# The tree's own hetbench (`own`: hetbench's gate), found by the tree's layout, not by what
+# imports: an older tree has no hetbench/, and `import hetbench` there would find the
+# installed (current) one. A user's gate (`installed`) runs the installed hetbench.
+if sys.argv[3] == "installed" or Path("hetbench", "__init__.py").is_file():
     from hetbench.harness.spec.errors import UsageError
     from hetbench.harness.spec.suite import load_suite
     from hetbench.harness.run.launcher import run_suite
@@ -208,16 +257,21 @@ sys.exit(1 if any(r.status != "completed" for r in results) else 0)
 """
 
 
-def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int) -> int:
-    """One launch of the suite with the side's own code; its output goes to a log. Returns
-    the launch's exit status (0: every run completed)."""
+def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int,
+             own_code: bool = True) -> int:
+    """One launch of the suite with the side's code (`own_code`: the tree's hetbench; else
+    the installed hetbench on the tree's jobs); its output goes to a log. Returns the
+    launch's exit status (0: every run completed)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    if own_code:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree),
+                                             *filter(None, [env.get("PYTHONPATH")])])
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
     log = logs / f"{side}-{i}.log"
     start = time.monotonic()
-    command = [sys.executable, "-c", RUNNER, str(suite_file), str(out / side)]
+    command = [sys.executable, *([] if own_code else ["-P"]), "-c", RUNNER, str(suite_file),
+               str(out / side), "own" if own_code else "installed"]
     with open(log, "w") as f:
         code = subprocess.run(command, cwd=tree, env=env, stdout=f,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode

@@ -16,6 +16,7 @@ CLI = "hetbench.harness.cli."
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": (CLI + "run", "run a benchmark suite (default: the built-in 'quick')"),
+    "init": (CLI + "init", "a starter suite for your own model: hetbench init pkg.module:make"),
     "suites": (CLI + "suites", "the built-in suites, a line each; one as TOML to copy"),
     "compare": (CLI + "compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),
     "ci": (CLI + "ci", "regression gate: a suite for --base REF and this tree, compared"),

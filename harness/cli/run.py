@@ -13,6 +13,7 @@ from typing import Any
 from hetbench.harness.cli import arguments, hosts
 from hetbench.harness.records import manifest
 from hetbench.harness.run import links
+from hetbench.harness.run.jobcheck import check_jobs
 from hetbench.harness.spec import profiling
 from hetbench.harness.spec.builtin import builtin_suites
 from hetbench.harness.spec.errors import UsageError
@@ -82,6 +83,7 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
         refuse_interfaces(suite)
     node = None if place is None else place.node_rank
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite, node)
+    check_jobs(suite)  # a user's factory made and checked, in a process of its own
     refuse_unreadable_runs(args.out / suite.name)
     writable_folder(args.out, "--out")
     with contextlib.ExitStack() as launch:

@@ -250,7 +250,9 @@ class Trainer:
             return 0.0
         durations = []
         alone = self.overlap.alone() if self.overlap is not None else contextlib.nullcontext()
-        with alone:  # the others wait in a barrier: nothing to exchange with
+        # a job's buffers (BatchNorm's statistics) and random draws as they were before
+        kept = getattr(self.adapter, "state_kept", contextlib.nullcontext)()
+        with alone, kept:  # the others wait in a barrier: nothing to exchange with
             for s in range(steps + 1):  # the first step warms caches and allocators
                 self.timer.begin()
                 self.compute(s, 0, size)
@@ -404,6 +406,21 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
         train_stage(run, run_dir, rank, backend)
         return
     aggregators.prepare(run, rank)
+    if run.is_job:  # a user's job named by import path
+        from hetbench.harness.loop import job
+
+        trainer, data, described, statistics = job.build(run, rank, backend, Trainer,
+                                                         phase_timer)
+        batches = job.batches(run, trainer)
+        trainer.fetch = batches.get
+        try:
+            exactness = job.measured_exactness(run, rank, trainer, batches, described,
+                                               statistics, backend)
+            _attach_and_train(run, run_dir, rank, backend, adapter_cls, trainer, data,
+                              {"job": described, "exactness": exactness})
+        finally:
+            batches.close()
+        return
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     prefetcher = None
     if run.loader is not None:
@@ -413,6 +430,18 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
                             else run.world_size)
         prefetcher = Prefetcher(trainer.batch, run.loader, most, run.timeout_s)
         trainer.fetch = prefetcher.get
+    try:
+        _attach_and_train(run, run_dir, rank, backend, adapter_cls, trainer, data, {})
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
+
+
+def _attach_and_train(run: RunSpec, run_dir: Path, rank: int, backend: str,
+                      adapter_cls: type[Adapter], trainer: Trainer, data: Any,
+                      job: dict[str, Any]) -> None:
+    """The aggregator attached to the trainer, then the training; `job`: what the manifest
+    says of a user's job (its description, the exactness measured), or {}."""
     trainer.aggregator = aggregators.create(aggregators.Context(
         run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
         run_dir, trainer.stretch))
@@ -421,16 +450,14 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
         trainer.overlap = trainer.aggregator
     failed = True
     try:
-        _train(run, run_dir, rank, backend, adapter_cls, trainer, data)
+        _train(run, run_dir, rank, backend, adapter_cls, trainer, data, job)
         failed = False
     finally:
         trainer.aggregator.close(failed)
-        if prefetcher is not None:
-            prefetcher.close()
 
 
 def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter],
-           trainer: Trainer, data: Any) -> None:
+           trainer: Trainer, data: Any, job: dict[str, Any]) -> None:
     import torch
 
     from hetbench.harness.exchange import comm
@@ -444,6 +471,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
 
     info = lifecycle.describe(run, rank, worker, adapter_cls.versions(), data,
                               adapter.spec.num_elements)
+    job_closing = {k: v for k, v in job.items() if v is not None}  # rank 0's exactness
     clock_start = lifecycle.start(run_dir, info, device)
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
@@ -456,7 +484,12 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
         assert isinstance(trainer.aggregator, LeavesOut)  # the spec allowed no other
         trainer.aggregator.set_members(membership.group(), len(membership.members))
-    evaluator = make_evaluator(run, rank, adapter, run_dir, device)
+    if run.is_job:
+        from hetbench.harness.loop.job import evaluator as job_evaluator
+
+        evaluator = job_evaluator(run, rank, trainer.adapter, run_dir, device)  # type: ignore[arg-type]
+    else:
+        evaluator = make_evaluator(run, rank, adapter, run_dir, device)
     if evaluator:
         evaluator(0)
     profiler = step_profiler(run.profile, rank, device.type == "cuda")
@@ -495,7 +528,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,
-                      "aggregator": trainer.aggregator.describe()}, side)
+                      "aggregator": trainer.aggregator.describe(), **job_closing}, side)
 
 
 def main(argv: list[str] | None = None) -> int:

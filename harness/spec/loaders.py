@@ -27,14 +27,18 @@ class LoaderSpec:
     kind: str = "threads"
     decode: bool = False  # images stored as PNG, decoded per batch
     augment: bool = False  # random crop and flip, fixed by (seed, step, place in the batch)
+    # a job named by import path (torch's DataLoader): its batches in page-locked memory
+    pin_memory: bool = False
 
 
-LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment"}
+LOADER_KEYS = {"workers", "prefetch", "kind", "decode", "augment", "pin_memory"}
 
 
-def parse_loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
+def parse_loader(raw: Any, images: bool, where: str, job: bool = False) -> LoaderSpec | None:
     """`{ workers = 2, prefetch = 4, kind = "threads", decode = true, augment = true }`;
-    decode and augment only where the samples are images with a label."""
+    decode and augment only where the samples are images with a label. A job named by import
+    path loads through torch's DataLoader: its processes (kind "processes"), `prefetch` per
+    process (DataLoader's prefetch_factor) and `pin_memory`; its own Dataset decodes."""
     if raw is None:
         return None
     raw = table(raw, where)
@@ -46,10 +50,19 @@ def parse_loader(raw: Any, images: bool, where: str) -> LoaderSpec | None:
                        maximum=MAX_PREFETCH)
     decode = boolean(raw.get("decode", default.decode), f"{where}.decode")
     augment = boolean(raw.get("augment", default.augment), f"{where}.augment")
+    pin_memory = boolean(raw.get("pin_memory", default.pin_memory), f"{where}.pin_memory")
     for key, on in (("decode", decode), ("augment", augment)):
-        if on and not images:
+        if on and (job or not images):
             raise UsageError(f"{where}.{key}", "only for image classification workloads "
-                             "(mlp, cnn, resnet, vgg)")
-    return LoaderSpec(workers=workers, prefetch=prefetch,
-                      kind=choice(raw.get("kind", default.kind), KINDS, f"{where}.kind"),
-                      decode=decode, augment=augment)
+                             "(mlp, cnn, resnet, vgg); a job's own Dataset decodes and "
+                             "augments")
+    if pin_memory and not job:
+        raise UsageError(f"{where}.pin_memory", "only for a workload named by import path "
+                         "(torch's DataLoader pins its batches)")
+    kind = choice(raw.get("kind", "processes" if job else default.kind), KINDS,
+                  f"{where}.kind")
+    if job and kind != "processes":
+        raise UsageError(f"{where}.kind", f"{kind!r} is not allowed for a workload named by "
+                         "import path (allowed: 'processes': torch's DataLoader workers)")
+    return LoaderSpec(workers=workers, prefetch=prefetch, kind=kind, decode=decode,
+                      augment=augment, pin_memory=pin_memory)

@@ -34,7 +34,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.spec import aggregators, pipelines
+from hetbench.harness.spec import aggregators, jobs, pipelines
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.builtin import builtin_suites, builtin_text
 from hetbench.harness.spec.errors import UsageError
@@ -134,6 +134,17 @@ class RunSpec:
     trace_steps: int | tuple[int, int] = 5000
     # steps recorded by torch.profiler on some ranks (harness/spec/profiling.py); None: none
     profile: ProfileSpec | None = None
+    # a workload named by import path: the folder it is imported from (absolute;
+    # harness/spec/jobs.py); None for a built-in workload
+    project: str | None = None
+    # a job's BatchNorm layers: statistics of each worker's slice ("slice", as DDP takes
+    # them), or of the global batch ("global": harness/training/batchnorm.py)
+    batchnorm: str = "slice"
+
+    @property
+    def is_job(self) -> bool:
+        """The workload is a user's job named by import path (hetbench.workloads.job)."""
+        return self.project is not None
 
     @property
     def world_size(self) -> int:
@@ -348,8 +359,9 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
     raw_runs = data.get("runs")
     if not isinstance(raw_runs, list) or not raw_runs:
         raise UsageError("runs", "at least one [[runs]] table is required")
+    folder = _suite_folder(source)
     runs = tuple(
-        parse_run(table(raw, f"runs[{i}]"), f"runs[{i}]", defaults)
+        parse_run(table(raw, f"runs[{i}]"), f"runs[{i}]", defaults, folder)
         for i, raw in enumerate(raw_runs)
     )
     seen: set[str] = set()
@@ -359,6 +371,13 @@ def parse_suite(data: dict[str, Any], source: str = "") -> SuiteSpec:
         seen.add(run.name)
     return SuiteSpec(name=name, repeats=repeats, runs=runs, source=source, description=description,
                      nodes=parse_nodes(data.get("nodes")))
+
+
+def _suite_folder(source: str) -> Path:
+    """Where a suite's relative paths start: its file's folder; for a built-in suite or a
+    pipe, the working directory."""
+    path = Path(source)
+    return path.resolve().parent if source and path.is_file() else Path.cwd()
 
 
 def _suite_name(suite: dict[str, Any], source: str) -> str:
@@ -380,10 +399,11 @@ def trace_window(value: Any, where: str) -> int | tuple[int, int]:
     return integer(value, where, minimum=0, maximum=MAX_STEPS)
 
 
-def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None
-              ) -> RunSpec:
+def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None = None,
+              folder: Path | None = None) -> RunSpec:
     """One [[runs]] table over the suite's [defaults]; errors name the table a value came
-    from (runs[i].key, or defaults.key when the run does not set it)."""
+    from (runs[i].key, or defaults.key when the run does not set it). `folder`: where the
+    suite's relative paths start (`project`; default: the working directory)."""
     check_keys(raw, RUN_KEYS, where)
     if "name" not in raw:
         raise UsageError(f"{where}.name", "required (letters, digits, '.', '_', '-')")
@@ -417,16 +437,31 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     aggregators.check_partition(aggregator, partition, at)
     on_failure = choice(values["on_worker_failure"], ON_WORKER_FAILURE, at("on_worker_failure"))
     aggregators.check_on_worker_failure(aggregator, on_failure, at)
-    workload = choice(values["workload"], WORKLOADS, at("workload"))
-    spec = get_workload(workload)
-    dataset = (spec.default_dataset if values["dataset"] is None
-               else choice(values["dataset"], DATASETS, at("dataset")))
-    if dataset not in spec.datasets:
-        raise UsageError(
-            at("dataset"),
-            f"{dataset!r} does not fit workload {workload!r} "
-            f"(allowed: {', '.join(spec.datasets)})",
-        )
+    set_keys = set(raw) | set(defaults)
+    job = jobs.is_job_workload(values["workload"])
+    if job:
+        workload = jobs.parse_job(values, set_keys, framework, aggregator, at)
+        dataset, metric, images = jobs.JOB_DATASET, jobs.JOB_METRIC, False
+        project: str | None = jobs.project_folder(values["project"], folder or Path.cwd(),
+                                                  at("project"))
+        batchnorm = jobs.parse_batchnorm(values, partition, at)
+    else:
+        workload = choice(values["workload"], WORKLOADS, at("workload"))
+        spec = get_workload(workload)
+        dataset = (spec.default_dataset if values["dataset"] is None
+                   else choice(values["dataset"], DATASETS, at("dataset")))
+        if dataset not in spec.datasets:
+            raise UsageError(
+                at("dataset"),
+                f"{dataset!r} does not fit workload {workload!r} "
+                f"(allowed: {', '.join(spec.datasets)})",
+            )
+        metric, images, project = spec.metric, spec.loss == "classify", None
+        batchnorm = RunSpec.batchnorm
+        for key in ("project", "batchnorm"):
+            if key in set_keys:
+                raise UsageError(at(key), "only for a workload named by import path "
+                                 "('package.module:factory' or 'file.py:factory')")
     size = choice(values["size"], SIZES, at("size"))
     lr = number(values["lr"], at("lr"), minimum=0.0, maximum=MAX_LR, strict=True)
     optimizer = parse_optimizer(values["optimizer"], lr, steps, at("optimizer"))
@@ -434,11 +469,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     eval_every = 0
     if values["eval_every"] is not None:
         eval_every = integer(values["eval_every"], at("eval_every"), minimum=1, maximum=MAX_STEPS)
-    target = _target(values["target"], spec.metric, at("target"))
+    target = _target(values["target"], metric, at("target"))
     if target is not None and not eval_every:
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
                          "every eval_every steps)")
-    loader = parse_loader(values["loader"], spec.loss == "classify", at("loader"))
+    loader = parse_loader(values["loader"], images, at("loader"), job=job)
     aggregators.check_coordinated(aggregator.name, partition, workload, loader, values, at)
     pipeline = pipelines.parse_pipeline(values, workers, global_batch, partition,
                                         aggregator.name, at)
@@ -448,7 +483,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     else:
         aggregators.check_without_pipeline(aggregator, at)
     placement = aggregators.parse_placement(values, aggregator, workload, workers, at)
-    if global_batch > (samples := sample_count(dataset, workload)):
+    if not job and global_batch > (samples := sample_count(dataset, workload)):
         raise UsageError(at("global_batch"), f"{global_batch} exceeds the {samples} samples "
                          f"of dataset {dataset!r} (allowed: {len(workers)} to {samples})")
     return RunSpec(
@@ -486,6 +521,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         placement=placement,
         profile=parse_profile(values["profile"], framework, steps, warmup, len(workers),
                               at("profile")),
+        project=project,
+        batchnorm=batchnorm,
     )
 
 

@@ -34,10 +34,14 @@ def run_table(run: RunSpec) -> dict[str, Any]:
         value = getattr(run, key)
         if value is None or (key in RUN_DEFAULTS and value == RUN_DEFAULTS[key]):
             continue
+        if key == "dataset" and run.is_job:  # the factory's own data: no suite key
+            continue
         if key == "eval_every" and value == 0:
             continue
         out[key] = f"{value[0]}-{value[1]}" if key == "trace_steps" and isinstance(
             value, tuple) else value
+    if run.project is not None:  # absolute: the table may be written to another folder
+        out["project"] = run.project
     out["workers"] = [_worker(w, run.framework) for w in run.workers]
     if partition := _changed(run.partition, PartitionSpec()):
         out["partition"] = partition

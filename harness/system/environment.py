@@ -59,11 +59,15 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def git_commit() -> dict[str, Any]:
-    """The commit of the hetbench source tree, if it is a git checkout (harness/system/ is
-    two folders below its top)."""
-    source = Path(__file__).resolve().parents[2]
-    if shutil.which("git") is None or not (source / ".git").exists():
+def git_commit(source: Path | None = None) -> dict[str, Any]:
+    """The commit of a folder's git checkout and whether its tracked files differ from it
+    ({} outside one); by default hetbench's own source tree (harness/system/ is two folders
+    below its top; installed from a wheel it is none, whatever holds site-packages)."""
+    if source is None:
+        source = Path(__file__).resolve().parents[2]
+        if not (source / ".git").exists():
+            return {}
+    if shutil.which("git") is None:
         return {}
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"],

@@ -64,13 +64,21 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
-def hold() -> int:
-    """Create the namespace, say ready on stdout, and keep it until stdin closes."""
+def isolate() -> str | None:
+    """This (single-threaded) process alone in a namespace whose only interface is `lo`:
+    nothing it starts reaches the network. None, or why not (namespaces not allowed)."""
     try:
         _create(user=os.geteuid() != 0)
         loopback_up()
     except OSError as exc:
-        print(f"no private network namespace: {exc}", file=sys.stderr, flush=True)
+        return str(exc)
+    return None
+
+
+def hold() -> int:
+    """Create the namespace, say ready on stdout, and keep it until stdin closes."""
+    if (why := isolate()) is not None:
+        print(f"no private network namespace: {why}", file=sys.stderr, flush=True)
         return 1
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()

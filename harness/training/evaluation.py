@@ -22,12 +22,23 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hetbench.adapters.base import Adapter
 from hetbench.harness.records import collector
 
 EVAL_BATCH = 256  # held-out samples per forward pass (memory, not mathematics)
+
+
+class Heldout(Protocol):
+    """The held-out split as the evaluator reads it: a built-in data set's arrays
+    (workloads.data.Dataset) or a job's Dataset (harness/loop/job.py)."""
+
+    def __len__(self) -> int: ...
+
+    def read(self, lo: int, hi: int) -> tuple[Any, Any]:
+        """(inputs, targets) of samples [lo, hi)."""
+        ...
 
 
 def shard(count: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -37,13 +48,13 @@ def shard(count: int, rank: int, world_size: int) -> tuple[int, int]:
 
 class Evaluator:
     def __init__(self, every: int, steps: int, global_batch: int, metric: str, rank: int,
-                 world_size: int, adapter: Adapter, heldout: Any, gather: Any,
+                 world_size: int, adapter: Adapter, heldout: Heldout, gather: Any,
                  run_dir: Path) -> None:
         self.every, self.steps, self.global_batch = every, steps, global_batch
         self.metric, self.rank, self.adapter, self.gather = metric, rank, adapter, gather
         self.run_dir = run_dir
         self.lo, self.hi = shard(len(heldout), rank, world_size)
-        self.inputs, self.targets = heldout.inputs, heldout.targets
+        self.heldout = heldout
         self.samples = len(heldout)
         self._start_ns = 0
         self._spent_ns = 0
@@ -68,8 +79,7 @@ class Evaluator:
         totals = [0.0, 0.0, 0.0]  # loss sum, correct, counted
         for lo in range(self.lo, self.hi, EVAL_BATCH):
             hi = min(lo + EVAL_BATCH, self.hi)
-            for i, value in enumerate(self.adapter.evaluate(self.inputs[lo:hi],
-                                                            self.targets[lo:hi])):
+            for i, value in enumerate(self.adapter.evaluate(*self.heldout.read(lo, hi))):
                 totals[i] += value
         loss_sum, correct, counted = (sum(v[i] for v in self.gather(totals)) for i in range(3))
         end = time.perf_counter_ns()

@@ -1,0 +1,117 @@
+"""PyTorch adapter for a user's own job (hetbench.workloads.job.Job).
+
+The model and loss are the user's; the parameters become views of the flat buffers exactly
+as a built-in workload's (TorchAdapter.bind), so every aggregator, the optimizer and the
+records treat both alike. A batch is whatever the job's collate and split make of its
+samples: nested tensors are moved to the device, and the model is called as `model(x)`, or
+`model(**x)` where x is a mapping. The loss handed to the step is the slice's SUM: a mean
+is multiplied by the slice's samples (the leading dimension of the batch), so that the
+workers' gradients add up to the global batch's (DESIGN.md, principle 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from hetbench.adapters.base import Batch, Loss
+from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.workloads.job import Job
+from hetbench.workloads.models import ModelSpec, ParamSpec
+
+
+def job_spec(job: Job, workload: str) -> ModelSpec:
+    """The job's trained parameters as a spec: names and shapes in the module's order (its
+    values are the module's own: ParamSpec's bound is unused)."""
+    params = tuple(ParamSpec(name, tuple(p.shape), 0.0)
+                   for name, p in job.model.named_parameters() if p.requires_grad)
+    return ModelSpec(workload=workload, sample_shape=(), num_classes=0, params=params,
+                     loss="job")
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value).to(device, non_blocking=True)
+    if isinstance(value, Mapping):
+        return type(value)({k: to_device(v, device) for k, v in value.items()})  # type: ignore[call-arg]
+    if isinstance(value, list | tuple):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def leading_size(value: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return int(value.shape[0])
+    items = value.values() if isinstance(value, Mapping) else value
+    if isinstance(items, list | tuple) or isinstance(value, Mapping):
+        for item in items:
+            try:
+                return leading_size(item)
+            except ValueError:
+                continue
+    raise ValueError(f"no tensor in a batch of {type(value).__name__} to count samples by")
+
+
+class TorchJobAdapter(TorchAdapter):
+    def __init__(self, job: Job, workload: str, device: str, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.job = job
+        self.bind(job_spec(job, workload), job.model, device, {})
+        self.model.train()
+
+    @contextlib.contextmanager
+    def state_kept(self) -> Iterator[None]:
+        """Passes that are not training steps (the exactness check, a worker timed alone for
+        the profiled policy or calibration) leave the model's buffers (BatchNorm's running
+        statistics) and the random generators (dropout) as they found them."""
+        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        rng = torch.random.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, value in buffers.items():
+                    self.model.get_buffer(name).copy_(value)
+            torch.random.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state_all(cuda_rng)
+
+    def initial_parameters(self) -> dict[str, np.ndarray]:
+        """The module's own values (the factory's initialisation, seeded)."""
+        return self.parameters()
+
+    def to_device(self, inputs: Any, targets: Any) -> Batch:
+        n = leading_size(targets if targets is not None else inputs)
+        return Batch((to_device(inputs, self.device), to_device(targets, self.device), n))
+
+    def loss_sum(self, module: torch.nn.Module, batch: Batch) -> tuple[Any, torch.Tensor]:
+        x, y, n = cast("tuple[Any, Any, int]", batch)
+        outputs = module(**x) if isinstance(x, Mapping) else module(x)
+        loss = self.job.loss(outputs, y)
+        return outputs, (loss * n if self.job.reduction == "mean" else loss)
+
+    def forward(self, batch: Batch) -> Loss:
+        return Loss(self.loss_sum(self.forward_module, batch)[1])
+
+    def place_tail(self, first_layer: int, compute: Any) -> None:
+        raise NotImplementedError("a job named by import path has no layers to place")
+
+    def evaluate(self, inputs: Any, targets: Any) -> tuple[float, float, float]:
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                outputs, loss = self.loss_sum(self.model, self.to_device(inputs, targets))
+                if self.job.metric is None:
+                    return float(loss), 0.0, 0.0
+                correct, counted = self.job.metric(outputs, to_device(targets, self.device))
+                return float(loss), float(correct), float(counted)
+        finally:
+            self.model.train()

@@ -1,0 +1,88 @@
+"""Is a step on slices the global batch's step? Measured, not assumed (issue 56).
+
+Before training, every worker computes the gradient of its slice of step 0's global batch,
+as the run cuts it, and the gradients are summed over the workers; rank 0 also computes the
+gradient of the whole global batch alone, on the same parameters (broadcast from it). For
+a model whose samples do not interact (no BatchNorm statistics taken per slice, no random
+draws) the two agree to rounding; BatchNorm on slices normalises each slice by its own
+statistics, and dropout draws other masks, so they differ, unless the BatchNorm layers take
+the global batch's statistics (`batchnorm = "global"`). The largest difference relative to
+the largest gradient goes into the manifest (`exactness`), with the layers that explain
+it. The model's buffers (running statistics) and the random generators are put back
+afterwards, so the run itself starts as it would have without the check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetbench.adapters.pytorch_job import TorchJobAdapter
+
+# above this a difference is more than float32 rounding over a model's sums
+ROUNDING = 1e-5
+
+
+def measure(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[Any, Any]],
+            bounds: Sequence[tuple[int, int]], rank: int, described: dict[str, Any],
+            alone: Callable[[], contextlib.AbstractContextManager[Any]],
+            device: Any) -> dict[str, Any] | None:
+    """`read(step, lo, hi)`: a slice's (inputs, targets); `bounds`: the run's slices of the
+    global batch; `described`: the job as workloads.job.describe says it (its layers);
+    `alone()`: what rank 0's pass over the whole batch runs within (its BatchNorm layers'
+    group of one, where they gather over the workers); `device`: where the collective sums.
+    Every rank calls it; rank 0 returns the measure, the others None."""
+    import torch
+    import torch.distributed as dist
+
+    grads, kept = adapter.flat_grads, adapter.state_kept
+    total = bounds[-1][1]
+
+    def gradient(lo: int, hi: int) -> torch.Tensor:
+        adapter.zero_grad()
+        if hi > lo:
+            adapter.backward(adapter.forward(adapter.to_device(*read(0, lo, hi))))
+            adapter.synchronize()
+        return grads[:-1].detach().clone()
+
+    whole = None
+    try:
+        if rank == 0:
+            with kept(), alone():
+                whole = gradient(0, total)
+        with kept():
+            summed = gradient(*bounds[rank]).to(device)
+        dist.all_reduce(summed)
+    finally:
+        adapter.zero_grad()
+    if whole is None:
+        return None
+    scale = float(whole.abs().max())
+    difference = float((whole - summed.to(whole.device)).abs().max()) / scale if scale else 0.0
+    return {"step": 0, "sizes": [hi - lo for lo, hi in bounds],
+            "max_relative_difference": difference,
+            "reason": reason(difference, len(bounds), described)}
+
+
+def reason(difference: float, slices: int, described: dict[str, Any]) -> str:
+    """Why the slices' sum is not the whole batch's gradient, from what the model holds."""
+    if slices < 2:
+        return "one slice: the whole batch on one worker"
+    global_statistics = described.get("batchnorm_statistics") == "global"
+    if difference <= ROUNDING:
+        return "exact up to float rounding" + (
+            " (BatchNorm statistics of the global batch)"
+            if global_statistics and described.get("batchnorm") else "")
+    causes = []
+    if described.get("batchnorm") and not global_statistics:
+        causes.append("BatchNorm statistics taken per slice ("
+                      + ", ".join(described["batchnorm"][:4]) + ")")
+    if described.get("dropout"):
+        causes.append("dropout draws other masks per slice ("
+                      + ", ".join(described["dropout"][:4]) + ")")
+    if not causes:
+        causes.append("not explained by the model's layers: a loss that is not a per-sample "
+                      "mean or sum, or samples that interact in the forward")
+    return "; ".join(causes)

@@ -1,0 +1,192 @@
+"""A user's job (a workload named by import path) in a data-parallel worker: its trainer,
+data, held-out evaluation and exactness check. The step is the built-in workloads' own
+(`Trainer.timed_step`); what differs is where the model and the batches come from: the
+factory's Job (hetbench.workloads.job) through TorchJobAdapter, and torch's DataLoader with
+hetbench's sampler (harness/training/job_loader.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetbench.adapters.pytorch_job import TorchJobAdapter
+from hetbench.harness import exchange as aggregators
+from hetbench.harness.exchange import comm
+from hetbench.harness.loop import exactness
+from hetbench.harness.partition.policies import (
+    equal_sizes,
+    initial_sizes,
+    measures,
+    slice_bounds,
+)
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.system.environment import git_commit
+from hetbench.harness.training.evaluation import Evaluator
+from hetbench.harness.training.job_loader import JobBatches
+from hetbench.harness.training.optim import Optimizer
+from hetbench.workloads import job as jobs
+from hetbench.workloads.data import BatchOrder
+
+
+@dataclass(frozen=True)
+class JobData:
+    """What the manifest says of a job's training data (lifecycle.describe reads it)."""
+
+    source: str
+    fingerprint: str
+
+
+@dataclass
+class GlobalStatistics:
+    """A job's BatchNorm layers made GlobalBatchNorm over a group of every worker (apart
+    from the exchange's, so that their collectives never interleave with its buckets), and
+    the group of rank 0 alone that its pass over the whole batch uses (exactness.py)."""
+
+    layers: list[Any] = field(default_factory=list)
+    every: Any = None
+    first_alone: Any = None
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        for layer in self.layers:
+            layer.process_group = self.first_alone
+        try:
+            yield
+        finally:
+            for layer in self.layers:
+                layer.process_group = self.every
+
+
+class JobHeldout:
+    """A job's held-out Dataset as the evaluator reads it (harness/training/evaluation.py)."""
+
+    def __init__(self, job: jobs.Job) -> None:
+        assert job.heldout is not None
+        self.job, self.dataset = job, job.heldout
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def read(self, lo: int, hi: int) -> tuple[Any, Any]:
+        return jobs.read_batch(self.job, self.dataset, range(lo, hi))
+
+
+def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: Any
+          ) -> tuple[Any, JobData, dict[str, Any], GlobalStatistics]:
+    """The worker's Trainer over the job (its batches from a DataLoader, attached as
+    `trainer.fetch` by the caller), what the manifest says of the data, the job's
+    description, and its BatchNorm layers made global where the run asks. Every worker
+    starts from rank 0's parameters."""
+    import torch
+
+    assert run.project is not None
+    worker = run.workers[rank]
+    job = jobs.make_job(run.workload, Path(run.project), run.seed)
+    jobs.check_batches(job, run.global_batch)
+    statistics = GlobalStatistics()
+    if run.batchnorm == "global":
+        from hetbench.harness.training.batchnorm import GlobalBatchNorm, convert_to_global
+
+        # every rank creates every group, member or not (torch.distributed's rule)
+        statistics.every = torch.distributed.new_group(list(range(run.world_size)))
+        statistics.first_alone = torch.distributed.new_group([0])
+        job = jobs.replace(job, model=convert_to_global(job.model, statistics.every))
+        statistics.layers = [m for m in job.model.modules() if isinstance(m, GlobalBatchNorm)]
+    adapter = TorchJobAdapter(job, run.workload, worker.device, worker.threads)
+    on_device = backend == "nccl"
+    params = adapter.flat_params if on_device else adapter.flat_params.cpu()
+    torch.distributed.broadcast(params, src=0)  # a factory need not be deterministic
+    if params is not adapter.flat_params:
+        adapter.flat_params.copy_(params)
+    for buffer in adapter.model.buffers():  # BatchNorm's running statistics, ...
+        shared = buffer if on_device or buffer.device.type == "cpu" else buffer.cpu()
+        torch.distributed.broadcast(shared, src=0)
+        if shared is not buffer:
+            buffer.copy_(shared)
+    stretch = Stretcher(worker.slowdown_for(0))
+    buffer = adapter.comm_buffer(
+        on_device or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu))
+    flat = adapter.flat_params.detach().cpu().clone()
+    optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                          adapter.spec.num_elements, flat, buffer.device)
+    order = BatchOrder(len(job.train), run.global_batch, run.seed)  # type: ignore[arg-type]
+    overlaps = aggregators.kind(run.aggregator.name).overlaps
+    trainer = trainer_cls(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
+                          phase_timer(worker, adapter, stretch, run.instrument, overlaps),
+                          buffer, optimizer, flat)
+    described = jobs.describe(job, run.workload)
+    described["batchnorm_statistics"] = run.batchnorm
+    described["project"] = project_identity(Path(run.project), run.workload)
+    train = described["train"]
+    adapter.zero_grad()
+    data = JobData(train["source"] or train["type"], train["fingerprint"])
+    return trainer, data, described, statistics
+
+
+def batches(run: RunSpec, trainer: Any) -> JobBatches:
+    """The job's training batches; a worker of an asynchronous scheme may take more steps
+    than the run's count."""
+    lockstep = aggregators.kind(run.aggregator.name).lockstep
+    most = run.steps * (1 if lockstep else run.world_size)
+    adapter: TorchJobAdapter = trainer.adapter
+    return JobBatches(adapter.job, trainer.order, most, run.loader, run.timeout_s)
+
+
+def measured_exactness(run: RunSpec, rank: int, trainer: Any, loader: JobBatches,
+                       described: dict[str, Any], statistics: GlobalStatistics,
+                       backend: str) -> dict[str, Any] | None:
+    """The slices' gradient summed over the workers against the whole batch's on rank 0
+    (exactness.py), on the slices the run starts with (equal ones where the policy measures
+    the workers first); rank 0 returns it, the others None."""
+    import torch
+
+    device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
+    return exactness.measure(trainer.adapter, loader.read,
+                             slice_bounds(starting_sizes(run.partition, run)), rank,
+                             described, statistics.alone, device)
+
+
+def starting_sizes(policy: PartitionSpec, run: RunSpec) -> tuple[int, ...]:
+    if measures(policy):
+        return equal_sizes(run.global_batch, run.world_size)
+    return initial_sizes(policy, run.global_batch, run.world_size, None)
+
+
+def evaluator(run: RunSpec, rank: int, adapter: TorchJobAdapter, run_dir: Path, device: Any
+              ) -> Any:
+    """The held-out evaluation of a job with a held-out set and eval_every, else None."""
+    if not run.eval_every or adapter.job.heldout is None:
+        return None
+    heldout = JobHeldout(adapter.job)
+    if not aggregators.kind(run.aggregator.name).lockstep:
+        if rank != 0:
+            return None
+        return Evaluator(run.eval_every, run.steps, run.global_batch, "accuracy", 0, 1,
+                         adapter, heldout, lambda values: [values], run_dir)
+    return Evaluator(run.eval_every, run.steps, run.global_batch, "accuracy", rank,
+                     run.world_size, adapter, heldout,
+                     lambda values: comm.all_gather_vectors(values, device), run_dir)
+
+
+def project_identity(project: Path, workload: str) -> dict[str, Any]:
+    """The user's code as the manifest records it: the folder, the top-level package the
+    factory lives in, its installed version where it has one, and the folder's git commit
+    and whether its tree was dirty."""
+    from importlib import metadata
+
+    module = jobs.parse_reference(workload)[0]
+    package = Path(module).stem if module.endswith(".py") else module.split(".")[0]
+    try:
+        version: str | None = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"folder": str(project), "package": package, "version": version,
+            "git": git_commit(project)}

@@ -1,0 +1,111 @@
+"""A suite's jobs named by import path, checked before any run starts.
+
+Each distinct job (factory, project folder, global batch, seed) is made once in a process
+of its own, `python -m hetbench.harness.run.jobcheck`: importing a user's model loads torch,
+which the CLI never does, and a factory that hangs or crashes must not take the launcher
+with it. The child is alone in a network namespace with only `lo` (a run's workers are
+too), so a factory or data set that reaches for the network fails here, before anything
+runs, with its own error. What is wrong comes back as one line naming the suite key
+(`runs[i].workload`), and `hetbench run` exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import RunSpec, SuiteSpec
+from hetbench.harness.system import netns
+from hetbench.harness.system.exits import exit_after
+
+MARKER = "HETBENCH-JOB "
+CHECK_TIMEOUT_S = 300.0  # a factory's import and its data's first samples
+
+
+def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
+    """Each distinct job of the suite made and checked once; returns what each said of
+    itself by workload. Raises UsageError naming the first run whose job is wrong."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for i, run in enumerate(suite.runs):
+        if not run.is_job:
+            continue
+        key = (run.workload, run.project, run.global_batch, run.seed)
+        if key not in seen:
+            seen[key] = check_job(run.workload, str(run.project), run.global_batch, run.seed,
+                                  f"runs[{i}].workload", timeout_s)
+        refuse_one_sample_slices(run, seen[key], f"runs[{i}].partition")
+    return {key[0]: described for key, described in seen.items()}
+
+
+def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str) -> None:
+    """A BatchNorm layer taking a slice's statistics cannot train on one sample (torch
+    refuses: "Expected more than 1 value per channel"): a partition that gives a slice of
+    one is refused where the suite says it, and an adaptive one must keep two or more."""
+    layers = described.get("batchnorm") or []
+    if not layers or run.batchnorm == "global":
+        return
+    named = ", ".join(layers[:3])
+    partition = run.partition
+    if partition.sizes is not None and 1 in partition.sizes:
+        raise UsageError(f"{where}.sizes", f"a slice of 1 sample, which {run.workload}'s "
+                         f"BatchNorm layers ({named}) cannot take statistics of: at least 2 "
+                         "(or batchnorm = 'global')")
+    if partition.adaptive and partition.min_slice < 2:
+        raise UsageError(f"{where}.min_slice", f"{partition.min_slice} may leave a worker one "
+                         f"sample, which {run.workload}'s BatchNorm layers ({named}) cannot "
+                         "take statistics of: min_slice = 2 (or batchnorm = 'global')")
+
+
+def check_job(workload: str, project: str, global_batch: int, seed: int, where: str,
+              timeout_s: float) -> dict[str, Any]:
+    # -P: the working directory is not put on the import path (a project's own numpy/ would
+    # shadow numpy before the check could name it); the project goes there after the check
+    command = [sys.executable, "-P", "-m", __name__, workload, project, str(global_batch),
+               str(seed)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, cwd=project,
+                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: a DataLoader's children too
+        proc.communicate()
+        raise UsageError(where, f"{workload}: making the job took more than {timeout_s:g} s "
+                         "(the factory, or reading its first samples)") from None
+    lines = [ln for ln in out.splitlines() if ln.startswith(MARKER)]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1][len(MARKER):])  # type: ignore[no-any-return]
+    said = [ln for ln in err.splitlines() if ln.strip()]
+    if proc.returncode == 2 and said:  # the check's own verdict: one line
+        raise UsageError(where, said[-1])
+    why = (f"died with {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+           else f"exited with status {proc.returncode}")
+    raise UsageError(where, f"{workload}: checking the job {why}"
+                     + (f": {said[-1].strip()}" if said else ""))
+
+
+def main(argv: list[str]) -> int:
+    workload, project, global_batch, seed = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
+    isolated = netns.isolate()  # before any import of the user's: no thread runs yet
+    from hetbench.workloads import job as jobs
+
+    try:
+        job = jobs.make_job(workload, project, seed)
+        jobs.check_batches(job, global_batch)
+        described = jobs.describe(job, workload)
+    except jobs.JobError as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return 2
+    described["network"] = "loopback only" if isolated is None else f"host's ({isolated})"
+    print(MARKER + json.dumps(described), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    exit_after(lambda: main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+"""A workload named by import path (`workload = "mypkg.models:make"`): what a suite may
+ask of a user's job, checked without importing it. The job itself (the factory called, its
+Job checked, its data collated) is checked before any run starts, in a process of its own
+(harness/run/jobcheck.py): importing a user's model loads torch, which the CLI never does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.spec import aggregators
+from hetbench.harness.spec.aggregators import AggregatorSpec
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import At, choice, text
+from hetbench.harness.spec.partitions import PartitionSpec
+from hetbench.workloads.job import JobError, is_job, parse_reference
+
+JOB_DATASET = "job"  # RunSpec.dataset of a job: the factory brings its data
+JOB_METRIC = "accuracy"  # Job.metric's correct / counted
+BATCHNORM = ("slice", "global")
+# keys whose features need a built-in workload's insides (its layer cuts, its spec)
+BUILTIN_ONLY = {
+    "dataset": "the factory's Job brings its data (Job.train, Job.heldout)",
+    "size": "the factory builds its model at the size it chooses",
+    "virtual_workers": "pipelines need the model's layers, which a Job does not give yet",
+    "pipeline": "pipelines need the model's layers, which a Job does not give yet",
+    "placement": "layer placements need the model's layers, which a Job does not give yet",
+}
+
+
+def is_job_workload(raw: Any) -> bool:
+    return isinstance(raw, str) and is_job(raw)
+
+
+def parse_job(values: dict[str, Any], set_keys: set[str], framework: str,
+              aggregator: AggregatorSpec, at: At) -> str:
+    """The workload's reference, checked against the run's other keys (`set_keys`: those
+    the suite gives, not defaults)."""
+    where = at("workload")
+    workload = text(values["workload"], where)
+    try:
+        parse_reference(workload)
+    except JobError as exc:
+        raise UsageError(where, str(exc)) from None
+    if framework != "pytorch":
+        raise UsageError(at("framework"), f"{framework!r} cannot run a workload named by "
+                         "import path (a PyTorch job): allowed: 'pytorch'")
+    for key, why in BUILTIN_ONLY.items():
+        if key in set_keys and values.get(key) is not None:
+            raise UsageError(at(key), f"not for a workload named by import path: {why}")
+    kind = aggregators.kind(aggregator.name)
+    if kind.services is not None or kind.serves is not None:
+        allowed = [n for n, k in aggregators.AGGREGATORS.items()
+                   if k.services is None and k.serves is None and not k.pipeline_only]
+        raise UsageError(at("aggregator"), f"{aggregator.name!r} starts servers that build "
+                         "a built-in workload's model; for a workload named by import path "
+                         f"allowed: {', '.join(allowed)}")
+    return workload
+
+
+def project_folder(raw: Any, suite_folder: Path, where: str) -> str:
+    """The folder a job's import path resolves from: `project` (relative to the suite's
+    folder), by default the suite's folder itself. Absolute, so that workers started
+    elsewhere (another host's launcher, a ci worktree) resolve the same."""
+    folder = suite_folder if raw is None else suite_folder / text(raw, where)
+    folder = folder.resolve()
+    if not folder.is_dir():
+        raise UsageError(where, f"{folder} is not a folder (the project a workload named by "
+                         "import path is imported from)")
+    return str(folder)
+
+
+def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec, at: At) -> str:
+    """`batchnorm = "global"`: a job's BatchNorm layers take the global batch's statistics,
+    each forward gathering every worker's sums. Every worker then computes in step with the
+    others, so what times one worker alone, or leaves one out, cannot run with it (yet)."""
+    mode = choice(values["batchnorm"], BATCHNORM, at("batchnorm"))
+    if mode != "global":
+        return mode
+    if partition.policy == "profiled":
+        raise UsageError(at("partition.policy"), "'profiled' times each worker alone, which "
+                         "batchnorm = 'global' cannot (every forward needs every worker): "
+                         "allowed: equal, sizes, weights or an adaptive policy")
+    if values["calibrate"] is True:
+        raise UsageError(at("calibrate"), "calibration times each worker alone, which "
+                         "batchnorm = 'global' cannot (every forward needs every worker)")
+    if partition.may_leave_out:
+        raise UsageError(at("partition"), "a worker left out computes no forward, which "
+                         "batchnorm = 'global' needs of every worker: no empty slice, no "
+                         "leave_out")
+    return mode

@@ -1,0 +1,461 @@
+"""A workload named by import path (issue 56): a user's own PyTorch job, its suite keys, its
+bad inputs refused before anything runs, and its training exact on uneven slices against
+the textbook full-batch loop written here (not hetbench's)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import load_suite, parse_run
+from hetbench.harness.spec.tables import run_table
+from hetbench.workloads.job import JobError, parse_reference
+from tests.conftest import completed_runs
+
+TIMEOUT_S = 240
+
+# The user's project: a package of its own named like one of hetbench's rooms, to show that
+# nothing collides, and a module of factories, good and bad.
+MODELS = '''
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+import hetbench
+
+SAMPLES, FEATURES, CLASSES = 480, 12, 4
+
+
+def data(seed=3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(SAMPLES, FEATURES, generator=g)
+    return x, (x[:, :CLASSES] * 2 + 0.3 * torch.randn(SAMPLES, CLASSES, generator=g)).argmax(1)
+
+
+class Tied(nn.Module):
+    """A forward that is no Sequential, LayerNorm, and a weight used twice."""
+
+    def __init__(self, batchnorm=False, dropout=0.0):
+        super().__init__()
+        self.embed = nn.Linear(FEATURES, 16)
+        self.norm = nn.BatchNorm1d(16) if batchnorm else nn.LayerNorm(16)
+        self.mix = nn.Linear(16, 16)
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        h = torch.tanh(self.norm(self.embed(x)))
+        h = self.drop(h + torch.tanh(self.mix(h)) + torch.tanh(self.mix(h) * 0.5))
+        return self.out(h)
+
+
+def accuracy(outputs, targets):
+    return float((outputs.argmax(-1) == targets).sum()), float(targets.numel())
+
+
+def job(model, reduction="mean", **more):
+    x, y = data()
+    loss = nn.CrossEntropyLoss(reduction=reduction)
+    return hetbench.Job(model=model, loss=loss, reduction=reduction,
+                        train=TensorDataset(x[:416], y[:416]),
+                        heldout=TensorDataset(x[416:], y[416:]), metric=accuracy, **more)
+
+
+def make():
+    return job(Tied())
+
+
+def make_sum():
+    return job(Tied(), reduction="sum")
+
+
+def make_batchnorm():
+    return job(Tied(batchnorm=True))
+
+
+def make_dropout():
+    return job(Tied(dropout=0.3))
+
+
+def raises():
+    raise RuntimeError("the factory broke")
+
+
+def wrong_type():
+    return Tied()
+
+
+def no_reduction():
+    return job(Tied(), reduction="none")
+
+
+def small():
+    x, y = data()
+    return hetbench.Job(model=Tied(), loss=nn.CrossEntropyLoss(), reduction="mean",
+                        train=TensorDataset(x[:40], y[:40]))
+
+
+class Ragged(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        return torch.zeros(1 + i % 3), torch.tensor(0)
+
+
+def ragged():
+    return hetbench.Job(model=Tied(), loss=nn.CrossEntropyLoss(), reduction="mean",
+                        train=Ragged())
+
+
+def two_devices():
+    model = Tied()
+    model.out.to("meta")
+    return job(model)
+
+
+def network():
+    import socket
+
+    socket.create_connection(("198.18.0.1", 9), timeout=5)  # TEST-NET: no route here
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    (folder / "userjob").mkdir(parents=True)
+    (folder / "userjob" / "__init__.py").write_text("")
+    (folder / "userjob" / "models.py").write_text(MODELS)
+    (folder / "analysis").mkdir()  # the project's own package of a hetbench room's name
+    (folder / "analysis" / "__init__.py").write_text("MINE = True\n")
+    return folder
+
+
+def suite(runs: str, defaults: str = "") -> str:
+    return textwrap.dedent(f"""
+        [suite]
+        name = "mine"
+
+        [defaults]
+        steps = 20
+        global_batch = 64
+        lr = 0.2
+        {defaults}
+        """) + textwrap.dedent(runs)
+
+
+PAIR = 'workers = [ { device = "cpu" }, { device = "cpu" } ]'
+
+
+# -- the suite's keys ------------------------------------------------------------------------
+
+
+def test_a_reference_is_a_module_or_a_file_and_a_name() -> None:
+    assert parse_reference("userjob.models:make") == ("userjob.models", "make")
+    assert parse_reference("models/net.py:build") == ("models/net.py", "build")
+    for bad in ("userjob.models", "userjob.models:", ":make", "a b:make", "x:1make"):
+        with pytest.raises(JobError, match="not a factory's import path"):
+            parse_reference(bad)
+
+
+def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project: Path) -> None:
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make"
+        loader = {{ workers = 2, prefetch = 2, pin_memory = true }}
+        {PAIR}
+        """))
+    run = load_suite(str(path)).runs[0]
+    assert run.is_job and run.project == str(project.resolve()) and run.dataset == "job"
+    assert run.loader is not None and run.loader.kind == "processes" and run.loader.pin_memory
+    assert parse_run(run_table(run), "runs[0]") == run  # advise writes jobs as it reads them
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("dataset", '"digits"', "brings its data"),
+    ("size", '"tiny"', "at the size it chooses"),
+    ("framework", '"tensorflow"', "allowed: 'pytorch'"),
+    ("aggregator", '"ps-sync"', "starts servers"),
+    ("project", '"nowhere"', "is not a folder"),
+    ("loader", '{ kind = "threads" }', "torch's DataLoader workers"),
+    ("loader", '{ augment = true }', "a job's own Dataset decodes"),
+    ("virtual_workers", "[[0, 1]]", "pipelines need the model's layers"),
+])
+def test_what_a_job_cannot_do_is_refused_by_the_suite_check(project: Path, key: str,
+                                                            value: str, message: str) -> None:
+    path = project / "suite.toml"
+    workers = ('workers = [ { framework = "tensorflow" }, { framework = "tensorflow" } ]'
+               if key == "framework" else PAIR)
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make"
+        {key} = {value}
+        {workers}
+        """))
+    with pytest.raises(UsageError) as caught:
+        load_suite(str(path))
+    assert f"runs[0].{key}" in caught.value.where and message in caught.value.message
+
+
+@pytest.mark.parametrize("key", ['project = "."', 'batchnorm = "global"'])
+def test_a_jobs_keys_are_only_for_a_job(project: Path, key: str) -> None:
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        {key}
+        {PAIR}
+        """))
+    with pytest.raises(UsageError, match="only for a workload named by import path"):
+        load_suite(str(path))
+
+
+@pytest.mark.parametrize("key, message", [
+    ('partition = { policy = "profiled" }', "times each worker alone"),
+    ("calibrate = true", "times each worker alone"),
+    ('partition = { policy = "sizes", sizes = [0, 64] }', "no empty slice"),
+    ('partition = { policy = "model", leave_out = true }', "no empty slice"),
+])
+def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: str,
+                                                            message: str) -> None:
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make_batchnorm"
+        batchnorm = "global"
+        {key}
+        {PAIR}
+        """))
+    with pytest.raises(UsageError, match=message):
+        load_suite(str(path))
+
+
+# -- bad jobs, refused before anything runs ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, message", [
+    ("userjob.nothere:make", "cannot import 'userjob.nothere'"),
+    ("userjob.models:absent", "has no function 'absent'"),
+    ("userjob.models:raises", "raised RuntimeError: the factory broke"),
+    ("userjob.models:wrong_type", "returned Tied, not a hetbench.Job"),
+    ("userjob.models:no_reduction", "Job.reduction is 'none'"),
+    ("userjob.models:small", "holds 40 samples, fewer than one global batch (64)"),
+    ("userjob.models:ragged", "do not make a batch"),
+    ("userjob.models:two_devices", "sit on several devices"),
+    ("userjob.models:network", "raised OSError"),
+])
+def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
+        project: Path, hetbench, factory: str, message: str) -> None:
+    (project / "suite.toml").write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "{factory}"
+        {PAIR}
+        """))
+    done = hetbench(project, "run", "suite.toml", "--out", "out")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hetbench: error: runs[0].workload"), lines
+    assert message in lines[0]
+    assert not (project / "out").exists()  # nothing created, nothing run
+
+
+@pytest.mark.slow
+def test_a_project_shadowing_what_hetbench_imports_is_named(project: Path, hetbench) -> None:
+    (project / "numpy").mkdir()
+    (project / "numpy" / "__init__.py").write_text("")
+    (project / "suite.toml").write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make"
+        {PAIR}
+        """))
+    # from outside the folder: `python -m` would put the working directory's numpy first
+    done = hetbench(project.parent, "run", "project/suite.toml", "--out", "out")
+    assert done.returncode == 2, done.stderr
+    assert "holds numpy, which would shadow what hetbench imports" in done.stderr
+
+
+# -- training on uneven slices is the full-batch loop ------------------------------------------
+
+
+def textbook_sgd(project: Path, factory: str, steps: int, global_batch: int, lr: float,
+                 seed: int) -> dict[str, np.ndarray]:
+    """The user's model trained as a textbook loop on one process: each step the whole
+    global batch (a seeded permutation per epoch, cut in order), its mean loss, SGD."""
+    import importlib
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(project))
+    try:
+        module = importlib.import_module("userjob.models")
+        torch.manual_seed(seed)
+        job = getattr(module, factory)()
+    finally:
+        sys.path.remove(str(project))
+        for name in [m for m in sys.modules if m == "userjob" or m.startswith("userjob.")]:
+            del sys.modules[name]
+    model, train = job.model, job.train
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    per_epoch = len(train) // global_batch
+    for step in range(steps):
+        epoch, offset = divmod(step, per_epoch)
+        order = np.random.default_rng([seed, epoch]).permutation(len(train))
+        x, y = train[order[offset * global_batch:(offset + 1) * global_batch]]
+        optimizer.zero_grad()
+        job.loss(model(x), y).backward()
+        optimizer.step()
+    return {name: p.detach().numpy() for name, p in model.named_parameters()}
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("uneven")
+    (folder / "userjob").mkdir()
+    (folder / "userjob" / "__init__.py").write_text("")
+    (folder / "userjob" / "models.py").write_text(MODELS)
+    three = 'workers = [ { device = "cpu" }, { device = "cpu" }, { device = "cpu" } ]'
+    uneven_sizes = 'partition = { policy = "sizes", sizes = [7, 40, 17] }'
+    return completed_runs(folder, suite(f"""
+        [[runs]]
+        name = "allreduce"
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "ddp"
+        aggregator = "ddp"
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "sum-loaded"
+        workload = "userjob.models:make_sum"
+        loader = {{ workers = 2, prefetch = 2 }}
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "batchnorm"
+        workload = "userjob.models:make_batchnorm"
+        steps = 2
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "batchnorm-profiled"
+        workload = "userjob.models:make_batchnorm"
+        steps = 2
+        partition = {{ policy = "profiled" }}
+        {three}
+
+        [[runs]]
+        name = "batchnorm-global"
+        workload = "userjob.models:make_batchnorm"
+        batchnorm = "global"
+        {uneven_sizes}
+        {three}
+        """, defaults='workload = "userjob.models:make"\neval_every = 10'))
+
+
+def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
+    with np.load(run_dir / "params.npz") as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run, factory, tolerance", [
+    ("allreduce", "make", 1e-6), ("ddp", "make", 1e-6), ("sum-loaded", "make_sum", 1e-6),
+    # BatchNorm's statistics gathered over the workers: a sum of squares less exact
+    ("batchnorm-global", "make_batchnorm", 1e-5)])
+def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
+                                                    factory: str, tolerance: float) -> None:
+    """3 workers on 7, 40 and 17 samples of each 64: after 20 steps the parameters are the
+    textbook loop's (through torch's DataLoader with 2 processes on one run, a loss summed
+    instead of averaged on it: both weighted exactly; BatchNorm with the global batch's
+    statistics on another)."""
+    expected = textbook_sgd(uneven[run].parent.parent.parent, factory, 20, 64,
+                            0.2 / (64 if factory == "make_sum" else 1), 0)
+    got = final_parameters(uneven[run])
+    assert set(got) == set(expected)  # the tied weight once
+    worst = max(float(np.abs(got[k] - expected[k]).max()) for k in expected)
+    assert worst < tolerance, worst
+
+
+@pytest.mark.slow
+def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Path]) -> None:
+    plain = json.loads((uneven["allreduce"] / "manifest.json").read_text())
+    assert plain["exactness"]["sizes"] == [7, 40, 17]
+    assert plain["exactness"]["max_relative_difference"] < 1e-6
+    assert plain["exactness"]["reason"] == "exact up to float rounding"
+    norm = json.loads((uneven["batchnorm"] / "manifest.json").read_text())["exactness"]
+    assert norm["max_relative_difference"] > 1e-3
+    assert norm["reason"].startswith("BatchNorm statistics taken per slice (norm)")
+    fixed = json.loads((uneven["batchnorm-global"] / "manifest.json").read_text())["exactness"]
+    assert fixed["max_relative_difference"] < 1e-5
+    assert fixed["reason"] == ("exact up to float rounding (BatchNorm statistics of the "
+                               "global batch)")
+    job = plain["job"]
+    assert job["factory"] == "userjob.models:make" and job["reduction"] == "mean"
+    assert job["train"]["samples"] == 416 and len(job["train"]["fingerprint"]) == 16
+    assert job["project"]["package"] == "userjob"
+    evaluated = json.loads((uneven["allreduce"] / "manifest.json").read_text())
+    assert evaluated["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_timing_a_worker_alone_leaves_its_batchnorm_statistics_alone(
+        uneven: dict[str, Path]) -> None:
+    """The profiled policy's solo passes run the model in training mode: its running
+    statistics (and random draws) are put back, so the evaluation before the first step
+    reads the same model as a run that profiled nothing."""
+    import pandas as pd
+
+    first = {run: pd.read_parquet(uneven[run] / "eval.parquet").iloc[0]
+             for run in ("batchnorm", "batchnorm-profiled")}
+    assert first["batchnorm"]["step"] == first["batchnorm-profiled"]["step"] == 0
+    assert first["batchnorm"]["loss"] == first["batchnorm-profiled"]["loss"]
+
+
+def test_a_jobs_batches_follow_the_slice_and_the_step_asked_for() -> None:
+    """torch's DataLoader over the job's data yields step s's slice [lo, hi) of the seeded
+    global batch; a moved slice, a skipped step or a step past the run's count starts it
+    again where asked."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from hetbench.harness.training.job_loader import JobBatches
+    from hetbench.workloads.data import BatchOrder
+    from hetbench.workloads.job import Job
+
+    samples, batch, seed = 40, 8, 5
+    data = TensorDataset(torch.arange(samples), torch.arange(samples) * 10)
+    job = Job(model=torch.nn.Linear(1, 1), loss=torch.nn.MSELoss(), reduction="mean",
+              train=data)
+    batches = JobBatches(job, BatchOrder(samples, batch, seed), 3, None, 10.0)
+
+    def expected(step: int, lo: int, hi: int) -> list[int]:
+        epoch, offset = divmod(step, samples // batch)
+        order = np.random.default_rng([seed, epoch]).permutation(samples)
+        return order[offset * batch:(offset + 1) * batch][lo:hi].tolist()
+
+    try:
+        for step, lo, hi in [(0, 0, 3), (1, 0, 3), (2, 3, 8), (1, 0, 8), (7, 2, 5), (8, 2, 5)]:
+            inputs, targets = batches.get(step, lo, hi)
+            assert inputs.tolist() == expected(step, lo, hi), (step, lo, hi)
+            assert targets.tolist() == [10 * i for i in expected(step, lo, hi)]
+    finally:
+        batches.close()
