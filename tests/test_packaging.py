@@ -87,22 +87,21 @@ def environment_without_pythonpath() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
-def test_a_checkout_imports_as_an_install_does() -> None:
-    """hetbench/<room> links to the room's folder: `hetbench ci`'s base worktree runs its own
-    code through them."""
+def test_a_checkout_imports_as_an_install_does(spawn: Spawn) -> None:
+    """hetbench/<room> links to the room's folder, committed as a link (mode 120000, not a
+    copy): `hetbench ci`'s base worktree runs its own code through them."""
     for room in ROOMS:
         link = REPO / "hetbench" / room
         assert link.is_symlink() and link.resolve() == (REPO / room).resolve(), room
-    done = subprocess.run(["git", "-C", str(REPO), "ls-files", "-s", "hetbench"],
-                          capture_output=True, text=True, timeout=30)
+    done = spawn.run(["git", "-C", str(REPO), "ls-files", "-s", "hetbench"],
+                     capture_output=True, text=True, timeout=30)
     modes = {line.split()[3]: line.split()[0] for line in done.stdout.splitlines()}
-    if modes:  # committed: as links (mode 120000), not copies
-        assert all(modes.get(f"hetbench/{room}") == "120000" for room in ROOMS), modes
+    assert all(modes.get(f"hetbench/{room}") == "120000" for room in ROOMS), modes
 
 
-def test_a_run_records_the_commit_of_the_checkout_it_runs_from() -> None:
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, timeout=30).stdout.strip()
+def test_a_run_records_the_commit_of_the_checkout_it_runs_from(spawn: Spawn) -> None:
+    head = spawn.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                     text=True, timeout=30).stdout.strip()
     assert git_commit()["commit"] == head
 
 
