@@ -115,10 +115,13 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
              f"{train.get('source') or train.get('type')}, {train.get('samples')} samples, "
              f"fingerprint {train.get('fingerprint')}.", ""]
     if isinstance(exact, dict):
+        without = exact.get("without_dropout")
         lines += [f"**Exactness**: the slices {exact.get('sizes')} of step "
                   f"{exact.get('step')}'s global batch sum to its gradient within "
                   f"{exact.get('max_relative_difference', float('nan')):.2g} of its largest "
-                  f"element: {exact.get('reason')}.", ""]
+                  "element" + ("" if without is None else f" ({without:.2g} with dropout "
+                                                          "off)")
+                  + f": {exact.get('reason')}.", ""]
     return lines
 
 

@@ -356,6 +356,13 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         {three}
 
         [[runs]]
+        name = "dropout"
+        workload = "userjob.models:make_dropout"
+        steps = 2
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
         name = "batchnorm-profiled"
         workload = "userjob.models:make_batchnorm"
         steps = 2
@@ -404,6 +411,11 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     norm = json.loads((uneven["batchnorm"] / "manifest.json").read_text())["exactness"]
     assert norm["max_relative_difference"] > 1e-3
     assert norm["reason"].startswith("BatchNorm statistics taken per slice (norm)")
+    dropped = json.loads((uneven["dropout"] / "manifest.json").read_text())["exactness"]
+    assert dropped["max_relative_difference"] > 1e-3 and dropped["without_dropout"] < 1e-6
+    assert dropped["reason"].startswith("dropout draws other masks per slice (drop); without "
+                                        "dropout exact up to float rounding")
+    assert norm["without_dropout"] is None  # nothing to switch off
     fixed = json.loads((uneven["batchnorm-global"] / "manifest.json").read_text())["exactness"]
     assert fixed["max_relative_difference"] < 1e-5
     assert fixed["reason"] == ("exact up to float rounding (BatchNorm statistics of the "

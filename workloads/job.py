@@ -290,7 +290,8 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "buffers": sum(b.numel() for b in model.buffers()),
         "reduction": job.reduction,
         "batchnorm": layers_of(model, (torch.nn.modules.batchnorm._BatchNorm,)),
-        "dropout": layers_of(model, (torch.nn.modules.dropout._DropoutNd,)),
+        "dropout": [name for name, m in model.named_modules()  # those that draw masks
+                    if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0],
         "train": data_identity(job.train),
         "heldout": None if job.heldout is None else data_identity(job.heldout),
         "metric": job.metric is not None,
