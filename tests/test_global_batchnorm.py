@@ -15,7 +15,6 @@ Tolerances: float64 |d| <= 1e-10 (1 + max|ref|); float32 |d| <= 2e-5 max(1, max|
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,6 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from hetbench.harness.run.launcher import free_port
 from hetbench.harness.training.batchnorm import (
     GlobalBatchNorm,
     batchnorm_layers,
@@ -138,12 +138,6 @@ def worker(rank: int, sizes: list[int], port: int, out: str) -> None:
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_workers(sizes: list[int], out: Path) -> list[dict[str, Records]]:
