@@ -472,7 +472,7 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
 
     launches: list[str] = []
 
-    def fake_side(side: str, *args: object) -> int:
+    def fake_side(side: str, *args: object, **options: object) -> int:
         launches.append(side)
         return 1 if side == "current" and len(launches) == 2 else 0
 

@@ -15,11 +15,13 @@ empty slice (0 samples) included: it contributes zeros and gets an empty output.
 mode nothing is communicated (as nn.SyncBatchNorm): the running statistics are used, or,
 without them (track_running_stats=False), the local batch's.
 
-The statistics are accumulated in float64, whatever the input's dtype: the variance comes
-from E[x^2] - E[x]^2 (one all_reduce of plain sums, no second round for a shared shift),
-whose cancellation costs about 1e-16 (mean / std)^2 relative in float64, far below a float32
-result's rounding; and every worker sends the same dtype, whatever its device or precision.
-The price is float64 temporaries the size of the input, in forward and backward.
+Each worker reduces its slice in the input's precision (torch.var_mean: its mean and its
+variance about that mean); the per-channel statistics then meet in float64, combined as
+Chan et al. combine partial variances (the slices' within-spread plus their means' spread
+about the global mean), so no sum of squares about zero cancels, and every worker sends
+the same dtype whatever its device or precision. The elementwise passes stay in the input's
+precision: float64 copies of the activations cost a CPU worker more than the collectives
+(docs/measurements.md, "A user's job").
 """
 
 from __future__ import annotations
@@ -70,18 +72,26 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         channels = x.shape[1]
         dims = _reduce_dims(x)
-        x64 = x.detach().to(torch.float64)
-        count = torch.full((1,), x.numel() // channels, dtype=torch.float64, device=x.device)
-        packed = torch.cat([count, x64.sum(dims), (x64 * x64).sum(dims)])
-        # Every worker, an empty one included, takes part: the collectives must match.
+        local = x.numel() // channels
+        if local:
+            var_local, mean_local = torch.var_mean(x.detach(), dims, correction=0)
+            mean_local, var_local = mean_local.double(), var_local.double()
+        else:  # an empty slice: zeros, but it takes part in the collective all the same
+            mean_local = var_local = torch.zeros(channels, dtype=torch.float64,
+                                                 device=x.device)
+        count = torch.full((1,), float(local), dtype=torch.float64, device=x.device)
+        # per worker: n_i, n_i mean_i, n_i var_i, n_i mean_i^2 (Chan et al.'s combination)
+        packed = torch.cat([count, local * mean_local, local * var_local,
+                            local * mean_local * mean_local])
         _all_reduce(packed, communicate, group)
         n = float(packed[0].item())
         if n <= 1:  # torch's BatchNorm refuses this too; n is the same on every worker
             raise ValueError("Expected more than 1 value per channel when training, got "
                              f"{n:.0f} over the group (input size {tuple(x.shape)} here)")
-        total, squares = packed[1:].split(channels)
+        total, within, squares = packed[1:].split(channels)
         mean = total / n
-        var = (squares / n - mean * mean).clamp_min(0.0)  # biased, as normalisation uses
+        # the within-slice spread plus the slices' means' spread about the global mean
+        var = ((within + squares) / n - mean * mean).clamp_min(0.0)  # biased, as normalising
         invstd = torch.rsqrt(var + eps)
 
         if running_mean is not None:
@@ -91,15 +101,19 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             running_var.copy_(factor * unbiased + (1.0 - factor) * running_var.to(torch.float64))
 
         scale = invstd if weight is None else invstd * weight.detach().to(torch.float64)
-        y = (x64 - _per_channel(mean, x)) * _per_channel(scale, x)
+        shift = -mean * scale
         if bias is not None:
-            y = y + _per_channel(bias.detach().to(torch.float64), x)
+            shift = shift + bias.detach().to(torch.float64)
+        # the elementwise pass in the input's own precision: float64 copies of activations
+        # cost more than the collectives on a CPU worker
+        y = torch.addcmul(_per_channel(shift.to(x.dtype), x), x,
+                          _per_channel(scale.to(x.dtype), x))
 
         ctx.save_for_backward(x, weight, mean, invstd)
         ctx.count = n
         ctx.communicate = communicate
         ctx.group = group
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     @once_differentiable
@@ -107,10 +121,9 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         x, weight, mean, invstd = ctx.saved_tensors
         channels = x.shape[1]
         dims = _reduce_dims(x)
-        dy64 = dy.to(torch.float64)
-        xmu = x.to(torch.float64) - _per_channel(mean, x)
-        sum_dy = dy64.sum(dims)
-        sum_dy_xmu = (dy64 * xmu).sum(dims)
+        xmu = x - _per_channel(mean.to(x.dtype), x)
+        sum_dy = dy.sum(dims).double()
+        sum_dy_xmu = (dy * xmu).sum(dims).double()
 
         grad_input = None
         # needs_input_grad follows from the model, so it is the same on every worker: all
@@ -120,9 +133,10 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             _all_reduce(packed, ctx.communicate, ctx.group)
             mean_dy, mean_dy_xmu = (packed / ctx.count).split(channels)
             scale = invstd if weight is None else invstd * weight.to(torch.float64)
-            grad_input = ((dy64 - _per_channel(mean_dy, x)
-                           - xmu * _per_channel(mean_dy_xmu * invstd * invstd, x))
-                          * _per_channel(scale, x)).to(x.dtype)
+            grad_input = ((dy - _per_channel(mean_dy.to(dy.dtype), x)
+                           - xmu * _per_channel((mean_dy_xmu * invstd * invstd).to(dy.dtype),
+                                                x))
+                          * _per_channel(scale.to(dy.dtype), x))
         grad_weight = grad_bias = None
         if weight is not None and ctx.needs_input_grad[1]:
             grad_weight = (sum_dy_xmu * invstd).to(weight.dtype)
