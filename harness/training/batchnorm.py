@@ -15,8 +15,9 @@ empty slice (0 samples) included: it contributes zeros and gets an empty output.
 mode nothing is communicated (as nn.SyncBatchNorm): the running statistics are used, or,
 without them (track_running_stats=False), the local batch's.
 
-Each worker reduces its slice in the input's precision (torch.var_mean: its mean and its
-variance about that mean); the per-channel statistics then meet in float64, combined as
+Each worker reduces its slice with float64 sums (its mean, then its spread about that mean;
+the elements are read in their own precision, no float64 copy is made); the per-channel
+statistics then meet in float64, combined as
 Chan et al. combine partial variances (the slices' within-spread plus their means' spread
 about the global mean), so no sum of squares about zero cancels, and every worker sends
 the same dtype whatever its device or precision. The elementwise passes stay in the input's
@@ -73,9 +74,10 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         channels = x.shape[1]
         dims = _reduce_dims(x)
         local = x.numel() // channels
-        if local:
-            var_local, mean_local = torch.var_mean(x.detach(), dims, correction=0)
-            mean_local, var_local = mean_local.double(), var_local.double()
+        if local:  # two passes, each summed in float64 (no float64 copy of x is made)
+            mean_local = x.detach().sum(dims, dtype=torch.float64) / local
+            centred = x.detach() - _per_channel(mean_local.to(x.dtype), x)
+            var_local = (centred * centred).sum(dims, dtype=torch.float64) / local
         else:  # an empty slice: zeros, but it takes part in the collective all the same
             mean_local = var_local = torch.zeros(channels, dtype=torch.float64,
                                                  device=x.device)
@@ -122,8 +124,8 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         channels = x.shape[1]
         dims = _reduce_dims(x)
         xmu = x - _per_channel(mean.to(x.dtype), x)
-        sum_dy = dy.sum(dims).double()
-        sum_dy_xmu = (dy * xmu).sum(dims).double()
+        sum_dy = dy.sum(dims, dtype=torch.float64)
+        sum_dy_xmu = (dy * xmu).sum(dims, dtype=torch.float64)
 
         grad_input = None
         # needs_input_grad follows from the model, so it is the same on every worker: all
