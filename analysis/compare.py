@@ -186,7 +186,7 @@ def _config_warnings(base: Sequence[RunData], current: Sequence[RunData]) -> lis
         for run in runs:
             suite = {k: v for k, v in (run.manifest.get("suite") or {}).items()
                      if k not in SUITE_KEYS_IGNORED}
-            spec = {k: v for k, v in (run.manifest.get("run") or {}).items()
+            spec = {k: _unset_dropped(v) for k, v in (run.manifest.get("run") or {}).items()
                     if k not in RUN_KEYS_IGNORED}
             text = json.dumps({"suite": suite, "run": spec}, sort_keys=True, default=str)
             out.setdefault(run_key(run), set()).add(text)
@@ -208,6 +208,17 @@ def _config_warnings(base: Sequence[RunData], current: Sequence[RunData]) -> lis
     for key in sorted(set(c) - set(b)):
         warnings.append(f"{key[0]}/{key[1]} is only in CURRENT: not compared")
     return warnings
+
+
+def _unset_dropped(value: Any) -> Any:
+    """A run field's value without the unset (None) fields inside it: a nested field a later
+    hetbench added (a worker's `loader_workers`) is unset in the runs written before it, not
+    a change of configuration. (A top-level field unset on one side is still named.)"""
+    if isinstance(value, dict):
+        return {k: _unset_dropped(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_unset_dropped(v) for v in value]
+    return value
 
 
 def _differing_fields(configs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:

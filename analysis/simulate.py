@@ -47,7 +47,7 @@ from hetbench.harness.partition.policies import (
     Repartitioner,
     WindowStats,
     equal_sizes,
-    largest_remainder,
+    profiled_sizes,
 )
 
 BLOCK = 32
@@ -246,8 +246,9 @@ def lines(workers: Sequence[DeviceClass]) -> tuple[np.ndarray, np.ndarray]:
 
 def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
                  sizes: Sequence[int] | None = None, first: int = 0) -> np.ndarray:
-    """`sizes` when given (bsp), equal, or (bsp-profiled) in proportion to each worker's
-    typical throughput at its equal share, as the `profiled` policy measures it."""
+    """`sizes` when given (bsp), equal, or (bsp-profiled) the slices that finish together on
+    each worker's typical solo line a + b*n, as the `profiled` policy fits it from two
+    solo timings (harness/partition/policies.py profiled_sizes)."""
     n = len(workers)
     if sizes is not None and scheme.name == "bsp":
         if len(sizes) != n or sum(sizes) != total:
@@ -256,12 +257,11 @@ def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
     if scheme.name != "bsp-profiled":
         return np.array(equal_sizes(total, n))
     a, b = lines(workers)
-    share = total / n
     # each worker's own level: its class's typical slowdown, its recorded worker's residual
     level = [typical_slowdown(c) * float(np.median(c.sources[j].residual))
              for c, j in zip(workers, assigned_sources(workers, first), strict=True)]
-    rate = [share / ((a[i] + b[i] * share) * level[i]) for i in range(n)]
-    return np.array(largest_remainder(total, rate, minimum=1))
+    return np.array(profiled_sizes(total, [(a[i] * level[i], b[i] * level[i])
+                                           for i in range(n)]))
 
 
 # -- schemes ------------------------------------------------------------------------------

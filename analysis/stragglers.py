@@ -28,6 +28,11 @@ The excess is split, in this order, over what the records can measure:
              data; a clock that /proc/cpuinfo does not show, as in most VMs);
 - emulation: for a worker with an emulated slowdown, the stretch beyond (f - 1) times its
              natural compute: the sleep overshooting when no core is free to wake it;
+- load:      its wait on the input pipeline above what its peers' waits in that step predict
+             for its slice (per sample, emulated slowdown divided out), the part of it that
+             is its usual one (its median load): a DataLoader with fewer processes, a slower
+             disk. Measured against the others, not its own median, as network is: a
+             starved pipeline is starved every step, so its typical compute holds it;
 - network:   in a run across hosts only, its exchange above the median of the other
              workers' exchanges in that step for the same bytes, when its host's link is
              slower than another worker's host's (hetbench.analysis.network.slow_link_excess_ns);
@@ -36,6 +41,10 @@ The excess is split, in this order, over what the records can measure:
 A worker with an emulated slowdown f stretches every natural delay d to f*d, so measured
 delays are multiplied by its factor. Attributions are capped at the excess. A cause is named
 for a step only when it explains at least NAME_SHARE of that step's excess.
+
+`load` adds to the excess, as network does, what the straggler's input pipeline keeps it
+waiting beyond its peers'; a spike of its own load above its median is compute excess
+(off_cpu, on_cpu), not counted twice.
 
 The exchange is not part of compute, so the excess above holds none of it. `network` adds
 to the excess what a slower link makes the straggler's exchange take beyond its peers' (a
@@ -65,7 +74,7 @@ from hetbench.analysis.network import slow_link_excess_ns
 from hetbench.harness.records.collector import SAMPLED_FIELDS, UNMEASURED
 
 CAUSES = ("gc", "interference", "frequency", "preempted", "off_cpu", "on_cpu", "emulation",
-          "network", "unexplained")
+          "load", "network", "unexplained")
 NAME_SHARE = 0.2
 INTERFERENCE_CORES = 0.25  # others' extra busy cores during a step that count as interference
 FREQUENCY_DROP = 0.05  # a clock this much below the median step's counts as a slower core
@@ -109,7 +118,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     # Only the columns read below, sorted for the per-worker RSS difference: sorting the
     # whole frame was a third of the 1M-record analysis.
     derived = with_derived(steps)
-    needed = ["step", "rank", "compute_ns", "stretch_ns", "gc_ns", "ctx_involuntary",
+    needed = ["step", "rank", "batch_size", "compute_ns", "stretch_ns", "gc_ns", "ctx_involuntary",
               "ctx_voluntary", "rss_bytes", *(f"{p}_ns" for p in COMPUTE_PHASES),
               *[c for c in ("compute_cpu_ns", "compute_cpu_all_ns", "others_cores",
                             "steal_cores", "cpu_mhz") if c in derived]]
@@ -149,6 +158,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
                                  *(f"{p}_ns" for p in COMPUTE_PHASES)]].median()
     per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
     straggler = d["step"].map(per_step["straggler"])
+    # the others' natural load per sample in each step: the straggler's at its peers' pace
+    per_sample = d["load_ns"] / (d["batch_size"] * d["factor"]).where(d["batch_size"] > 0)
+    peers_load = per_sample.where(d["rank"] != straggler).groupby(d["step"]).median()
     s = d[d["rank"] == straggler].reset_index(drop=True)
     s["lead_ms"] = s["step"].map(per_step["lead_ms"])
     m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
@@ -185,9 +197,14 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     scale = np.where(total > compute_excess, compute_excess / total.where(total > 0, 1.0), 1.0)
     parts = parts.mul(scale, axis=0)
     parts["unexplained"] = (compute_excess - parts.sum(axis=1)).clip(lower=0)
+    # the input pipeline's usual wait beyond its peers', outside the compute excess (its
+    # typical compute holds it): no more than this step's gap to them
+    expected_load = s["step"].map(peers_load).fillna(np.inf) * s["batch_size"] * factor
+    gap = s["load_ns"] - expected_load
+    parts["load"] = np.minimum(gap, m["load_ns"] - expected_load).clip(lower=0).fillna(0.0)
     # the exchange's excess, outside compute: all of it explained by the slower link
     parts["network"] = s["network_ns"]
-    excess = compute_excess + parts["network"]
+    excess = compute_excess + parts["network"] + parts["load"]
 
     phase_excess = pd.DataFrame({p: s[f"{p}_ns"] - m[f"{p}_ns"] for p in COMPUTE_PHASES})
     out = pd.DataFrame({

@@ -34,6 +34,12 @@ measured them (medians, ms): `forward` (the batch and the forward with the loss)
 all-reduce; hetbench's backward, pack and exchange), `update` (the optimizer; hetbench's
 unpack and apply) and `between` (the rest of the period): where a variant's time goes.
 `--pin` puts every variant's worker r on core r alone, its threads with it.
+
+`--job REF --project DIR` compares on a user's job instead (a `hetbench.Job` factory, e.g.
+`--job model:make --project examples/classifier`): hetbench runs it as a suite naming it
+would, DDP's side is the plain loop its owner would write (benchmarks/ddp_job_worker.py),
+both reading the same global batches through torch's DataLoader with `--loader-workers`
+processes each (0: in the training process).
 """
 
 from __future__ import annotations
@@ -66,6 +72,12 @@ def hetbench_run(args: argparse.Namespace, instrument: bool = True,
            "instrument": instrument, "keep_freed_memory": not args.glibc_defaults,
            "workers": [{"device": "cpu", "cores": [r]} if args.pin else {"device": "cpu"}
                        for r in range(2)]}
+    if args.job:
+        del run["size"]
+        run.update(workload=args.job, project=str(args.project.resolve()),
+                   global_batch=args.global_batch)
+        if args.loader_workers:
+            run["loader"] = {"workers": args.loader_workers, "prefetch": args.prefetch}
     if bucket_mb is not None:
         run["aggregator"] = {"name": "ddp", "bucket_mb": bucket_mb, "comm_hook": comm_hook}
     if args.dataset:
@@ -174,6 +186,19 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     if not args.glibc_defaults:  # glibc keeps freed memory, as in hetbench's workers
         env.update(allocator.ENVIRONMENT)
+    if args.job:
+        command = [str(REPO / "benchmarks" / "ddp_job_worker.py"), "--job", args.job,
+                   "--project", str(args.project.resolve()), "--steps", str(args.steps),
+                   "--global-batch", str(args.global_batch), "--lr", str(args.lr),
+                   "--loader-workers", str(args.loader_workers), "--prefetch",
+                   str(args.prefetch), "--bucket-mb", str(bucket_mb), "--out", str(out)]
+        if python_hook:
+            raise SystemExit("ddp-overlap-pyhook is not offered with --job")
+        if args.pin:
+            command.append("--pin")
+        torchrun(command, env, out)
+        marks = np.stack([np.load(out / f"times-rank{r}.npy") for r in range(2)])
+        return taken_from_marks(marks[:, args.warmup:], dict(np.load(out / "params.npz")))
     command = [str(REPO / "benchmarks" / "ddp_worker.py"),
                "--steps", str(args.steps), "--out", str(out), "--workload", args.workload,
                "--size", args.size, "--lr", str(args.lr), "--bucket-mb", str(bucket_mb)]
@@ -189,6 +214,11 @@ def ddp_step_times(out: Path, args: argparse.Namespace, bucket_mb: float,
 
 
 def model_mb(args: argparse.Namespace) -> float:
+    if args.job:
+        from hetbench.workloads.job import make_job
+
+        model = make_job(args.job, args.project.resolve(), 0).model
+        return sum(p.numel() for p in model.parameters()) * 4 / 2**20
     from hetbench.workloads import build_spec, get_workload
     from hetbench.workloads.data import load_dataset
 
@@ -214,6 +244,16 @@ def main() -> None:
     parser.add_argument("--size", default="small")
     parser.add_argument("--dataset", default=None)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--job", default=None, metavar="REF",
+                        help="a user's job instead of --workload: its factory, "
+                        "'module:name' or 'file.py:name', imported from --project")
+    parser.add_argument("--project", type=Path, default=Path("."),
+                        help="the folder --job is imported from")
+    parser.add_argument("--global-batch", type=int, default=64, help="with --job")
+    parser.add_argument("--loader-workers", type=int, default=2,
+                        help="with --job: DataLoader processes per worker, both sides")
+    parser.add_argument("--prefetch", type=int, default=2,
+                        help="with --job: batches each DataLoader process makes ahead")
     parser.add_argument("--variants", default="hetbench,ddp,ddp-overlap",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--pin", action="store_true",
@@ -257,7 +297,8 @@ def main() -> None:
     spreads: dict[str, list[float]] = {v: [] for v in variants}
     phases: dict[str, list[list[float]]] = {v: [] for v in variants}
     percentiles: dict[str, list[np.ndarray]] = {v: [] for v in variants}
-    print(f"{args.workload} {args.size}: {size_mb:.2f} MB of gradients; DDP buckets "
+    subject = args.job if args.job else f"{args.workload} {args.size}"
+    print(f"{subject}: {size_mb:.2f} MB of gradients; DDP buckets "
           f"{buckets['ddp']:.3g} MB (ddp: no overlap), {buckets['ddp-overlap']:.3g} MB "
           "(ddp-overlap)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -314,3 +314,39 @@ def test_runs_table_and_intervals_over_repeats() -> None:
 def test_efficiency_needs_standalone_rates() -> None:
     assert np.isnan(heterogeneous_efficiency(100.0, pd.DataFrame(columns=["samples_per_s"])))
     assert heterogeneous_efficiency(90.0, pd.DataFrame({"samples_per_s": [50.0, 50.0]})) == 0.9
+
+
+def test_a_starved_input_pipeline_is_named_load_against_its_peers() -> None:
+    """Worker 1 waits 1 ms on its input pipeline every step where worker 0 waits 0.1 ms
+    for the same slice (0 DataLoader processes against 2): it is last every step, by a
+    wait that is its typical one, so the excess over its own median holds none of it; the
+    load cause measures it against its peer. In step 7 its load takes 2 ms more than
+    usual: that spike is compute excess (on the CPU here), not counted twice."""
+    def compute(rank: int, step: int) -> float:
+        return 2.0 if rank == 0 else 2.9 + (2.0 if step == 7 else 0.0)
+
+    def loads(rows: np.ndarray) -> None:
+        for row in rows:
+            load = (0.1 if row["rank"] == 0 else 1.0 + (2.0 if row["step"] == 7 else 0.0)) * MS
+            row["load_ns"] = int(load)
+            row["forward_ns"] -= int(load)
+
+    frame = steps_frame(20, compute, edit=loads)
+    a = attribute(frame).set_index("step")
+    assert (a["rank"] == 1).all()
+    assert (a.drop(index=7)["cause"] == "load").all()
+    assert a.loc[7, "cause"] == "on_cpu"  # the larger part of that step's excess
+    np.testing.assert_allclose(a["load_ms"], 0.9, atol=1e-6)
+    assert a.loc[3, "excess_ms"] == pytest.approx(0.9, abs=1e-6)
+    assert a.loc[7, "excess_ms"] == pytest.approx(2.9, abs=0.01)
+    assert a.loc[7, "on_cpu_ms"] == pytest.approx(2.0, abs=0.01)
+    parts = a[[f"{c}_ms" for c in CAUSES]].sum(axis=1)
+    np.testing.assert_allclose(parts, a["excess_ms"], atol=1e-9)
+    # worker 1 with a slice three times worker 0's and the same pace per sample: no load
+    # cause (its longer wait is its larger slice's)
+    same_pace = steps_frame(20, lambda r, s: 2.0 if r == 0 else 4.0,
+                            batch=lambda r: 16 if r == 0 else 48,
+                            edit=lambda rows: [row.__setitem__(
+                                "load_ns", int((0.1 if row["rank"] == 0 else 0.3) * MS))
+                                for row in rows])
+    assert (attribute(same_pace)["load_ms"] == 0).all()

@@ -53,7 +53,8 @@ def cuda_7_missing() -> None:
     ('[[runs]]\nname = "r"\nsteps = "many"\n', "runs[0].steps", "must be an integer"),
     ('[[runs]]\nname = "r"\nworkers = [ { device = "cpu", thread = 2 } ]\n',
      "runs[0].workers[0].thread",
-     "allowed: cores, device, framework, jitter, node, slowdown, slowdown_at, threads"),
+     "allowed: cores, device, framework, jitter, loader_workers, node, slowdown, slowdown_at, "
+     "threads"),
     ('[[runs]]\nname = "r"\nframework = "jax"\n', "runs[0].framework", "pytorch"),
     ('[[runs]]\nname = "r"\nglobal_batch = 128\nworkers = [ {}, {} ]\n'
      'partition = { policy = "sizes", sizes = [100, 20] }\n',

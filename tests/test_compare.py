@@ -282,6 +282,14 @@ def test_environment_and_configuration_differences_warn(tmp_path: Path) -> None:
     assert "configuration differs for gen/pair: run.global_batch" in text
     same = "\n".join(compare_paths(base, base).warnings)
     assert "differs" not in same
+    # a worker field a later hetbench records, unset: the same configuration; set: not
+    later = {**RUN, "workers": [{**w, "loader_workers": None} for w in RUN["workers"]]}
+    unset = write_group(tmp_path / "unset", 2, seed=15, run=later)
+    assert "differs" not in "\n".join(compare_paths(base, unset).warnings)
+    starved = {**RUN, "workers": [RUN["workers"][0], {**RUN["workers"][1], "loader_workers": 0}]}
+    loaded = write_group(tmp_path / "loaded", 2, seed=15, run=starved)
+    assert "configuration differs for gen/pair: run.workers" in "\n".join(
+        compare_paths(base, loaded).warnings)
 
 
 def test_failed_and_unmatched_runs_are_left_out_with_a_warning(tmp_path: Path) -> None:

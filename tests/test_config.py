@@ -59,7 +59,8 @@ BAD = {
     "worker key": (
         suite(worker(thread=2)), "runs[0].workers[0].thread",
         ["unknown key",
-         "allowed: cores, device, framework, jitter, node, slowdown, slowdown_at, threads"]),
+         "allowed: cores, device, framework, jitter, loader_workers, node, slowdown, "
+         "slowdown_at, threads"]),
     "partition key": (
         suite(run(partition={"policy": "sizes", "size": [64, 64]})), "runs[0].partition.size",
         ["unknown key", "policy", "profile_steps", "sizes", "weights"]),

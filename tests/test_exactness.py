@@ -58,7 +58,7 @@ name = "adaptive"
 workers = [ {{ device = "cpu", slowdown = 4.0 }}, {{ device = "cpu" }} ]
 [runs.partition]
 policy = "proportional"
-initial = "profiled"
+initial = "equal"
 every = 3
 dead_band = 0.0
 max_move = 0.1
@@ -126,9 +126,12 @@ def test_partition_does_not_change_parameters(tmp_path: Path, write_suite) -> No
     # The adaptive run really moved work between workers while training.
     adaptive = load_run(results[3].run_dir)
     assert len(adaptive.manifest["partition_history"]) >= 3
-    # it started from a profiled split: the 4x slower worker 0 got the smaller slice
+    # it started from equal slices and gave the 4x slower worker 0 the smaller one (started
+    # from `profiled`, the MLP's fixed cost per step, four times the fast worker's on the
+    # slow one, puts it at the 1-sample minimum from the start: nothing left to move)
     first = adaptive.manifest["partition_history"][0]
-    assert "solo samples/s" in first["reason"] and first["sizes"][0] < first["sizes"][1]
+    assert first["sizes"] == [64, 64]
+    assert adaptive.manifest["partition_history"][-1]["sizes"][0] < 64
     assert adaptive.steps.groupby("rank")["batch_size"].nunique().min() >= 3
     per_step = adaptive.steps.groupby("step")["batch_size"].sum()
     assert (per_step == 128).all()

@@ -272,6 +272,39 @@ def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
 
 
 @pytest.mark.slow
+def test_a_one_sample_slice_of_a_batchnorm_model_is_refused_by_name(project: Path,
+                                                                  hetbench) -> None:
+    """torch cannot take BatchNorm statistics of one sample: sizes that give a slice of 1
+    are refused by the job check; the measured and adaptive policies keep to 2 instead."""
+    (project / "suite.toml").write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make_batchnorm"
+        partition = {{ policy = "sizes", sizes = [63, 1] }}
+        {PAIR}
+        """))
+    done = hetbench(project, "run", "suite.toml", "--out", "out")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "hetbench: error: runs[0].partition.sizes: a slice of 1 sample, which "
+        "userjob.models:make_batchnorm's BatchNorm layers (norm) cannot take statistics of: "
+        "at least 2 (or batchnorm = 'global')"]
+    assert not (project / "out").exists()
+
+
+def test_an_adaptive_policy_keeps_to_the_models_smallest_slice() -> None:
+    from hetbench.harness.loop.worker import make_repartitioner
+    from hetbench.harness.spec.suite import parse_suite
+
+    (run,) = parse_suite({"runs": [{
+        "name": "r", "workers": [{"device": "cpu"}, {"device": "cpu"}],
+        "partition": {"policy": "model", "min_slice": 1}}]}).runs
+    for model_minimum, kept in ((1, 1), (2, 2)):
+        repartitioner = make_repartitioner(run, None, model_minimum)
+        assert repartitioner is not None and repartitioner.damping.min_slice == kept
+
+
+@pytest.mark.slow
 def test_a_project_shadowing_what_hetbench_imports_is_named(project: Path, hetbench) -> None:
     (project / "numpy").mkdir()
     (project / "numpy" / "__init__.py").write_text("")
@@ -346,7 +379,8 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         workload = "userjob.models:make_sum"
         loader = {{ workers = 2, prefetch = 2 }}
         {uneven_sizes}
-        {three}
+        workers = [ {{ device = "cpu" }}, {{ device = "cpu", loader_workers = 0 }},
+                    {{ device = "cpu", loader_workers = 1 }} ]
 
         [[runs]]
         name = "batchnorm"
@@ -391,9 +425,9 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
 def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
                                                     factory: str, tolerance: float) -> None:
     """3 workers on 7, 40 and 17 samples of each 64: after 20 steps the parameters are the
-    textbook loop's (through torch's DataLoader with 2 processes on one run, a loss summed
-    instead of averaged on it: both weighted exactly; BatchNorm with the global batch's
-    statistics on another)."""
+    textbook loop's (through torch's DataLoader with 2, 0 and 1 processes on one run, a
+    loss summed instead of averaged on it: both weighted exactly; BatchNorm with the global
+    batch's statistics on another)."""
     expected = textbook_sgd(uneven[run].parent.parent.parent, factory, 20, 64,
                             0.2 / (64 if factory == "make_sum" else 1), 0)
     got = final_parameters(uneven[run])
@@ -426,6 +460,9 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     assert job["project"]["package"] == "userjob"
     evaluated = json.loads((uneven["allreduce"] / "manifest.json").read_text())
     assert evaluated["status"] == "completed"
+    loaded = json.loads((uneven["sum-loaded"] / "manifest.json").read_text())
+    assert [w["label"] for w in loaded["workers"]] == [
+        "pytorch cpu x1", "pytorch cpu x1 loader 0", "pytorch cpu x1 loader 1"]
 
 
 @pytest.mark.slow
@@ -440,6 +477,12 @@ def test_timing_a_worker_alone_leaves_its_batchnorm_statistics_alone(
              for run in ("batchnorm", "batchnorm-profiled")}
     assert first["batchnorm"]["step"] == first["batchnorm-profiled"]["step"] == 0
     assert first["batchnorm"]["loss"] == first["batchnorm-profiled"]["loss"]
+    # each worker was timed at two slices (half and one and a half its equal share of 64)
+    # and the slices were solved from the fitted lines
+    start = json.loads((uneven["batchnorm-profiled"] / "manifest.json").read_text())[
+        "partition_history"][0]
+    assert "solo compute at 11 and 32 samples, fitted a + b*n" in start["reason"]
+    assert sum(start["sizes"]) == 64 and min(start["sizes"]) >= 1
 
 
 def test_a_jobs_batches_follow_the_slice_and_the_step_asked_for() -> None:

@@ -15,7 +15,10 @@ from hetbench.harness.partition.policies import (
     POLICIES,
     equal_sizes,
     largest_remainder,
+    probe_sizes,
+    profiled_sizes,
     slice_bounds,
+    solo_line,
     throughput_sizes,
 )
 
@@ -133,6 +136,42 @@ def test_throughput_sizes_follow_throughput(rates: list[float], data: st.DataObj
 def test_throughput_sizes_example() -> None:
     # a worker three times faster gets three times the slice
     assert throughput_sizes(128, [3000.0, 1000.0]) == (96, 32)
+
+
+def test_profiled_probes_bracket_the_equal_share() -> None:
+    assert probe_sizes(128, 2) == (32, 96)
+    assert probe_sizes(128, 4) == (16, 48)
+    # the smallest batches still give two different sizes within the batch
+    assert probe_sizes(2, 2) == (1, 2)
+    assert probe_sizes(3, 3) == (1, 2)
+
+
+def test_solo_line_through_two_timings() -> None:
+    # 2 ms fixed, 0.5 ms a sample, timed at 16 and 48 samples
+    a, b = solo_line([(16, 2e6 + 16 * 0.5e6), (48, 2e6 + 48 * 0.5e6)])
+    assert a == pytest.approx(2e6) and b == pytest.approx(0.5e6)
+    # a negative intercept (noise) is not extrapolated: the line through the origin and
+    # the timings' mean (10 + 30 ms over 64 samples)
+    a, b = solo_line([(16, 10e6), (48, 30e6 + 3e6)])
+    assert (a, b) == (0.0, pytest.approx(43e6 / 64))
+
+
+def test_profiled_slices_finish_together_with_a_fixed_cost() -> None:
+    # a worker three times slower in everything, its fixed cost included: 10 per-sample
+    # costs fixed on the fast one, 30 on the slow one. Equal finish by hand:
+    # 10 + n0 = 3 * (10 + n1), n0 + n1 = 128 -> n1 = 27, n0 = 101 (both finish at 111).
+    sizes = profiled_sizes(128, [(10.0, 1.0), (30.0, 3.0)])
+    assert sizes == (101, 27)
+    # in proportion to throughput at the equal share (the policy before it fitted a fixed
+    # cost), the slow worker finished 20 units after the fast one
+    assert throughput_sizes(128, [64 / (10 + 64), 64 / (30 + 3 * 64)]) == (96, 32)
+    finish = [a + b * n for (a, b), n in zip([(10.0, 1.0), (30.0, 3.0)], (96, 32),
+                                             strict=True)]
+    assert finish == [106.0, 126.0]
+    # a fixed cost above the fast worker's whole step: the slow one gets the minimum, 2
+    # where the model's BatchNorm needs two samples of a slice
+    assert profiled_sizes(64, [(1.0, 0.01), (10.0, 0.1)]) == (63, 1)
+    assert profiled_sizes(64, [(1.0, 0.01), (10.0, 0.1)], minimum=2) == (62, 2)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=1000), max_size=32))

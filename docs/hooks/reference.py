@@ -229,18 +229,24 @@ DESCRIPTIONS: dict[str, str] = {
                               "run, linear between points; overrides `slowdown`",
     "WorkerSpec.jitter": "`{ probability = p, factor = f }`: each step slowed by f with "
                          "probability p, drawn from seed, rank and step",
+    "WorkerSpec.loader_workers": "this worker's input-pipeline processes (threads) in place "
+                                 "of the run's `loader.workers`; 0: it loads in its training "
+                                 "process (a starved pipeline beside fed ones); needs a "
+                                 "`loader` table",
     # partition
     "PartitionSpec.policy": "how the global batch is sliced",
     "PartitionSpec.sizes": "`sizes`: one slice per worker, summing to the global batch; 0 "
                            "leaves a worker out",
     "PartitionSpec.weights": "`weights`: sizes in proportion to these",
-    "PartitionSpec.profile_steps": "`profiled`: steps each worker is timed alone",
+    "PartitionSpec.profile_steps": "`profiled`: steps each worker is timed alone at each of "
+                                   "its two slice sizes",
     "PartitionSpec.initial": "adaptive policies: the partition they start from",
     "PartitionSpec.every": "adaptive policies: steps between updates",
     "PartitionSpec.dead_band": "adaptive: no change while the window's imbalance is below it",
     "PartitionSpec.max_move": "adaptive: a slice moves by at most this fraction of the global "
                               "batch per update",
-    "PartitionSpec.min_slice": "adaptive: the smallest slice",
+    "PartitionSpec.min_slice": "adaptive: the smallest slice (at least 2 for a job whose "
+                               "BatchNorm takes each slice's statistics)",
     "PartitionSpec.smoothing": "`proportional`: weight of the newest window in the moving "
                                "average",
     "PartitionSpec.max_ratio": "adaptive: a slice at most grows or shrinks by this factor per "

@@ -4,7 +4,10 @@ the DataLoader's processes)."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,3 +65,26 @@ def make() -> hetbench.Job:
     return hetbench.Job(model=SmallResNet(train.num_classes or 10),
                         loss=nn.CrossEntropyLoss(), reduction="mean", train=train,
                         heldout=heldout, metric=accuracy)
+
+
+class Remote(torch.utils.data.Dataset):
+    """The same images as read from slower storage (a network filesystem, an object store):
+    each read waits `latency_ms` before the decode. Waiting, not computing: where decoding
+    competes with training for the same cores, more DataLoader processes buy little, where
+    reads wait on storage they overlap the waits (starved.toml measures both)."""
+
+    def __init__(self, data: Any, latency_ms: float) -> None:
+        self.data, self.latency_s = data, latency_ms / 1000
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> Any:
+        time.sleep(self.latency_s)
+        return self.data[index]
+
+
+def make_remote() -> hetbench.Job:
+    """make()'s job, its training images read with 1 ms of storage latency each."""
+    job = make()
+    return dataclasses.replace(job, train=Remote(job.train, latency_ms=1.0))

@@ -26,6 +26,7 @@ from hetbench.harness.partition.policies import (
     slice_bounds,
 )
 from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.system.environment import git_commit
@@ -123,6 +124,8 @@ def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: 
                           phase_timer(worker, adapter, stretch, run.instrument, overlaps),
                           buffer, optimizer, flat)
     described = jobs.describe(job, run.workload)
+    if described.get("batchnorm") and run.batchnorm != "global":
+        trainer.min_slice = 2  # a slice's statistics need two samples
     described["batchnorm_statistics"] = run.batchnorm
     described["project"] = project_identity(Path(run.project), run.workload)
     train = described["train"]
@@ -137,7 +140,8 @@ def batches(run: RunSpec, trainer: Any) -> JobBatches:
     lockstep = aggregators.kind(run.aggregator.name).lockstep
     most = run.steps * (1 if lockstep else run.world_size)
     adapter: TorchJobAdapter = trainer.adapter
-    return JobBatches(adapter.job, trainer.order, most, run.loader, run.timeout_s)
+    loader = worker_loader(run.loader, run.workers[trainer.rank].loader_workers)
+    return JobBatches(adapter.job, trainer.order, most, loader, run.timeout_s)
 
 
 def measured_exactness(run: RunSpec, rank: int, trainer: Any, loader: JobBatches,

@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,15 +39,17 @@ from hetbench.harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, S
 from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
-    equal_sizes,
     initial_sizes,
     measures,
+    probe_sizes,
     slice_bounds,
+    solo_line,
 )
 from hetbench.harness.records import collector, rundir
 from hetbench.harness.records.collector import Phase, RecordWriter
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.suite import RunSpec, load_suite, run_from_dict
 from hetbench.harness.spec.workers import WorkerSpec
 from hetbench.harness.system import allocator, interfaces, orphans
@@ -118,6 +120,12 @@ class Trainer:
     # the buffer's loss slot as the step reads it, `loss_slot[0]` (made from the buffer)
     loss_slot: memoryview | DeviceSlot = field(init=False)
     partition_history: list[dict[str, Any]] = field(default_factory=list)
+    # each worker's solo compute a + b*n (ns) where the first partition timed them, else None
+    solo_lines: list[tuple[float, float]] | None = None
+    # the smallest slice the model trains on: 2 where a job's BatchNorm takes a slice's
+    # statistics (one sample has none: torch refuses), the measured and adaptive policies
+    # keep to it
+    min_slice: int = 1
 
     def __post_init__(self) -> None:
         buffer = self.buffer
@@ -280,29 +288,41 @@ def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ..
     run, policy = trainer.run, trainer.run.partition
     n, total = run.world_size, run.global_batch
     reason = f"policy {policy.policy}"
-    rates = None
+    lines = None
     if measures(policy):
-        probe = equal_sizes(total, n)[trainer.rank]
-        rate = 0.0
-        for turn in range(n):  # one worker at a time, the others wait in the barrier
+        # each worker timed alone at two slices, one at a time, the others in the barrier
+        probes = probe_sizes(total, n)
+        mine = [0.0, 0.0]
+        for turn in range(n):
             if turn == trainer.rank:
-                rate = trainer.solo_throughput(probe, policy.profile_steps)
+                mine = [probe / trainer.solo_throughput(probe, policy.profile_steps) * 1e9
+                        for probe in probes]
             comm.barrier()
-        rates = comm.all_gather_floats(rate, device)
-        reason += f": solo samples/s {[round(r, 1) for r in rates]}"
-    sizes = initial_sizes(policy, total, n, rates)
+        lines = [solo_line(list(zip(probes, times, strict=True)))
+                 for times in comm.all_gather_vectors(mine, device)]
+        trainer.solo_lines = lines
+        reason += (f": solo compute at {probes[0]} and {probes[1]} samples, fitted "
+                   f"a + b*n (ms, ms/sample) "
+                   f"{[(round(a / 1e6, 3), round(b / 1e6, 4)) for a, b in lines]}")
+    sizes = initial_sizes(policy, total, n, lines, trainer.min_slice)
     if policy.adaptive:
         reason += f", then adaptive ({policy.policy})"
     trainer.partition_history.append({"step": 0, "sizes": list(sizes), "reason": reason})
     return sizes
 
 
-def make_repartitioner(run: RunSpec) -> Repartitioner | None:
+def make_repartitioner(run: RunSpec, solo_lines: Sequence[tuple[float, float]] | None = None,
+                       min_slice: int = 1) -> Repartitioner | None:
+    """The adaptive policy's repartitioner; started from profiled lines, their intercepts
+    are its prior (what a fit over slices too alike to tell them apart falls back to). Its
+    smallest slice is the suite's `min_slice`, at least the model's `min_slice`."""
     p = run.partition
     if not p.adaptive:
         return None
-    return Repartitioner(p.policy, run.global_batch, run.world_size, Damping.of(p),
-                         leave_out=p.leave_out)
+    prior = [a for a, _ in solo_lines] if solo_lines else None
+    damping = dataclasses.replace(Damping.of(p), min_slice=max(p.min_slice, min_slice))
+    return Repartitioner(p.policy, run.global_batch, run.world_size, damping,
+                         prior_intercepts_ns=prior, leave_out=p.leave_out)
 
 
 def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
@@ -423,12 +443,12 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
         return
     trainer, data = build_trainer(run, rank, backend, adapter_cls)
     prefetcher = None
-    if run.loader is not None:
-
+    loader = worker_loader(run.loader, run.workers[rank].loader_workers)
+    if loader is not None and loader.workers > 0:
         # a worker of an asynchronous scheme may take more steps than the run's count
         most = run.steps * (1 if aggregators.kind(run.aggregator.name).lockstep
                             else run.world_size)
-        prefetcher = Prefetcher(trainer.batch, run.loader, most, run.timeout_s)
+        prefetcher = Prefetcher(trainer.batch, loader, most, run.timeout_s)
         trainer.fetch = prefetcher.get
     try:
         _attach_and_train(run, run_dir, rank, backend, adapter_cls, trainer, data, {})
@@ -496,8 +516,9 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     comm.barrier()  # every worker starts training together, whoever evaluated
     writer = RecordWriter(collector.part_path(run_dir, rank))
     step_fn = trainer.timed_step if run.instrument else trainer.untimed_step
+    repartitioner = make_repartitioner(run, trainer.solo_lines, trainer.min_slice)
     steps = WorkerSteps(run, step_fn, Counters(run.counters_every), (lo, hi), membership,
-                        Repartitioning(run, rank, device, trainer, make_repartitioner(run),
+                        Repartitioning(run, rank, device, trainer, repartitioner,
                                        membership, run_dir, standalone), evaluator)
     try:
         if evaluator:

@@ -45,8 +45,9 @@ def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str
 
 def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str) -> None:
     """A BatchNorm layer taking a slice's statistics cannot train on one sample (torch
-    refuses: "Expected more than 1 value per channel"): a partition that gives a slice of
-    one is refused where the suite says it, and an adaptive one must keep two or more."""
+    refuses: "Expected more than 1 value per channel"): slices of one the suite gives are
+    refused (the measured and adaptive policies keep such a model's slices at two or more:
+    Trainer.min_slice)."""
     layers = described.get("batchnorm") or []
     if not layers or run.batchnorm == "global":
         return
@@ -56,10 +57,6 @@ def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str
         raise UsageError(f"{where}.sizes", f"a slice of 1 sample, which {run.workload}'s "
                          f"BatchNorm layers ({named}) cannot take statistics of: at least 2 "
                          "(or batchnorm = 'global')")
-    if partition.adaptive and partition.min_slice < 2:
-        raise UsageError(f"{where}.min_slice", f"{partition.min_slice} may leave a worker one "
-                         f"sample, which {run.workload}'s BatchNorm layers ({named}) cannot "
-                         "take statistics of: min_slice = 2 (or batchnorm = 'global')")
 
 
 def check_job(workload: str, project: str, global_batch: int, seed: int, where: str,

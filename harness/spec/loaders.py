@@ -3,7 +3,7 @@ harness/training/loader.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hetbench.harness.spec.errors import UsageError
@@ -66,3 +66,11 @@ def parse_loader(raw: Any, images: bool, where: str, job: bool = False) -> Loade
                          "import path (allowed: 'processes': torch's DataLoader workers)")
     return LoaderSpec(workers=workers, prefetch=prefetch, kind=kind, decode=decode,
                       augment=augment, pin_memory=pin_memory)
+
+
+def worker_loader(loader: LoaderSpec | None, workers: int | None) -> LoaderSpec | None:
+    """A worker's input pipeline: the run's, with the worker's own number of processes
+    (threads) where it sets `loader_workers` (0: it loads in the training process)."""
+    if loader is None or workers is None:
+        return loader
+    return replace(loader, workers=workers)

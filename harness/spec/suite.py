@@ -474,6 +474,10 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         raise UsageError(at("target"), "needs eval_every (the held-out metric is measured "
                          "every eval_every steps)")
     loader = parse_loader(values["loader"], images, at("loader"), job=job)
+    for i, worker in enumerate(workers):
+        if worker.loader_workers is not None and loader is None:
+            raise UsageError(at(f"workers[{i}].loader_workers"), "sets the processes of the "
+                             "run's input pipeline: the run needs a `loader` table")
     aggregators.check_coordinated(aggregator.name, partition, workload, loader, values, at)
     pipeline = pipelines.parse_pipeline(values, workers, global_batch, partition,
                                         aggregator.name, at)

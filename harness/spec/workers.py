@@ -12,6 +12,7 @@ from hetbench.harness.spec import emulation
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.fields import (
     MAX_CORE,
+    MAX_LOADER_WORKERS,
     MAX_NODES,
     MAX_SLOWDOWN,
     MAX_STEPS,
@@ -46,6 +47,9 @@ class WorkerSpec:
     # which host runs it, in a run across hosts (`hetbench run --nnodes N`): node 0 hosts
     # rank 0, which writes the run directory
     node: int = 0
+    # its input pipeline's processes (threads), in place of the run's `loader.workers`; 0
+    # loads in the training process: one worker's pipeline starved against the others'
+    loader_workers: int | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -90,11 +94,13 @@ class WorkerSpec:
             label += f" slowdown {self.slowdown:g}"
         if self.jitter:
             label += f" jitter {self.jitter[1]:g}x p{self.jitter[0]:g}"
+        if self.loader_workers is not None:
+            label += f" loader {self.loader_workers}"
         return label
 
 
 WORKER_KEYS = {"device", "threads", "cores", "slowdown", "slowdown_at", "jitter", "framework",
-               "node"}
+               "node", "loader_workers"}
 
 
 def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...]:
@@ -122,6 +128,9 @@ def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...
                 jitter=parse_jitter(item.get("jitter"), f"{w}.jitter"),
                 framework=choice(item.get("framework", framework), FRAMEWORKS, f"{w}.framework"),
                 node=integer(item.get("node", 0), f"{w}.node", minimum=0, maximum=MAX_NODES),
+                loader_workers=None if item.get("loader_workers") is None else integer(
+                    item["loader_workers"], f"{w}.loader_workers", minimum=0,
+                    maximum=MAX_LOADER_WORKERS),
             )
         )
     if workers[0].node != 0:
