@@ -19,7 +19,6 @@ from hetbench.harness.partition.policies import (
     profiled_sizes,
     slice_bounds,
     solo_line,
-    throughput_sizes,
 )
 
 weight = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -125,19 +124,6 @@ def test_equal_sizes(n: int, data: st.DataObject) -> None:
     assert list(sizes) == sorted(sizes, reverse=True)
 
 
-@given(st.lists(positive_weight, min_size=1, max_size=16), st.data())
-def test_throughput_sizes_follow_throughput(rates: list[float], data: st.DataObject) -> None:
-    total = data.draw(st.integers(min_value=len(rates), max_value=100_000))
-    sizes = throughput_sizes(total, rates)
-    assert sizes == largest_remainder(total, rates)
-    assert sum(sizes) == total and min(sizes) >= 1
-
-
-def test_throughput_sizes_example() -> None:
-    # a worker three times faster gets three times the slice
-    assert throughput_sizes(128, [3000.0, 1000.0]) == (96, 32)
-
-
 def test_profiled_probes_bracket_the_equal_share() -> None:
     assert probe_sizes(128, 2) == (32, 96)
     assert probe_sizes(128, 4) == (16, 48)
@@ -164,7 +150,7 @@ def test_profiled_slices_finish_together_with_a_fixed_cost() -> None:
     assert sizes == (101, 27)
     # in proportion to throughput at the equal share (the policy before it fitted a fixed
     # cost), the slow worker finished 20 units after the fast one
-    assert throughput_sizes(128, [64 / (10 + 64), 64 / (30 + 3 * 64)]) == (96, 32)
+    assert largest_remainder(128, [64 / (10 + 64), 64 / (30 + 3 * 64)]) == (96, 32)
     finish = [a + b * n for (a, b), n in zip([(10.0, 1.0), (30.0, 3.0)], (96, 32),
                                              strict=True)]
     assert finish == [106.0, 126.0]

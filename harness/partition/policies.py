@@ -111,12 +111,6 @@ def equal_sizes(total: int, n: int) -> tuple[int, ...]:
     return largest_remainder(total, [1.0] * n)
 
 
-def throughput_sizes(total: int, samples_per_s: Sequence[float]) -> tuple[int, ...]:
-    """Sizes in proportion to each worker's throughput (what `profiled` did before it timed
-    two sizes: a fixed cost per step unbalanced it, see `profiled_sizes`)."""
-    return largest_remainder(total, samples_per_s)
-
-
 def probe_sizes(total: int, units: int) -> tuple[int, int]:
     """The two slices the `profiled` policy times each worker at: half and one and a half
     its equal share, which bracket where a slower and a faster worker end up, so the fitted
@@ -141,8 +135,9 @@ def profiled_sizes(total: int, lines: Sequence[tuple[float, float]], minimum: in
     """The `profiled` policy: the slices with which every worker's fitted solo compute
     a_i + b_i n_i ends at the same time. In proportion to throughput alone (a_i = 0) a
     step's fixed cost (launch, set-up, kernel overheads) unbalanced them: a 3x slower worker
-    pays three times the fixed cost too, on a slice that is a third (measured in the quick
-    suite: the profiled pair idled 16.6% (MLP) and 19.4% (CNN) of worker time)."""
+    pays three times the fixed cost too, on a slice that is a third (the quick suite's
+    profiled pairs idled 18.0% (MLP) and 20.5% (CNN) of worker time that way, 8.6% and 7.6%
+    this way: docs/measurements.md)."""
     target = equal_finish(total, lines, minimum)
     if target is None:
         raise ValueError(f"solo lines {list(lines)} have a slope that is not positive")
