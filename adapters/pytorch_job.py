@@ -20,6 +20,7 @@ import torch
 
 from hetbench.adapters.base import Batch, Loss
 from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.workloads import job as jobs
 from hetbench.workloads.job import Job
 from hetbench.workloads.models import ModelSpec, ParamSpec
 
@@ -65,6 +66,25 @@ class TorchJobAdapter(TorchAdapter):
         self.job = job
         self.bind(job_spec(job, workload), job.model, device, {})
         self.model.train()
+        # the job's own optimizer (Job.optimizer), stepped in `apply`; None: the suite's
+        self.own_optimizer: torch.optim.Optimizer | None = None
+        # each trained parameter with its gradient's view of the flat buffer, where the
+        # reduced mean gradient is when the own optimizer steps
+        self._grad_views = [(p, p.grad) for p in self.model.parameters() if p.requires_grad]
+
+    def use_own_optimizer(self) -> None:
+        """The job's optimizer over the bound parameters (views of the flat buffer)."""
+        self.own_optimizer = jobs.own_optimizer(self.job)
+
+    def apply(self, scale: float) -> None:
+        if self.own_optimizer is None:
+            super().apply(scale)
+            return
+        # the gradients as the exchange left them, the global batch's mean (OwnOptimizer);
+        # an overlapped exchange (DDP's buckets) may have pointed them elsewhere
+        for parameter, view in self._grad_views:
+            parameter.grad = view
+        self.own_optimizer.step()
 
     @contextlib.contextmanager
     def state_kept(self) -> Iterator[None]:

@@ -110,8 +110,11 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
     git = project.get("git") or {}
     code = (f"; {project.get('package')} at {str(git['commit'])[:12]}"
             + (" (dirty tree)" if git.get("dirty") else "") if git.get("commit") else "")
+    own = job.get("optimizer")
+    optimizer = (f"; its own optimizer {str(own.get('type')).rsplit('.', 1)[-1]} (lr "
+                 f"{own.get('lr')})" if isinstance(own, dict) else "")
     lines = [f"**Job**: `{job.get('factory')}` ({job.get('model')}, {job.get('parameters')} "
-             f"parameters, loss reduced by {job.get('reduction')}){code}; data "
+             f"parameters, loss reduced by {job.get('reduction')}{optimizer}){code}; data "
              f"{train.get('source') or train.get('type')}, {train.get('samples')} samples, "
              f"fingerprint {train.get('fingerprint')}.", ""]
     if isinstance(exact, dict):

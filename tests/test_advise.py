@@ -16,7 +16,7 @@ from hetbench.analysis import advisor, deviceclass
 from hetbench.analysis.advice_report import resolved_tau
 from hetbench.analysis.pipeline_model import LayerShape
 from hetbench.analysis.simulate import Scheme, parse_scheme
-from hetbench.harness.cli.advise import layer_shape
+from hetbench.harness.cli.advise import layer_shape, tensor_sizes
 from hetbench.harness.cli.main import main
 from hetbench.harness.records import collector, manifest
 from hetbench.harness.spec.suite import _parse_toml, load_suite, parse_suite
@@ -196,6 +196,25 @@ def test_partitions_and_leave_outs_keep_the_jobs_exchange() -> None:
     assert by_name["partition-profiled"] == by_name["leave-out-0"] == "ddp"
     assert "partition-equal" not in by_name  # the job itself
     assert by_name["ssp2"] == "ssp"
+
+
+def test_a_jobs_remedies_take_the_parameter_servers_and_its_recorded_tensors() -> None:
+    """A job named by import path runs on the parameter servers; its placements cut the
+    tensors its manifest recorded (none recorded: refused with why), and what needs its
+    layers is refused with why."""
+    job = spec(JOB.replace('workload = "mlp"', 'workload = "mine.models:make"'))
+    assert tensor_sizes(job, {"job": {"tensors": [120, 8, 40, 4]}}) == (120, 8, 40, 4)
+    assert tensor_sizes(job, {"job": {"parameters": 172}}) is None  # recorded before
+    found, refused = advisor.remedies(job, Scheme("bsp"), None, ["a", "b", "c"],
+                                      layer_shape(job), (120, 8, 40, 4))
+    names = {r.name for r in found}
+    assert {"ps-sync", "ps-async", "ssp2", "backup1", "ps-sync-2-sharded"} <= names
+    reasons = {r.label: r.reason for r in refused}
+    assert "gives no layers to place" in reasons[advisor.FC_ON_SERVER]
+    assert "gives no layers to pipeline" in reasons[advisor.PIPELINES]
+    _, refused = advisor.remedies(job, Scheme("bsp"), None, ["a", "b", "c"], "none", None)
+    assert (advisor.PLACEMENTS, "the model's parameter tensors are not known") in {
+        (r.label, r.reason) for r in refused}
 
 
 def test_remedies_the_loader_refuses_are_listed_with_its_reason() -> None:

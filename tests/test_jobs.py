@@ -82,6 +82,16 @@ def make_dropout():
     return job(Tied(dropout=0.3))
 
 
+def make_adamw():
+    return job(Tied(), optimizer=lambda params: torch.optim.AdamW(params, lr=0.01,
+                                                                  weight_decay=0.05))
+
+
+def partial_optimizer():
+    model = Tied()
+    return job(model, optimizer=lambda params: torch.optim.SGD(model.out.parameters(), lr=0.1))
+
+
 def raises():
     raise RuntimeError("the factory broke")
 
@@ -183,7 +193,7 @@ def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project
     ("dataset", '"digits"', "brings its data"),
     ("size", '"tiny"', "at the size it chooses"),
     ("framework", '"tensorflow"', "allowed: 'pytorch'"),
-    ("aggregator", '"ps-sync"', "starts servers"),
+    ("placement", '"fc-on-server"', "a Job gives no layers yet"),
     ("project", '"nowhere"', "is not a folder"),
     ("loader", '{ kind = "threads" }', "torch's DataLoader workers"),
     ("loader", '{ augment = true }', "a job's own Dataset decodes"),
@@ -224,6 +234,7 @@ def test_a_jobs_keys_are_only_for_a_job(project: Path, key: str) -> None:
     ("calibrate = true", "times each worker alone"),
     ('partition = { policy = "sizes", sizes = [0, 64] }', "no empty slice"),
     ('partition = { policy = "model", leave_out = true }', "no empty slice"),
+    ('aggregator = "ssp"', "lets workers step apart"),
 ])
 def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: str,
                                                             message: str) -> None:
@@ -254,6 +265,8 @@ def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: 
     ("userjob.models:ragged", "do not make a batch"),
     ("userjob.models:two_devices", "sit on several devices"),
     ("userjob.models:network", "raised OSError"),
+    ("userjob.models:partial_optimizer", "Job.optimizer leaves out trained parameters "
+     "(embed.weight, embed.bias, norm.weight, ...)"),
 ])
 def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
         project: Path, hetbench, factory: str, message: str) -> None:
@@ -269,6 +282,32 @@ def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
     assert len(lines) == 1 and lines[0].startswith("hetbench: error: runs[0].workload"), lines
     assert message in lines[0]
     assert not (project / "out").exists()  # nothing created, nothing run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, message", [
+    ('aggregator = "ps-sync"', "runs[0].aggregator: the job's own optimizer (Job.optimizer) "
+     "steps on the workers, which 'ps-sync' does not: allowed: torch, allreduce-host, "
+     "allreduce-device, ddp"),
+    ('optimizer = "momentum"', "runs[0].optimizer: the job brings its optimizer"),
+])
+def test_a_jobs_own_optimizer_refuses_what_it_cannot_step_under(project: Path, key: str,
+                                                                 message: str) -> None:
+    """Whether a job brings its optimizer is learnt by the job check (the suite check does
+    not import it): what it cannot run with is refused there, before anything runs."""
+    from hetbench.harness.run.jobcheck import check_jobs
+
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make_adamw"
+        {key}
+        {PAIR}
+        """))
+    with pytest.raises(UsageError) as caught:
+        check_jobs(load_suite(str(path)))
+    assert f"{caught.value.where}: {caught.value.message}".startswith(message)
 
 
 @pytest.mark.slow
@@ -326,7 +365,8 @@ def test_a_project_shadowing_what_hetbench_imports_is_named(project: Path, hetbe
 def textbook_sgd(project: Path, factory: str, steps: int, global_batch: int, lr: float,
                  seed: int) -> dict[str, np.ndarray]:
     """The user's model trained as a textbook loop on one process: each step the whole
-    global batch (a seeded permutation per epoch, cut in order), its mean loss, SGD."""
+    global batch (a seeded permutation per epoch, cut in order), its mean loss, SGD (or the
+    job's own optimizer)."""
     import importlib
     import sys
 
@@ -342,7 +382,8 @@ def textbook_sgd(project: Path, factory: str, steps: int, global_batch: int, lr:
         for name in [m for m in sys.modules if m == "userjob" or m.startswith("userjob.")]:
             del sys.modules[name]
     model, train = job.model, job.train
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = (job.optimizer(list(model.parameters())) if job.optimizer is not None
+                 else torch.optim.SGD(model.parameters(), lr=lr))
     per_epoch = len(train) // global_batch
     for step in range(steps):
         epoch, offset = divmod(step, per_epoch)
@@ -371,6 +412,30 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         [[runs]]
         name = "ddp"
         aggregator = "ddp"
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "ps-sync"
+        aggregator = {{ name = "ps-sync", servers = 2 }}
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "adamw"
+        workload = "userjob.models:make_adamw"
+        aggregator = "ddp"
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
+        name = "left-out"
+        partition = {{ policy = "sizes", sizes = [0, 40, 24] }}
+        {three}
+
+        [[runs]]
+        name = "ssp"
+        aggregator = {{ name = "ssp", staleness = 1 }}
         {uneven_sizes}
         {three}
 
@@ -420,14 +485,19 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
 @pytest.mark.slow
 @pytest.mark.parametrize("run, factory, tolerance", [
     ("allreduce", "make", 1e-6), ("ddp", "make", 1e-6), ("sum-loaded", "make_sum", 1e-6),
+    # the servers' update (two shards) and a worker left out of every step
+    ("ps-sync", "make", 1e-6), ("left-out", "make", 1e-6),
+    # the job's own optimizer (AdamW) stepped on DDP's overlapped sums
+    ("adamw", "make_adamw", 1e-6),
     # BatchNorm's statistics gathered over the workers: a sum of squares less exact
     ("batchnorm-global", "make_batchnorm", 1e-5)])
 def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
                                                     factory: str, tolerance: float) -> None:
-    """3 workers on 7, 40 and 17 samples of each 64: after 20 steps the parameters are the
-    textbook loop's (through torch's DataLoader with 2, 0 and 1 processes on one run, a
-    loss summed instead of averaged on it: both weighted exactly; BatchNorm with the global
-    batch's statistics on another)."""
+    """3 workers on 7, 40 and 17 samples of each 64 (0, 40 and 24 on one run): after 20
+    steps the parameters are the textbook loop's (through torch's DataLoader with 2, 0
+    and 1 processes on one run, a loss summed instead of averaged on it: both weighted
+    exactly; BatchNorm with the global batch's statistics on another; the servers' update;
+    the job's own AdamW)."""
     expected = textbook_sgd(uneven[run].parent.parent.parent, factory, 20, 64,
                             0.2 / (64 if factory == "make_sum" else 1), 0)
     got = final_parameters(uneven[run])
@@ -456,6 +526,16 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
                                "global batch)")
     job = plain["job"]
     assert job["factory"] == "userjob.models:make" and job["reduction"] == "mean"
+    # the flat buffer's tensors in order: embed, norm, mix, out (weight, bias each)
+    assert job["tensors"] == [192, 16, 16, 16, 256, 16, 64, 4] and job["parameters"] == 580
+    assert job["optimizer"] is None  # the suite's
+    own = json.loads((uneven["adamw"] / "manifest.json").read_text())
+    assert own["job"]["optimizer"]["type"] == "torch.optim.adamw.AdamW"
+    assert own["job"]["optimizer"]["lr"] == 0.01
+    assert own["job"]["optimizer"]["weight_decay"] == 0.05
+    from hetbench.analysis.report import job_lines
+
+    assert "its own optimizer AdamW (lr 0.01)" in job_lines(own)[0]
     assert job["train"]["samples"] == 416 and len(job["train"]["fingerprint"]) == 16
     assert job["project"]["package"] == "userjob"
     evaluated = json.loads((uneven["allreduce"] / "manifest.json").read_text())
@@ -463,6 +543,21 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     loaded = json.loads((uneven["sum-loaded"] / "manifest.json").read_text())
     assert [w["label"] for w in loaded["workers"]] == [
         "pytorch cpu x1", "pytorch cpu x1 loader 0", "pytorch cpu x1 loader 1"]
+
+
+@pytest.mark.slow
+def test_a_job_trains_under_a_stale_synchronous_parameter_server(
+        uneven: dict[str, Path]) -> None:
+    """ssp with a job: every push applied at once within the bound, its staleness recorded,
+    and the held-out loss falls as under the all-reduce."""
+    import pandas as pd
+
+    steps = pd.read_parquet(uneven["ssp"] / "steps.parquet")
+    assert steps["asynchronous"].all() and steps["staleness"].max() > 0
+    held = pd.read_parquet(uneven["ssp"] / "eval.parquet").sort_values("step")
+    assert held["loss"].iloc[-1] < 0.8 * held["loss"].iloc[0]
+    served = json.loads((uneven["ssp"] / "manifest.json").read_text())["aggregator"]
+    assert served["placement"][0]["parameters"][0] == "embed.weight"  # the job's own names
 
 
 @pytest.mark.slow

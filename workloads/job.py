@@ -56,6 +56,7 @@ class Job:
     metric: Callable[[Any, Any], tuple[float, float]] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
     split: Callable[[Any], tuple[Any, Any]] | None = None
+    optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None = None
 
     def batch_parts(self, batch: Any) -> tuple[Any, Any]:
         """(inputs, targets) of a collated batch."""
@@ -85,6 +86,11 @@ FIELD_HELP = {
     "collate_fn": "makes a batch of a list of samples, as DataLoader's collate_fn; None: "
                   "torch's default_collate (samples of equal shapes).",
     "split": "a collated batch -> (inputs, targets); None: the batch is that pair.",
+    "optimizer": "`optimizer(parameters) -> torch.optim.Optimizer` over the model's trained "
+                 "parameters (every one of them), with its own learning rate: each worker "
+                 "steps it once per global step on the global batch's mean gradient, in "
+                 "place of the suite's `optimizer` and `lr`; for the all-reduce schemes "
+                 "(torch, allreduce-host, allreduce-device, ddp). None: the suite's.",
 }
 
 
@@ -204,9 +210,33 @@ def check_job(job: Any, workload: str) -> None:
                            "worker's samples by index)")
         if len(data) == 0:  # type: ignore[arg-type]
             raise JobError(f"Job.{name} holds no sample")
-    for name in ("metric", "collate_fn", "split"):
+    for name in ("metric", "collate_fn", "split", "optimizer"):
         if getattr(job, name) is not None and not callable(getattr(job, name)):
             raise JobError(f"Job.{name} is not callable")
+    if job.optimizer is not None:
+        own_optimizer(job)
+
+
+def own_optimizer(job: Job) -> torch.optim.Optimizer:
+    """The job's optimizer over its trained parameters; JobError where it is not a torch
+    optimizer or leaves a trained parameter out (it would never change)."""
+    import torch
+
+    assert job.optimizer is not None
+    trained = [p for p in job.model.parameters() if p.requires_grad]
+    try:
+        optimizer = job.optimizer(trained)
+    except Exception as exc:  # noqa: BLE001 - the user's code, reported in one line
+        raise JobError(f"Job.optimizer raised {type(exc).__name__}: {first_line(exc)}") from exc
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise JobError(f"Job.optimizer returned {type(optimizer).__name__}, not a "
+                       "torch.optim.Optimizer")
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if missing := [name for name, p in job.model.named_parameters()
+                   if p.requires_grad and id(p) not in held]:
+        raise JobError(f"Job.optimizer leaves out trained parameters ({', '.join(missing[:3])}"
+                       f"{', ...' if len(missing) > 3 else ''}): give it every one of them")
+    return optimizer
 
 
 def collate(job: Job, samples: list[Any]) -> Any:
@@ -286,6 +316,9 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "factory": workload,
         "model": type(model).__qualname__,
         "parameters": sum(p.numel() for p in trained),
+        # each trained tensor's elements in the flat buffer's order: what the parameter
+        # servers' shards and placements cut (advise's placements read it)
+        "tensors": [p.numel() for p in trained],
         "frozen_parameters": sum(p.numel() for p in model.parameters() if not p.requires_grad),
         "buffers": sum(b.numel() for b in model.buffers()),
         "reduction": job.reduction,
@@ -295,7 +328,17 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "train": data_identity(job.train),
         "heldout": None if job.heldout is None else data_identity(job.heldout),
         "metric": job.metric is not None,
+        "optimizer": None if job.optimizer is None else optimizer_identity(own_optimizer(job)),
     }
+
+
+def optimizer_identity(optimizer: Any) -> dict[str, Any]:
+    """A job's own optimizer as the manifest records it: its type and its first parameter
+    group's settings (numbers, strings and booleans)."""
+    group = optimizer.param_groups[0]
+    return {"type": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+            **{k: v for k, v in group.items()
+               if k != "params" and isinstance(v, int | float | str | bool)}}
 
 
 def data_identity(dataset: Any) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
     ranked, found, refused = advice_fit.ranked_remedies(
         job, target, model, args.repeats, layer_shape(job["recorded"]),
-        tensor_sizes(job["recorded"]))
+        tensor_sizes(job["recorded"], job["fitted"][0][0]))
     out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
@@ -112,12 +112,14 @@ def data_and_model(run: Any) -> tuple[Any, Any]:
     return data, build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
 
 
-def tensor_sizes(run: Any) -> tuple[int, ...] | None:
+def tensor_sizes(run: Any, manifest: dict[str, Any]) -> tuple[int, ...] | None:
     """The model's parameter tensors' sizes in elements, in the order of the flat buffer
-    the parameter servers cut (for the placements: hetbench.harness.partition.shards);
-    None for a job named by import path (its parameter servers cannot run yet)."""
+    the parameter servers cut (for the placements: hetbench.harness.partition.shards): a
+    built-in workload's from its spec, a job's as its manifest recorded them (None where a
+    run recorded before them)."""
     if run.is_job:
-        return None
+        tensors = (manifest.get("job") or {}).get("tensors")
+        return None if tensors is None else tuple(int(n) for n in tensors)
     return tuple(p.size for p in data_and_model(run)[1].params)
 
 

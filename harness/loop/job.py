@@ -32,7 +32,7 @@ from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.system.environment import git_commit
 from hetbench.harness.training.evaluation import Evaluator
 from hetbench.harness.training.job_loader import JobBatches
-from hetbench.harness.training.optim import Optimizer
+from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 from hetbench.workloads import job as jobs
 from hetbench.workloads.data import BatchOrder
 
@@ -116,8 +116,13 @@ def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: 
     buffer = adapter.comm_buffer(
         on_device or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu))
     flat = adapter.flat_params.detach().cpu().clone()
-    optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
-                          adapter.spec.num_elements, flat, buffer.device)
+    optimizer: Optimizer | OwnOptimizer
+    if job.optimizer is not None:  # the job check refused the schemes it cannot run under
+        adapter.use_own_optimizer()
+        optimizer = OwnOptimizer(run.global_batch)
+    else:
+        optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
+                              adapter.spec.num_elements, flat, buffer.device)
     order = BatchOrder(len(job.train), run.global_batch, run.seed)  # type: ignore[arg-type]
     overlaps = aggregators.kind(run.aggregator.name).overlaps
     trainer = trainer_cls(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,

@@ -11,6 +11,7 @@ runs, with its own error. What is wrong comes back as one line naming the suite 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hetbench.harness.spec import jobs as jobs_spec
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.optimizers import OptimizerSpec
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
 from hetbench.harness.system import netns
 from hetbench.harness.system.exits import exit_after
@@ -40,6 +43,10 @@ def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str
             seen[key] = check_job(run.workload, str(run.project), run.global_batch, run.seed,
                                   f"runs[{i}].workload", timeout_s)
         refuse_one_sample_slices(run, seen[key], f"runs[{i}].partition")
+        if seen[key].get("optimizer") is not None:
+            jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
+                                                run.optimizer != OptimizerSpec(),
+                                                functools.partial("runs[{}].{}".format, i))
     return {key[0]: described for key, described in seen.items()}
 
 

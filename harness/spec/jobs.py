@@ -25,7 +25,6 @@ BUILTIN_ONLY = {
     "size": "the factory builds its model at the size it chooses",
     "virtual_workers": "pipelines need the model's layers, which a Job does not give yet",
     "pipeline": "pipelines need the model's layers, which a Job does not give yet",
-    "placement": "layer placements need the model's layers, which a Job does not give yet",
 }
 
 
@@ -33,8 +32,7 @@ def is_job_workload(raw: Any) -> bool:
     return isinstance(raw, str) and is_job(raw)
 
 
-def parse_job(values: dict[str, Any], set_keys: set[str], framework: str,
-              aggregator: AggregatorSpec, at: At) -> str:
+def parse_job(values: dict[str, Any], set_keys: set[str], framework: str, at: At) -> str:
     """The workload's reference, checked against the run's other keys (`set_keys`: those
     the suite gives, not defaults)."""
     where = at("workload")
@@ -49,13 +47,10 @@ def parse_job(values: dict[str, Any], set_keys: set[str], framework: str,
     for key, why in BUILTIN_ONLY.items():
         if key in set_keys and values.get(key) is not None:
             raise UsageError(at(key), f"not for a workload named by import path: {why}")
-    kind = aggregators.kind(aggregator.name)
-    if kind.services is not None or kind.serves is not None:
-        allowed = [n for n, k in aggregators.AGGREGATORS.items()
-                   if k.services is None and k.serves is None and not k.pipeline_only]
-        raise UsageError(at("aggregator"), f"{aggregator.name!r} starts servers that build "
-                         "a built-in workload's model; for a workload named by import path "
-                         f"allowed: {', '.join(allowed)}")
+    if values.get("placement") == "fc-on-server":
+        raise UsageError(at("placement"), "'fc-on-server' computes the model's last layers "
+                         "on a server, and a Job gives no layers yet: allowed: 'sharded', "
+                         "'data-parallel'")
     return workload
 
 
@@ -71,13 +66,20 @@ def project_folder(raw: Any, suite_folder: Path, where: str) -> str:
     return str(folder)
 
 
-def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec, at: At) -> str:
+def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec,
+                    aggregator: AggregatorSpec, at: At) -> str:
     """`batchnorm = "global"`: a job's BatchNorm layers take the global batch's statistics,
     each forward gathering every worker's sums. Every worker then computes in step with the
     others, so what times one worker alone, or leaves one out, cannot run with it (yet)."""
     mode = choice(values["batchnorm"], BATCHNORM, at("batchnorm"))
     if mode != "global":
         return mode
+    if not aggregators.kind(aggregator.name).lockstep:
+        lockstep = [n for n, k in aggregators.AGGREGATORS.items()
+                    if k.lockstep and k.framework in (None, "pytorch") and not k.pipeline_only]
+        raise UsageError(at("aggregator"), f"{aggregator.name!r} lets workers step apart, "
+                         "and batchnorm = 'global' meets every worker in every forward: "
+                         f"allowed: {', '.join(lockstep)}")
     if partition.policy == "profiled":
         raise UsageError(at("partition.policy"), "'profiled' times each worker alone, which "
                          "batchnorm = 'global' cannot (every forward needs every worker): "
@@ -90,3 +92,25 @@ def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec, at: At) ->
                          "batchnorm = 'global' needs of every worker: no empty slice, no "
                          "leave_out")
     return mode
+
+
+def own_optimizer_aggregators() -> list[str]:
+    """The schemes a job's own optimizer (Job.optimizer) runs under: those whose exchange
+    leaves every worker the global batch's gradient sums, stepped on each worker. Servers
+    update on their side and local SGD keeps a copy it updates itself."""
+    return [n for n, k in aggregators.AGGREGATORS.items()
+            if k.lockstep and k.services is None and k.staleness_bound == "none"
+            and k.framework in (None, "pytorch") and not k.pipeline_only]
+
+
+def refuse_with_own_optimizer(aggregator: str, optimizer_set: bool, at: At) -> None:
+    """A job that brings its optimizer, checked against the run (the job check learns
+    whether it does: the suite check cannot import it)."""
+    if aggregator not in (allowed := own_optimizer_aggregators()):
+        raise UsageError(at("aggregator"), f"the job's own optimizer (Job.optimizer) steps "
+                         f"on the workers, which {aggregator!r} does not: allowed: "
+                         f"{', '.join(allowed)}")
+    if optimizer_set:
+        raise UsageError(at("optimizer"), "the job brings its optimizer (Job.optimizer), "
+                         "which replaces the suite's: remove `optimizer`")
+

@@ -440,11 +440,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     set_keys = set(raw) | set(defaults)
     job = jobs.is_job_workload(values["workload"])
     if job:
-        workload = jobs.parse_job(values, set_keys, framework, aggregator, at)
+        workload = jobs.parse_job(values, set_keys, framework, at)
         dataset, metric, images = jobs.JOB_DATASET, jobs.JOB_METRIC, False
         project: str | None = jobs.project_folder(values["project"], folder or Path.cwd(),
                                                   at("project"))
-        batchnorm = jobs.parse_batchnorm(values, partition, at)
+        batchnorm = jobs.parse_batchnorm(values, partition, aggregator, at)
     else:
         workload = choice(values["workload"], WORKLOADS, at("workload"))
         spec = get_workload(workload)

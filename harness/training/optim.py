@@ -120,3 +120,18 @@ class Optimizer:
         the shadow copy weight decay reads follows them."""
         if self._params is not None:
             self._params.copy_(values)
+
+
+class OwnOptimizer:
+    """A job's own torch optimizer (Job.optimizer) in the Optimizer's place: `update` makes
+    the reduced sums the global batch's mean gradient, in place (the parameters' gradients
+    are views of them), and the adapter's `apply` steps the torch optimizer on it
+    (TorchJobAdapter), its learning rate and state its own."""
+
+    def __init__(self, global_batch: int) -> None:
+        self.global_batch = global_batch
+
+    def update(self, step: int, grads: Any, samples: int | None = None) -> float:
+        grads.div_(samples or self.global_batch)
+        return 1.0
+
