@@ -6,6 +6,7 @@ Job checked, its data collated) is checked before any run starts, in a process o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,7 @@ def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec,
     if mode != "global":
         return mode
     if not aggregators.kind(aggregator.name).lockstep:
-        lockstep = [n for n, k in aggregators.AGGREGATORS.items()
-                    if k.lockstep and k.framework in (None, "pytorch") and not k.pipeline_only]
+        lockstep = job_schemes(lambda k: k.lockstep)
         raise UsageError(at("aggregator"), f"{aggregator.name!r} lets workers step apart, "
                          "and batchnorm = 'global' meets every worker in every forward: "
                          f"allowed: {', '.join(lockstep)}")
@@ -94,13 +94,18 @@ def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec,
     return mode
 
 
+def job_schemes(keep: Callable[[aggregators.Kind], bool]) -> list[str]:
+    """The aggregators a job (PyTorch workers, no pipeline) may name that `keep` keeps."""
+    return [n for n, k in aggregators.AGGREGATORS.items()
+            if k.framework in (None, "pytorch") and not k.pipeline_only and keep(k)]
+
+
 def own_optimizer_aggregators() -> list[str]:
     """The schemes a job's own optimizer (Job.optimizer) runs under: those whose exchange
     leaves every worker the global batch's gradient sums, stepped on each worker. Servers
     update on their side and local SGD keeps a copy it updates itself."""
-    return [n for n, k in aggregators.AGGREGATORS.items()
-            if k.lockstep and k.services is None and k.staleness_bound == "none"
-            and k.framework in (None, "pytorch") and not k.pipeline_only]
+    return job_schemes(lambda k: k.lockstep and k.services is None
+                       and k.staleness_bound == "none")
 
 
 def refuse_with_own_optimizer(aggregator: str, optimizer_set: bool, at: At) -> None:
