@@ -34,8 +34,8 @@ from hetbench.adapters.pytorch import TorchAdapter
 from hetbench.harness import exchange as aggregators
 from hetbench.harness.exchange import comm
 from hetbench.harness.loop.counters import Counters
+from hetbench.harness.loop.sources import build_trainer
 from hetbench.harness.loop.timer import StepTimer
-from hetbench.harness.loop.worker import build_trainer
 from hetbench.harness.records.collector import RecordWriter
 from hetbench.harness.run.launcher import free_port
 from hetbench.harness.spec.suite import parse_suite
@@ -121,7 +121,7 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
 
     now = time.perf_counter_ns
 
-    def phase_timer() -> None:  # as the loop marks a step (harness/loop/worker.py)
+    def phase_timer() -> None:  # as the loop marks a step (harness/loop/trainer.py)
         timer.begin()
         for _ in PHASES:
             timer.end(now())

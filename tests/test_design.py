@@ -81,5 +81,5 @@ def test_the_checks_catch_a_wrong_name(tmp_path: Path) -> None:
     text = "see `harness/loop/nothing.py` and hetbench.harness.loop.worker.no_such_name"
     assert [p for p in named_paths(text) if not exists(p)] == ["harness/loop/nothing.py"]
     assert not module_exists("hetbench.harness.loop.worker.no_such_name")
-    assert module_exists("hetbench.harness.loop.worker.Trainer")
+    assert module_exists("hetbench.harness.loop.trainer.Trainer")
     assert module_exists("hetbench.harness.cli.main.entry")

@@ -290,6 +290,9 @@ def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
      "steps on the workers, which 'ps-sync' does not: allowed: torch, allreduce-host, "
      "allreduce-device, ddp"),
     ('optimizer = "momentum"', "runs[0].optimizer: the job brings its optimizer"),
+    # a worker taken back would need the torch optimizer's state (membership.py)
+    ('partition = { policy = "model", leave_out = true }', "runs[0].partition: the job's own "
+     "optimizer (Job.optimizer) keeps its state in torch"),
 ])
 def test_a_jobs_own_optimizer_refuses_what_it_cannot_step_under(project: Path, key: str,
                                                                  message: str) -> None:

@@ -187,7 +187,7 @@ def compute_times(device: str, timers: dict[str, Callable[[Any], StepTimer]],
     each of `timers` (each made from the worker's adapter): each timer's compute times
     (begin to ready) after 10 warm-up steps (cuDNN's choices, the allocator)."""
     from hetbench.adapters.pytorch import TorchAdapter
-    from hetbench.harness.loop.worker import build_trainer
+    from hetbench.harness.loop.sources import build_trainer
     from hetbench.harness.spec.suite import parse_suite
 
     run = parse_suite({"runs": [{"name": "timing", "workload": "cnn", "dataset": "digits",
@@ -258,7 +258,7 @@ class Device:
 def test_each_worker_gets_the_timer_its_device_needs(device: str, slowdown: float,
                                                      adapter: Device, instrument: bool,
                                                      expected: str) -> None:
-    from hetbench.harness.loop.worker import phase_timer
+    from hetbench.harness.loop.trainer import phase_timer
     from hetbench.harness.spec.workers import WorkerSpec
 
     timer = phase_timer(WorkerSpec(device=device, slowdown=slowdown), adapter,

@@ -42,7 +42,7 @@ from hetbench.harness.spec.aggregators import kind
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.system.services import Services
-from hetbench.harness.training.optim import Optimizer
+from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 
 if TYPE_CHECKING:
     import torch
@@ -143,7 +143,7 @@ class Context:
     rank: int
     adapter: Adapter
     buffer: torch.Tensor  # the communication buffer: gradient sums, loss sum last
-    optimizer: Optimizer  # the worker's
+    optimizer: Optimizer | OwnOptimizer  # the worker's (OwnOptimizer: a job's own steps)
     initial: torch.Tensor  # the initial parameters, flat float32 in spec order
     run_dir: Path
     stretch: Stretcher | None = None  # the worker's emulated slowdown (Overlaps stretch it)

@@ -1,6 +1,6 @@
 """A data-parallel worker's steps as the step engine takes them (harness/loop/engine.py).
 
-A computing worker takes its timed step on its slice (hetbench.harness.loop.worker.Trainer); a
+A computing worker takes its timed step on its slice (hetbench.harness.loop.trainer.Trainer); a
 left-out worker takes turns sitting out (hetbench.harness.loop.repartitioning.sit_out). Between
 steps, outside any step's timing: the keep-alive to the left-out workers and the adaptive
 repartitioning, whose new slice the next step takes.

@@ -1,14 +1,16 @@
 """A user's job (a workload named by import path) in a data-parallel worker: its trainer,
-data, held-out evaluation and exactness check. The step is the built-in workloads' own
-(`Trainer.timed_step`); what differs is where the model and the batches come from: the
-factory's Job (hetbench.workloads.job) through TorchJobAdapter, and torch's DataLoader with
-hetbench's sampler (harness/training/job_loader.py).
+data, held-out split and exactness check, which the job's source (harness/loop/sources.py)
+puts together. The step is the built-in workloads' own (`Trainer.timed_step`); what differs
+is where the model and the batches come from: the factory's Job (hetbench.workloads.job)
+through TorchJobAdapter, and torch's DataLoader with hetbench's sampler
+(harness/training/job_loader.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,8 @@ import numpy as np
 
 from hetbench.adapters.pytorch_job import TorchJobAdapter
 from hetbench.harness import exchange as aggregators
-from hetbench.harness.exchange import comm
 from hetbench.harness.loop import exactness
+from hetbench.harness.loop.trainer import Trainer, phase_timer
 from hetbench.harness.partition.policies import (
     equal_sizes,
     initial_sizes,
@@ -30,11 +32,12 @@ from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.system.environment import git_commit
-from hetbench.harness.training.evaluation import Evaluator
 from hetbench.harness.training.job_loader import JobBatches
 from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 from hetbench.workloads import job as jobs
 from hetbench.workloads.data import BatchOrder
+
+METRIC = "accuracy"  # the held-out metric's name: Job.metric's correct / counted
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,8 @@ class JobHeldout:
         return jobs.read_batch(self.job, self.dataset, range(lo, hi))
 
 
-def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: Any
-          ) -> tuple[Any, JobData, dict[str, Any], GlobalStatistics]:
+def build(run: RunSpec, rank: int, backend: str
+          ) -> tuple[Trainer, JobData, dict[str, Any], GlobalStatistics]:
     """The worker's Trainer over the job (its batches from a DataLoader, attached as
     `trainer.fetch` by the caller), what the manifest says of the data, the job's
     description, and its BatchNorm layers made global where the run asks. Every worker
@@ -125,7 +128,7 @@ def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: 
                               adapter.spec.num_elements, flat, buffer.device)
     order = BatchOrder(len(job.train), run.global_batch, run.seed)  # type: ignore[arg-type]
     overlaps = aggregators.kind(run.aggregator.name).overlaps
-    trainer = trainer_cls(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
+    trainer = Trainer(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
                           phase_timer(worker, adapter, stretch, run.instrument, overlaps),
                           buffer, optimizer, flat)
     described = jobs.describe(job, run.workload)
@@ -139,17 +142,14 @@ def build(run: RunSpec, rank: int, backend: str, trainer_cls: Any, phase_timer: 
     return trainer, data, described, statistics
 
 
-def batches(run: RunSpec, trainer: Any) -> JobBatches:
-    """The job's training batches; a worker of an asynchronous scheme may take more steps
-    than the run's count."""
-    lockstep = aggregators.kind(run.aggregator.name).lockstep
-    most = run.steps * (1 if lockstep else run.world_size)
-    adapter: TorchJobAdapter = trainer.adapter
+def batches(run: RunSpec, trainer: Trainer, most: int) -> JobBatches:
+    """The job's training batches, `most` steps of them at most."""
+    adapter = job_adapter(trainer)
     loader = worker_loader(run.loader, run.workers[trainer.rank].loader_workers)
     return JobBatches(adapter.job, trainer.order, most, loader, run.timeout_s)
 
 
-def measured_exactness(run: RunSpec, rank: int, trainer: Any, loader: JobBatches,
+def measured_exactness(run: RunSpec, rank: int, trainer: Trainer, loader: JobBatches,
                        described: dict[str, Any], statistics: GlobalStatistics,
                        backend: str) -> dict[str, Any] | None:
     """The slices' gradient summed over the workers against the whole batch's on rank 0
@@ -158,7 +158,7 @@ def measured_exactness(run: RunSpec, rank: int, trainer: Any, loader: JobBatches
     import torch
 
     device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
-    return exactness.measure(trainer.adapter, loader.read,
+    return exactness.measure(job_adapter(trainer), loader.read,
                              slice_bounds(starting_sizes(run.partition, run)), rank,
                              described, statistics.alone, device)
 
@@ -169,20 +169,15 @@ def starting_sizes(policy: PartitionSpec, run: RunSpec) -> tuple[int, ...]:
     return initial_sizes(policy, run.global_batch, run.world_size, None)
 
 
-def evaluator(run: RunSpec, rank: int, adapter: TorchJobAdapter, run_dir: Path, device: Any
-              ) -> Any:
-    """The held-out evaluation of a job with a held-out set and eval_every, else None."""
-    if not run.eval_every or adapter.job.heldout is None:
-        return None
-    heldout = JobHeldout(adapter.job)
-    if not aggregators.kind(run.aggregator.name).lockstep:
-        if rank != 0:
-            return None
-        return Evaluator(run.eval_every, run.steps, run.global_batch, "accuracy", 0, 1,
-                         adapter, heldout, lambda values: [values], run_dir)
-    return Evaluator(run.eval_every, run.steps, run.global_batch, "accuracy", rank,
-                     run.world_size, adapter, heldout,
-                     lambda values: comm.all_gather_vectors(values, device), run_dir)
+def job_adapter(trainer: Trainer) -> TorchJobAdapter:
+    assert isinstance(trainer.adapter, TorchJobAdapter)
+    return trainer.adapter
+
+
+def heldout_of(trainer: Trainer) -> Callable[[], JobHeldout] | None:
+    """The job's held-out split as the evaluator reads it, None where the job has none."""
+    job = job_adapter(trainer).job
+    return None if job.heldout is None else functools.partial(JobHeldout, job)
 
 
 def project_identity(project: Path, workload: str) -> dict[str, Any]:

@@ -159,7 +159,7 @@ class CudaEventTimer(StepTimer):
 
     def end_at(self, phase: Phase, instant: int) -> None:
         raise RuntimeError("CUDA-event timing marks its own phases (an overlapped exchange "
-                           "is timed by StepTimer: hetbench.harness.loop.worker.phase_timer)")
+                           "is timed by StepTimer: hetbench.harness.loop.trainer.phase_timer)")
 
     def end(self, now: int) -> None:
         index = len(self.marks)

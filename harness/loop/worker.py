@@ -1,4 +1,5 @@
-"""A worker process: its setup and the data-parallel step (`Trainer`), run by the step engine.
+"""A worker process: its setup, its slices and the data-parallel loop around `Trainer`'s step
+(harness/loop/trainer.py), its model and batches from its source (harness/loop/sources.py).
 
 Started by `hetbench run` (one process per worker on this host) or by torchrun on each node:
 
@@ -13,29 +14,23 @@ before any framework is imported, so every framework thread inherits them.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import signal
-import statistics
 import sys
-import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from hetbench.adapters.base import Adapter, DeviceEvents, Loss
+from hetbench.adapters.base import Adapter
 from hetbench.harness import exchange as aggregators
-from hetbench.harness.exchange import Aggregator, Exchange, Holds, LeavesOut, Overlaps, Unattached
-from hetbench.harness.loop import engine, lifecycle
-from hetbench.harness.loop.counters import UNMEASURED_CPU, Counters
+from hetbench.harness.exchange import LeavesOut, Overlaps
+from hetbench.harness.loop import engine, lifecycle, sources
+from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.profiling import step_profiler
-from hetbench.harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
+from hetbench.harness.loop.trainer import Trainer
 from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
@@ -46,30 +41,16 @@ from hetbench.harness.partition.policies import (
     solo_line,
 )
 from hetbench.harness.records import collector, rundir
-from hetbench.harness.records.collector import Phase, RecordWriter
-from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.records.collector import RecordWriter
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.suite import RunSpec, load_suite, run_from_dict
 from hetbench.harness.spec.workers import WorkerSpec
 from hetbench.harness.system import allocator, interfaces, orphans
 from hetbench.harness.system.exits import exit_after
-from hetbench.harness.training.loader import Prefetcher
-from hetbench.harness.training.optim import Optimizer
-from hetbench.workloads import build_spec, get_workload
-from hetbench.workloads.data import BatchOrder, load_dataset
-
-# The phases an overlapped backward ends at an instant it measured, as module constants: an
-# enum member read through its class costs ~0.15 us (the metaclass's lookup), several times
-# that right after the compute (benchmarks/overhead.py). The other phases' ends are the
-# loop's clock readings, `timer.end(now())`, in PHASES order (harness/loop/timer.py).
-BACKWARD, PACK = Phase.BACKWARD, Phase.PACK
-now = time.perf_counter_ns  # a module global: one lookup less per mark than time.X
 
 if TYPE_CHECKING:
-    import torch
 
-    from hetbench.workloads.data import BatchOrder
+    pass
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -88,200 +69,6 @@ def prepare_process(worker: WorkerSpec, keep_freed_memory: bool) -> None:
     for name in THREAD_VARIABLES:
         os.environ[name] = str(worker.threads)
     orphans.follow_launcher()  # no worker outlives a killed `hetbench run`
-
-
-@dataclass
-class Trainer:
-    """Holds what one worker needs for a step; `timed_step()` is the timed loop body."""
-
-    run: RunSpec
-    rank: int
-    adapter: Adapter
-    inputs: np.ndarray  # the training set, host arrays
-    targets: np.ndarray
-    order: BatchOrder
-    stretch: Stretcher
-    timer: PhaseTimer  # marks each phase's end (harness/loop/timer.py)
-    # the communication buffer: gradient sums, the loss sum last (the adapter's comm_buffer)
-    buffer: torch.Tensor
-    optimizer: Optimizer
-    initial: torch.Tensor  # the initial parameters, flat float32 in spec order
-    # how this worker's gradients meet the others' (attached once built from the trainer)
-    aggregator: Aggregator = field(default_factory=lambda: Unattached())
-    # the aggregator again where it exchanges during the backward (DDP), else None
-    overlap: Overlaps | None = None
-    # the workload's per-batch transform (BERT's masking), or None
-    prepare: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
-    num_classes: int = 0
-    encoded: list[bytes] | None = None  # training images as PNG (loader decode), or None
-    # (step, lo, hi) -> batch: the loader's, or batch() in line (set once built)
-    fetch: Callable[[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
-        default=lambda step, lo, hi: _no_batch_source())
-    # the buffer's loss slot as the step reads it, `loss_slot[0]` (made from the buffer)
-    loss_slot: memoryview | DeviceSlot = field(init=False)
-    partition_history: list[dict[str, Any]] = field(default_factory=list)
-    # each worker's solo compute a + b*n (ns) where the first partition timed them, else None
-    solo_lines: list[tuple[float, float]] | None = None
-    # the smallest slice the model trains on: 2 where a job's BatchNorm takes a slice's
-    # statistics (one sample has none: torch refuses), the measured and adaptive policies
-    # keep to it
-    min_slice: int = 1
-
-    def __post_init__(self) -> None:
-        buffer = self.buffer
-        self.grads = buffer[:-1]
-        # A memoryview of a host buffer reads the loss slot as a float in ~0.05 us, numpy's
-        # scalar path in ~0.1 us, indexing the tensor ~5 us; right after the step's compute,
-        # with caches cold, the memoryview read in line costs ~0.5 us, through a function
-        # (a lambda) ~1.2, numpy's ~3 (benchmarks/overhead.py)
-        self.loss_slot = (buffer.numpy().data[-1:] if buffer.device.type == "cpu"
-                          else DeviceSlot(buffer))
-
-    def batch(self, step: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """The slice [lo, hi) of step `step`'s global batch, as the workload prepares it."""
-        idx = self.order.indices(step)[lo:hi]
-        loader = self.run.loader
-        if self.encoded is not None:
-            from hetbench.workloads.pipeline import decode_png
-
-            x = decode_png([self.encoded[i] for i in idx], self.inputs.shape[1])
-        else:
-            x = self.inputs[idx]
-        y = self.targets[idx]
-        if loader is not None and loader.augment:
-            from hetbench.workloads.pipeline import augment
-
-            x = augment(x, self.run.seed, step, lo, self.run.global_batch)
-        if self.prepare is not None:
-            x, y = self.prepare(x, y, self.run.seed, step, lo, self.run.global_batch,
-                                self.num_classes)
-        return x, y
-
-    def compute(self, step: int, lo: int, hi: int) -> Loss:
-        """load -> to_device -> forward -> backward -> pack, each phase's end marked by the
-        timer (begun by the caller)."""
-        adapter, timer = self.adapter, self.timer
-        x, y = self.fetch(step, lo, hi)
-        timer.end(now())  # load
-        batch = adapter.to_device(x, y)
-        timer.end(now())  # to_device
-        loss = adapter.forward(batch)
-        timer.end(now())  # forward
-        overlap = self.overlap
-        if overlap is not None:
-            overlap.backward_begins(loss, timer.marks[-1])
-        adapter.backward(loss)  # an overlapped exchange's buckets are summed when it returns
-        handed = None if overlap is None else overlap.backward_ended()
-        if handed is None:  # no exchange during the backward (or computed alone)
-            timer.end(now())  # backward
-            adapter.pack(loss)
-            timer.end(now())  # pack
-            return loss
-        # ready: the last bucket handed over; the wait for the all-reduces after it is the
-        # exchange's (exposed communication)
-        adapter.pack(loss)
-        timer.end_at(BACKWARD, handed)
-        timer.end_at(PACK, handed)
-        return loss
-
-    def timed_step(self, step: int, lo: int, hi: int, counters: Counters
-                   ) -> tuple[tuple[Any, ...], Exchange]:
-        """One step, its phases marked by the timer, and its record (a timed step's parts,
-        collector.TIMED_STEP_PARTS: the writer builds the row): the loss of the update and
-        the local loss, the CPU time during compute of the main thread (wall minus this is
-        time the worker was off the CPU: preempted, blocked, or stretched by slowdown) and
-        of all its threads (on the steps `counters` samples), the counters, and what the
-        aggregator's exchange did. One function: each call costs ~1 us right after a step."""
-        timer = self.timer
-        sampled = counters.start()
-        timer.begin()
-        self.compute(step, lo, hi)
-        compute_cpu = counters.compute_cpu() if sampled else UNMEASURED_CPU
-        local_loss = self.loss_slot[0] / (hi - lo)
-        exchange = self.aggregator.exchange(step, hi - lo)
-        timer.end(now())  # allreduce
-        loss = self.loss_slot[0] / exchange.samples
-        scale = self.take(step, exchange)
-        timer.end(now())  # unpack
-        if scale is not None:
-            self.adapter.apply(scale)
-        self.adapter.zero_grad()
-        timer.end(now())  # apply
-        stretch = self.stretch
-        stretched, stretch.total_ns = stretch.total_ns, 0
-        return (self.rank, step, hi - lo, lo, timer.marks, stretched, compute_cpu, loss,
-                local_loss, counters.take(), exchange), exchange
-
-    def take(self, step: int, exchange: Exchange) -> float | None:
-        """The unpack phase: what the exchange left in the buffer goes into the framework.
-        Gradient sums become the update here (the optimizer, in place); parameters are
-        loaded as they are (nothing to apply: None)."""
-        if exchange.holds is Holds.PARAMETERS:
-            self.adapter.load_buffer()
-            return None
-        if exchange.holds is Holds.SUMS:
-            scale = self.optimizer.update(step, self.grads, exchange.samples)
-        else:
-            scale = exchange.scale
-        self.adapter.unpack()
-        return scale
-
-    def step_bare(self, step: int, lo: int, hi: int) -> Exchange:
-        """The same step with no timing, counters or phase synchronisation: the baseline
-        that instrumentation overhead is measured against (instrument = false)."""
-        adapter = self.adapter
-        loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
-        if self.overlap is not None:
-            self.overlap.backward_begins(loss, None)
-        adapter.backward(loss)
-        if self.overlap is not None:
-            self.overlap.backward_ended()
-        adapter.pack(loss)
-        exchange = self.aggregator.exchange(step, hi - lo)
-        scale = self.take(step, exchange)
-        if scale is not None:
-            adapter.apply(scale)
-        adapter.zero_grad()
-        return exchange
-
-    def untimed_step(self, step: int, lo: int, hi: int, counters: Counters
-                     ) -> tuple[tuple[Any, ...], Exchange]:
-        """step_bare() with only its begin and end recorded (instrument = false)."""
-        begin = time.perf_counter_ns()
-        ex = self.step_bare(step, lo, hi)
-        end = time.perf_counter_ns()
-        return collector.untimed_record(self.rank, step, hi - lo, lo, begin, end, ex), ex
-
-    def solo_throughput(self, size: int, steps: int) -> float:
-        """Samples/s of this worker computing `size` samples alone (no update applied)."""
-        if size == 0:  # left out: nothing to time
-            return 0.0
-        durations = []
-        alone = self.overlap.alone() if self.overlap is not None else contextlib.nullcontext()
-        # a job's buffers (BatchNorm's statistics) and random draws as they were before
-        kept = getattr(self.adapter, "state_kept", contextlib.nullcontext)()
-        with alone, kept:  # the others wait in a barrier: nothing to exchange with
-            for s in range(steps + 1):  # the first step warms caches and allocators
-                self.timer.begin()
-                self.compute(s, 0, size)
-                self.adapter.zero_grad()
-                durations.append(self.timer.marks[-1] - self.timer.marks[0])
-        return size / (statistics.median(durations[1:]) / 1e9)
-
-
-class DeviceSlot:
-    """A device buffer's loss slot read as a host buffer's memoryview is, `slot[0]`: the
-    value copied to the host (after the device's work that wrote it)."""
-
-    def __init__(self, buffer: torch.Tensor) -> None:
-        self.buffer = buffer
-
-    def __getitem__(self, index: int) -> float:
-        return float(self.buffer[-1].item())
-
-
-def _no_batch_source() -> tuple[np.ndarray, np.ndarray]:
-    raise RuntimeError("no batch source attached to this trainer (build_trainer sets one)")
 
 
 def initial_partition(trainer: Trainer, comm: Any, device: Any) -> tuple[int, ...]:
@@ -340,128 +127,27 @@ def calibrate(trainer: Trainer, comm: Any, device: Any, sizes: tuple[int, ...]
             for r in range(len(rates))]
 
 
-def make_evaluator(run: RunSpec, rank: int, adapter: Adapter, run_dir: Path, device: Any
-                   ) -> Any:
-    """The held-out evaluation of a run with eval_every, or None."""
-    if not run.eval_every:
-        return None
-    from hetbench.harness.exchange import comm
-    from hetbench.harness.training.evaluation import Evaluator
-
-    lockstep = aggregators.kind(run.aggregator.name).lockstep
-    if not lockstep and rank != 0:
-        return None  # worker 0 evaluates alone (harness/training/evaluation.py)
-    workload = get_workload(run.workload)
-    heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
-    if workload.prepare_heldout is not None:  # BERT: the held-out windows masked once
-        inputs, targets = workload.prepare_heldout(heldout.inputs, heldout.targets,
-                                                   heldout.num_classes)
-        heldout = dataclasses.replace(heldout, inputs=inputs, targets=targets)
-    if not lockstep:
-        return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, 0, 1,
-                         adapter, heldout, lambda values: [values], run_dir)
-    return Evaluator(run.eval_every, run.steps, run.global_batch, workload.metric, rank,
-                     run.world_size, adapter, heldout,
-                     lambda values: comm.all_gather_vectors(values, device), run_dir)
-
-
-def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instrument: bool,
-                overlaps: bool = False) -> PhaseTimer:
-    """CUDA events for a PyTorch CUDA worker that no slowdown stretches and whose exchange
-    does not overlap its backward (that one ends where the exchange says); else the host
-    clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine),
-    and only the host clock where there is neither a wait nor a stretch."""
-    if worker.is_cuda and instrument and not worker.emulated and not overlaps \
-            and isinstance(adapter, DeviceEvents):
-        return CudaEventTimer(adapter.synchronize, adapter.cuda_event)
-    waits = (worker.is_cuda or adapter.synchronize_on_host) and instrument
-    if not waits and not worker.emulated:
-        return HostTimer()
-    return StepTimer(stretch, adapter.synchronize if waits else None)
-
-
-def build_trainer(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapter]
-                  ) -> tuple[Trainer, Any]:
-    """Data, model, adapter and optimizer of one worker, initial parameters loaded; also the
-    dataset."""
-    import numpy as np
-    import torch
-
-    from hetbench.harness.training.optim import Optimizer
-
-    worker = run.workers[rank]
-    data = load_dataset(run.dataset, run.workload, run.seed)
-    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
-    adapter = adapter_cls(spec, worker.device, worker.threads)
-    initial = spec.initial_parameters(run.seed)
-    adapter.load_parameters(initial)
-    stretch = Stretcher(worker.slowdown_for(0))
-    # on the device for nccl, and on a GPU worker whose aggregator sums there itself
-    buffer = adapter.comm_buffer(
-        backend == "nccl" or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu))
-    flat = torch.from_numpy(np.concatenate([initial[p.name].ravel() for p in spec.params]))
-    optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch, spec.num_elements,
-                          flat, buffer.device)
-    trainer = Trainer(run, rank, adapter, data.inputs, data.targets,
-                      BatchOrder(len(data), run.global_batch, run.seed), stretch,
-                      phase_timer(worker, adapter, stretch, run.instrument,
-                                  aggregators.kind(run.aggregator.name).overlaps),
-                      buffer, optimizer,
-                      flat, prepare=get_workload(run.workload).prepare,
-                      num_classes=data.num_classes)
-    trainer.fetch = trainer.batch
-    if run.loader is not None and run.loader.decode:
-        from hetbench.workloads.pipeline import encode_png
-
-        trainer.encoded = encode_png(data.inputs)  # once, before any timing
-    adapter.zero_grad()
-    return trainer, data
-
 
 def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter]) -> None:
-    """Build the worker's trainer (and input pipeline), run it, stop the pipeline."""
+    """Build the worker's source (its trainer and input pipeline), train it, stop the
+    pipeline."""
     if run.pipeline is not None:  # a stage of a virtual worker: its own loop
         from hetbench.harness.loop.stage import train_stage
 
         train_stage(run, run_dir, rank, backend)
         return
     aggregators.prepare(run, rank)
-    if run.is_job:  # a user's job named by import path
-        from hetbench.harness.loop import job
-
-        trainer, data, described, statistics = job.build(run, rank, backend, Trainer,
-                                                         phase_timer)
-        batches = job.batches(run, trainer)
-        trainer.fetch = batches.get
-        try:
-            exactness = job.measured_exactness(run, rank, trainer, batches, described,
-                                               statistics, backend)
-            _attach_and_train(run, run_dir, rank, backend, adapter_cls, trainer, data,
-                              {"job": described, "exactness": exactness})
-        finally:
-            batches.close()
-        return
-    trainer, data = build_trainer(run, rank, backend, adapter_cls)
-    prefetcher = None
-    loader = worker_loader(run.loader, run.workers[rank].loader_workers)
-    if loader is not None and loader.workers > 0:
-        # a worker of an asynchronous scheme may take more steps than the run's count
-        most = run.steps * (1 if aggregators.kind(run.aggregator.name).lockstep
-                            else run.world_size)
-        prefetcher = Prefetcher(trainer.batch, loader, most, run.timeout_s)
-        trainer.fetch = prefetcher.get
+    source = sources.build(run, rank, backend, adapter_cls)
     try:
-        _attach_and_train(run, run_dir, rank, backend, adapter_cls, trainer, data, {})
+        _attach_and_train(run, run_dir, rank, backend, adapter_cls, source)
     finally:
-        if prefetcher is not None:
-            prefetcher.close()
+        source.close()
 
 
 def _attach_and_train(run: RunSpec, run_dir: Path, rank: int, backend: str,
-                      adapter_cls: type[Adapter], trainer: Trainer, data: Any,
-                      job: dict[str, Any]) -> None:
-    """The aggregator attached to the trainer, then the training; `job`: what the manifest
-    says of a user's job (its description, the exactness measured), or {}."""
+                      adapter_cls: type[Adapter], source: sources.Source) -> None:
+    """The aggregator attached to the source's trainer, then the training."""
+    trainer = source.trainer
     trainer.aggregator = aggregators.create(aggregators.Context(
         run, rank, trainer.adapter, trainer.buffer, trainer.optimizer, trainer.initial,
         run_dir, trainer.stretch))
@@ -470,14 +156,14 @@ def _attach_and_train(run: RunSpec, run_dir: Path, rank: int, backend: str,
         trainer.overlap = trainer.aggregator
     failed = True
     try:
-        _train(run, run_dir, rank, backend, adapter_cls, trainer, data, job)
+        _train(run, run_dir, rank, backend, adapter_cls, source)
         failed = False
     finally:
         trainer.aggregator.close(failed)
 
 
 def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter],
-           trainer: Trainer, data: Any, job: dict[str, Any]) -> None:
+           source: sources.Source) -> None:
     import torch
 
     from hetbench.harness.exchange import comm
@@ -486,12 +172,12 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     from hetbench.harness.loop.repartitioning import Repartitioning
 
     worker = run.workers[rank]
+    trainer = source.trainer
     adapter = trainer.adapter
     device = torch.device(worker.device if backend == "nccl" else "cpu")
 
-    info = lifecycle.describe(run, rank, worker, adapter_cls.versions(), data,
+    info = lifecycle.describe(run, rank, worker, adapter_cls.versions(), source.data,
                               adapter.spec.num_elements)
-    job_closing = {k: v for k, v in job.items() if v is not None}  # rank 0's exactness
     clock_start = lifecycle.start(run_dir, info, device)
     sizes = initial_partition(trainer, comm, device)
     lo, hi = slice_bounds(sizes)[rank]
@@ -504,12 +190,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
         assert isinstance(trainer.aggregator, LeavesOut)  # the spec allowed no other
         trainer.aggregator.set_members(membership.group(), len(membership.members))
-    if run.is_job:
-        from hetbench.harness.loop.job import evaluator as job_evaluator
-
-        evaluator = job_evaluator(run, rank, trainer.adapter, run_dir, device)  # type: ignore[arg-type]
-    else:
-        evaluator = make_evaluator(run, rank, adapter, run_dir, device)
+    evaluator = sources.make_evaluator(run, rank, source, run_dir, device)
     if evaluator:
         evaluator(0)
     profiler = step_profiler(run.profile, rank, device.type == "cuda")
@@ -549,7 +230,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,
-                      "aggregator": trainer.aggregator.describe(), **job_closing}, side)
+                      "aggregator": trainer.aggregator.describe(), **source.closing}, side)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,6 +46,7 @@ def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str
         if seen[key].get("optimizer") is not None:
             jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
                                                 run.optimizer != OptimizerSpec(),
+                                                run.partition.leave_out,
                                                 functools.partial("runs[{}].{}".format, i))
     return {key[0]: described for key, described in seen.items()}
 
