@@ -125,6 +125,9 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
                   "element" + ("" if without is None else f" ({without:.2g} with dropout "
                                                           "off)")
                   + f": {exact.get('reason')}.", ""]
+    elif manifest.get("pipeline"):
+        lines += ["**Exactness**: not measured for a pipeline (its stages cut each slice "
+                  "into micro-batches, and BatchNorm takes a micro-batch's statistics).", ""]
     return lines
 
 

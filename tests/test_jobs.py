@@ -4,9 +4,14 @@ the textbook full-batch loop written here (not hetbench's)."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
+import re
+import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -85,6 +90,35 @@ def make_dropout():
 def make_adamw():
     return job(Tied(), optimizer=lambda params: torch.optim.AdamW(params, lr=0.01,
                                                                   weight_decay=0.05))
+
+
+class Cut(nn.Module):
+    """One layer of a model cut for pipelines: the model's own submodules, a function."""
+
+    def __init__(self, forward, **modules):
+        super().__init__()
+        self.compute = forward
+        for name, module in modules.items():
+            self.add_module(name, module)
+
+    def forward(self, x):
+        return self.compute(self, x)
+
+
+def tied_layers(model):
+    return [Cut(lambda m, x: torch.tanh(m.norm(m.embed(x))), embed=model.embed,
+                norm=model.norm),
+            Cut(lambda m, x: m.drop(x + torch.tanh(m.mix(x)) + torch.tanh(m.mix(x) * 0.5)),
+                mix=model.mix, drop=model.drop),
+            Cut(lambda m, x: m.out(x), out=model.out)]
+
+
+def make_layered():
+    return job(Tied(), layers=tied_layers)
+
+
+def skipped_layer():
+    return job(Tied(), layers=lambda model: [tied_layers(model)[0], tied_layers(model)[2]])
 
 
 def partial_optimizer():
@@ -193,11 +227,10 @@ def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project
     ("dataset", '"digits"', "brings its data"),
     ("size", '"tiny"', "at the size it chooses"),
     ("framework", '"tensorflow"', "allowed: 'pytorch'"),
-    ("placement", '"fc-on-server"', "a Job gives no layers yet"),
+    ("placement", '"fc-on-server"', "a Job's layers cannot be placed on yet"),
     ("project", '"nowhere"', "is not a folder"),
     ("loader", '{ kind = "threads" }', "torch's DataLoader workers"),
     ("loader", '{ augment = true }', "a job's own Dataset decodes"),
-    ("virtual_workers", "[[0, 1]]", "pipelines need the model's layers"),
 ])
 def test_what_a_job_cannot_do_is_refused_by_the_suite_check(project: Path, key: str,
                                                             value: str, message: str) -> None:
@@ -235,6 +268,7 @@ def test_a_jobs_keys_are_only_for_a_job(project: Path, key: str) -> None:
     ('partition = { policy = "sizes", sizes = [0, 64] }', "no empty slice"),
     ('partition = { policy = "model", leave_out = true }', "no empty slice"),
     ('aggregator = "ssp"', "lets workers step apart"),
+    ("virtual_workers = [[0, 1]]", "takes a micro-batch's statistics there"),
 ])
 def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: str,
                                                             message: str) -> None:
@@ -267,6 +301,8 @@ def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: 
     ("userjob.models:network", "raised OSError"),
     ("userjob.models:partial_optimizer", "Job.optimizer leaves out trained parameters "
      "(embed.weight, embed.bias, norm.weight, ...)"),
+    ("userjob.models:skipped_layer", "Job.layers leaves trained parameters out of every "
+     "layer (mix.weight, mix.bias): each must sit in exactly one layer"),
 ])
 def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
         project: Path, hetbench, factory: str, message: str) -> None:
@@ -308,6 +344,68 @@ def test_a_jobs_own_optimizer_refuses_what_it_cannot_step_under(project: Path, k
         {key}
         {PAIR}
         """))
+    with pytest.raises(UsageError) as caught:
+        check_jobs(load_suite(str(path)))
+    assert f"{caught.value.where}: {caught.value.message}".startswith(message)
+
+
+def cut_layers(models: Any, model: Any, how: str) -> list[Any]:
+    """The Tied model's three layers (userjob.models.tied_layers), spoilt as `how` says."""
+    embed, mix, out = models.tied_layers(model)
+    if how == "forward":  # the middle layer's work left out of the composition
+        mix = models.Cut(lambda m, x: m.drop(x + models.torch.tanh(m.mix(x))), mix=model.mix,
+                         drop=model.drop)
+    if how == "tied":  # the output layer reusing the middle one's weights
+        out = models.Cut(lambda m, x: m.out(m.mix(x)), out=model.out, mix=model.mix)
+    if how == "order":
+        return [mix, embed, out]
+    return [embed, mix, out]
+
+
+@pytest.mark.parametrize("how, message", [
+    ("forward", "the layers composed differ from the model's forward by"),
+    ("tied", "puts parameters in more than one layer (mix.bias, mix.weight)"),
+    ("order", "the layers' parameters must come in the model's order"),
+])
+def test_layers_that_are_not_the_models_forward_are_named(project: Path, how: str,
+                                                          message: str) -> None:
+    from hetbench.workloads import job as jobs
+
+    sys.path.insert(0, str(project))
+    try:
+        models = importlib.import_module("userjob.models")
+        job = models.job(models.Tied(), layers=functools.partial(cut_layers, models, how=how))
+        with pytest.raises(jobs.JobError, match=re.escape(message)):
+            jobs.check_layers(job)
+        jobs.check_layers(models.make_layered())  # the model's own cut passes
+    finally:
+        sys.path.remove(str(project))
+        for name in [m for m in sys.modules if m == "userjob" or m.startswith("userjob.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, key, message", [
+    ("make", "virtual_workers = [[0, 1]]", "runs[0].virtual_workers: a pipeline cuts the "
+     "model into stages between its layers, and userjob.models:make gives none (Job.layers)"),
+    ("make_layered", "virtual_workers = [[0, 1, 2, 3]]", "runs[0].virtual_workers: 4 "
+     "stages exceed the 3 layers of userjob.models:make_layered"),
+    ("make_layered", "virtual_workers = [[0, 1]]\npipeline = { split = [1, 1] }",
+     "runs[0].pipeline.split: [1, 1] covers 2 layers; userjob.models:make_layered has 3"),
+])
+def test_a_pipeline_needs_the_jobs_layers(project: Path, factory: str, key: str,
+                                          message: str) -> None:
+    """How many layers a job gives (Job.layers) is learnt by the job check: a pipeline
+    over a job without them, or over more stages than layers, is refused there."""
+    from hetbench.harness.run.jobcheck import check_jobs
+
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pipe"
+        workload = "userjob.models:{factory}"
+        {PAIR if "0, 1, 2, 3" not in key else "workers = [{}, {}, {}, {}]"}
+        """) + key + "\n")
     with pytest.raises(UsageError) as caught:
         check_jobs(load_suite(str(path)))
     assert f"{caught.value.where}: {caught.value.message}".startswith(message)
@@ -472,6 +570,14 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         {three}
 
         [[runs]]
+        name = "pipelined"
+        workload = "userjob.models:make_layered"
+        workers = [ {{}}, {{}}, {{}}, {{}} ]
+        virtual_workers = [[0, 1], [2, 3]]
+        pipeline = {{ micro_batches = 2 }}
+        partition = {{ policy = "sizes", sizes = [24, 40] }}
+
+        [[runs]]
         name = "batchnorm-global"
         workload = "userjob.models:make_batchnorm"
         batchnorm = "global"
@@ -492,6 +598,8 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     ("ps-sync", "make", 1e-6), ("left-out", "make", 1e-6),
     # the job's own optimizer (AdamW) stepped on DDP's overlapped sums
     ("adamw", "make_adamw", 1e-6),
+    # two virtual workers of two stages each, cut where Job.layers cuts, 2 micro-batches
+    ("pipelined", "make_layered", 1e-6),
     # BatchNorm's statistics gathered over the workers: a sum of squares less exact
     ("batchnorm-global", "make_batchnorm", 1e-5)])
 def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
@@ -500,7 +608,8 @@ def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run
     steps the parameters are the textbook loop's (through torch's DataLoader with 2, 0
     and 1 processes on one run, a loss summed instead of averaged on it: both weighted
     exactly; BatchNorm with the global batch's statistics on another; the servers' update;
-    the job's own AdamW)."""
+    the job's own AdamW; two virtual workers of two stages cut where Job.layers cuts, on
+    24 and 40 samples in 2 micro-batches)."""
     expected = textbook_sgd(uneven[run].parent.parent.parent, factory, 20, 64,
                             0.2 / (64 if factory == "make_sum" else 1), 0)
     got = final_parameters(uneven[run])

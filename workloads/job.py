@@ -21,7 +21,7 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,9 @@ JOB_PATTERN = re.compile(r"(?P<module>[A-Za-z_][\w.]*|[\w./-]+\.py):(?P<attr>[A-
 NEEDED_MODULES = ("hetbench", "torch", "numpy", "pandas", "pyarrow", "psutil", "scipy",
                   "sklearn", "PIL", "tqdm", "matplotlib", "seaborn")
 FINGERPRINT_SAMPLES = 8  # samples read into a data set's fingerprint, spread over it
+# the layers' composition against the model's forward, relative to the output's largest
+# element: float32 arithmetic in another order differs by ~1e-7, a missing layer by ~1
+LAYER_TOLERANCE = 1e-5
 
 
 class JobError(ValueError):
@@ -57,6 +60,7 @@ class Job:
     collate_fn: Callable[[list[Any]], Any] | None = None
     split: Callable[[Any], tuple[Any, Any]] | None = None
     optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None = None
+    layers: Callable[[torch.nn.Module], Sequence[torch.nn.Module]] | None = None
 
     def batch_parts(self, batch: Any) -> tuple[Any, Any]:
         """(inputs, targets) of a collated batch."""
@@ -91,6 +95,13 @@ FIELD_HELP = {
                  "steps it once per global step on the global batch's mean gradient, in "
                  "place of the suite's `optimizer` and `lr`; for the all-reduce schemes "
                  "(torch, allreduce-host, allreduce-device, ddp). None: the suite's.",
+    "layers": "`layers(model) -> [module, ...]`: the model cut into consecutive layers, "
+              "each taking the one tensor the one before returns (the first the batch's "
+              "inputs, a tensor), their composition the model's forward, sharing its "
+              "parameters, each trained parameter in one layer and the layers' parameters "
+              "in the model's order; what pipelines (`virtual_workers`) cut into stages. "
+              "Called with the model hetbench trains (moved to the worker's device). None: "
+              "no pipelines.",
 }
 
 
@@ -210,7 +221,7 @@ def check_job(job: Any, workload: str) -> None:
                            "worker's samples by index)")
         if len(data) == 0:  # type: ignore[arg-type]
             raise JobError(f"Job.{name} holds no sample")
-    for name in ("metric", "collate_fn", "split", "optimizer"):
+    for name in ("metric", "collate_fn", "split", "optimizer", "layers"):
         if getattr(job, name) is not None and not callable(getattr(job, name)):
             raise JobError(f"Job.{name} is not callable")
     if job.optimizer is not None:
@@ -234,9 +245,90 @@ def own_optimizer(job: Job) -> torch.optim.Optimizer:
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     if missing := [name for name, p in job.model.named_parameters()
                    if p.requires_grad and id(p) not in held]:
-        raise JobError(f"Job.optimizer leaves out trained parameters ({', '.join(missing[:3])}"
-                       f"{', ...' if len(missing) > 3 else ''}): give it every one of them")
+        raise JobError(f"Job.optimizer leaves out trained parameters ({_few(missing)}): "
+                       "give it every one of them")
     return optimizer
+
+
+def job_layers(job: Job, model: torch.nn.Module) -> list[torch.nn.Module]:
+    """`Job.layers(model)`, checked: modules sharing `model`'s parameters, each trained one
+    in exactly one layer, the layers' parameters in the model's order (a stage's are then
+    one range of the flat buffer, harness/loop/stage.py)."""
+    import torch
+
+    assert job.layers is not None
+    try:
+        layers = list(job.layers(model))
+    except Exception as exc:  # noqa: BLE001 - the user's code, reported in one line
+        raise JobError(f"Job.layers raised {type(exc).__name__}: {first_line(exc)}") from exc
+    if len(layers) < 2 or not all(isinstance(m, torch.nn.Module) for m in layers):
+        raise JobError("Job.layers must return two or more torch.nn.Modules (a pipeline "
+                       "cuts between them)")
+    trained = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    order = {id(p): i for i, (_, p) in enumerate(trained)}
+    seen: list[int] = []
+    for layer in layers:
+        for p in layer.parameters():
+            if p.requires_grad:
+                if id(p) not in order:
+                    raise JobError("Job.layers returned a layer whose parameters are not "
+                                   "the model's: build the layers from the model given")
+                seen.append(order[id(p)])
+    if missing := [name for i, (name, _) in enumerate(trained) if i not in seen]:
+        raise JobError(f"Job.layers leaves trained parameters out of every layer "
+                       f"({_few(missing)}): each must sit in exactly one layer")
+    if twice := sorted({trained[i][0] for i in seen if seen.count(i) > 1}):
+        raise JobError(f"Job.layers puts parameters in more than one layer ({_few(twice)}): "
+                       "a weight tied across layers cannot be cut into stages")
+    if seen != sorted(seen):
+        raise JobError("Job.layers: the layers' parameters must come in the model's "
+                       "order (model.parameters()), so that a stage's are consecutive")
+    return layers
+
+
+def check_layers(job: Job) -> None:
+    """The layers composed in order compute the model's forward, on a few training samples
+    with the model in eval mode (dropout off), its buffers untouched."""
+    import torch
+
+    if job.layers is None:
+        return
+    layers = job_layers(job, job.model)
+    inputs, _ = read_batch(job, job.train, range(min(4, len(job.train))))  # type: ignore[arg-type]
+    if not isinstance(inputs, torch.Tensor):
+        raise JobError(f"Job.layers: a pipeline sends one tensor between stages, and the "
+                       f"batch's inputs are {type(inputs).__name__}: give a tensor")
+    was_training = job.model.training
+    job.model.eval()
+    try:
+        with torch.no_grad():
+            whole = job.model(inputs)
+            composed = inputs
+            for layer in layers:
+                composed = layer(composed)
+    except Exception as exc:  # noqa: BLE001 - the user's layers, reported in one line
+        raise JobError(f"Job.layers: composing the layers raised {type(exc).__name__}: "
+                       f"{first_line(exc)}") from exc
+    finally:
+        job.model.train(was_training)
+    if not isinstance(whole, torch.Tensor) or not isinstance(composed, torch.Tensor) \
+            or composed.shape != whole.shape:
+        raise JobError("Job.layers: the last layer's output is not the model's output "
+                       f"({_shape(composed)} against {_shape(whole)})")
+    scale = max(float(whole.abs().max()), 1e-12)
+    if (gap := float((composed - whole).abs().max()) / scale) > LAYER_TOLERANCE:
+        raise JobError(f"Job.layers: the layers composed differ from the model's forward "
+                       f"by {gap:.2g} of its largest output (at most {LAYER_TOLERANCE:g}): "
+                       "a layer missing, or work the forward does between them")
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return type(value).__name__ if shape is None else str(tuple(shape))
 
 
 def collate(job: Job, samples: list[Any]) -> Any:
@@ -329,6 +421,7 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "heldout": None if job.heldout is None else data_identity(job.heldout),
         "metric": job.metric is not None,
         "optimizer": None if job.optimizer is None else optimizer_identity(own_optimizer(job)),
+        "layers": None if job.layers is None else len(job_layers(job, model)),
     }
 
 

@@ -135,7 +135,8 @@ def layer_shape(run: Any) -> Any:
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
     if run.is_job:
-        return f"{run.workload!r} (a job named by import path) gives no layers to pipeline"
+        return (f"{run.workload!r} is a job named by import path: advise does not profile "
+                "its layers (Job.layers) yet")
     if get_workload(run.workload).layers is None:
         return f"{run.workload!r} has no layer sequence to pipeline"
     if any(w.framework != "pytorch" for w in run.workers):

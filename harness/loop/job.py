@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from hetbench.adapters.pytorch_job import TorchJobAdapter
+from hetbench.adapters.pytorch_job import TorchJobAdapter, leading_size
 from hetbench.harness import exchange as aggregators
 from hetbench.harness.loop import exactness
 from hetbench.harness.loop.trainer import Trainer, phase_timer
+from hetbench.harness.loop.training_source import StageSource
 from hetbench.harness.partition.policies import (
     equal_sizes,
     initial_sizes,
@@ -36,6 +37,7 @@ from hetbench.harness.training.job_loader import JobBatches
 from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 from hetbench.workloads import job as jobs
 from hetbench.workloads.data import BatchOrder
+from hetbench.workloads.torch_layers import parameter_range
 
 METRIC = "accuracy"  # the held-out metric's name: Job.metric's correct / counted
 
@@ -106,15 +108,7 @@ def build(run: RunSpec, rank: int, backend: str
         statistics.layers = [m for m in job.model.modules() if isinstance(m, GlobalBatchNorm)]
     adapter = TorchJobAdapter(job, run.workload, worker.device, worker.threads)
     on_device = backend == "nccl"
-    params = adapter.flat_params if on_device else adapter.flat_params.cpu()
-    torch.distributed.broadcast(params, src=0)  # a factory need not be deterministic
-    if params is not adapter.flat_params:
-        adapter.flat_params.copy_(params)
-    for buffer in adapter.model.buffers():  # BatchNorm's running statistics, ...
-        shared = buffer if on_device or buffer.device.type == "cpu" else buffer.cpu()
-        torch.distributed.broadcast(shared, src=0)
-        if shared is not buffer:
-            buffer.copy_(shared)
+    share_first_ranks(adapter, on_device)
     stretch = Stretcher(worker.slowdown_for(0))
     buffer = adapter.comm_buffer(
         on_device or (worker.is_cuda and aggregators.kind(run.aggregator.name).needs_gpu))
@@ -131,15 +125,37 @@ def build(run: RunSpec, rank: int, backend: str
     trainer = Trainer(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
                           phase_timer(worker, adapter, stretch, run.instrument, overlaps),
                           buffer, optimizer, flat)
-    described = jobs.describe(job, run.workload)
+    data, described = described_data(run, job)
     if described.get("batchnorm") and run.batchnorm != "global":
         trainer.min_slice = 2  # a slice's statistics need two samples
+    adapter.zero_grad()
+    return trainer, data, described, statistics
+
+
+def share_first_ranks(adapter: TorchJobAdapter, on_device: bool) -> None:
+    """Rank 0's parameters and buffers (BatchNorm's running statistics, ...) on every
+    worker: a factory need not be deterministic. Every rank calls it."""
+    import torch
+
+    params = adapter.flat_params if on_device else adapter.flat_params.cpu()
+    torch.distributed.broadcast(params, src=0)
+    if params is not adapter.flat_params:
+        adapter.flat_params.copy_(params)
+    for buffer in adapter.model.buffers():
+        shared = buffer if on_device or buffer.device.type == "cpu" else buffer.cpu()
+        torch.distributed.broadcast(shared, src=0)
+        if shared is not buffer:
+            buffer.copy_(shared)
+
+
+def described_data(run: RunSpec, job: jobs.Job) -> tuple[JobData, dict[str, Any]]:
+    """What the manifest says of the job's data (JobData) and of the job."""
+    assert run.project is not None
+    described = jobs.describe(job, run.workload)
     described["batchnorm_statistics"] = run.batchnorm
     described["project"] = project_identity(Path(run.project), run.workload)
     train = described["train"]
-    adapter.zero_grad()
-    data = JobData(train["source"] or train["type"], train["fingerprint"])
-    return trainer, data, described, statistics
+    return JobData(train["source"] or train["type"], train["fingerprint"]), described
 
 
 def batches(run: RunSpec, trainer: Trainer, most: int) -> JobBatches:
@@ -194,3 +210,33 @@ def project_identity(project: Path, workload: str) -> dict[str, Any]:
         version = None
     return {"folder": str(project), "package": package, "version": version,
             "git": git_commit(project)}
+
+
+def stage_source(run: RunSpec, rank: int, backend: str) -> StageSource:
+    """A pipeline stage's source over the job: the model cut where Job.layers cuts it (the
+    job check refused a job without layers), every rank starting from rank 0's
+    parameters, the samples read in line (a stage reads the batch itself)."""
+
+    assert run.project is not None
+    worker = run.workers[rank]
+    job = jobs.make_job(run.workload, Path(run.project), run.seed)
+    jobs.check_batches(job, run.global_batch)
+    adapter = TorchJobAdapter(job, run.workload, worker.device, worker.threads)
+    share_first_ranks(adapter, backend == "nccl")
+    data, described = described_data(run, job)
+
+    def read(indices: Any, inputs: bool, targets: bool) -> tuple[Any, Any]:
+        x, y = jobs.read_batch(job, job.train, indices)
+        return (x if inputs else None, y if targets else None)
+
+    def loss_sum(outputs: Any, targets: Any) -> Any:
+        loss = job.loss(outputs, targets)
+        return loss * leading_size(targets) if job.reduction == "mean" else loss
+
+    heldout = None if job.heldout is None else functools.partial(JobHeldout, job)
+    return StageSource(
+        adapter, jobs.job_layers(job, adapter.model), data,
+        BatchOrder(len(job.train), run.global_batch, run.seed),  # type: ignore[arg-type]
+        read, loss_sum,
+        functools.partial(parameter_range, adapter.spec, adapter.model, torch_names={}),
+        METRIC, heldout, {"job": described})

@@ -1,5 +1,6 @@
-"""Where a data-parallel worker's model, batches and held-out data come from, built in one
-place for both kinds of workload, so that the loop (worker.py) trains either the same way:
+"""Where a worker's model, batches and held-out data come from, built in one place for both
+kinds of workload, so that each loop trains either the same way: a data-parallel worker's
+`Source` (worker.py), a pipeline stage's `StageSource` (stage.py):
 
 - a built-in workload: its framework-neutral spec built in the worker's framework, its
   generated data served by hetbench's prefetcher (harness/training/loader.py);
@@ -12,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,34 +21,16 @@ import numpy as np
 from hetbench.adapters.base import Adapter
 from hetbench.harness import exchange as aggregators
 from hetbench.harness.loop.trainer import Trainer, phase_timer
+from hetbench.harness.loop.training_source import Source, StageSource
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.suite import RunSpec
-from hetbench.harness.training.evaluation import Evaluator, Heldout
+from hetbench.harness.training.evaluation import Evaluator
 from hetbench.harness.training.loader import Prefetcher
 from hetbench.harness.training.optim import Optimizer
 from hetbench.workloads import build_spec, get_workload
 from hetbench.workloads.data import BatchOrder, Dataset, load_dataset
-
-
-def _nothing_to_stop() -> None:
-    return None
-
-
-@dataclass
-class Source:
-    """A worker's trainer, its batch source attached (`trainer.fetch`), and what goes with
-    it: what the manifest says of the training data (lifecycle.describe), the held-out
-    metric's name and split (read only where the run evaluates), what rank 0's manifest
-    adds at the end (a job's description and measured exactness), and how to stop the input
-    pipeline."""
-
-    trainer: Trainer
-    data: Any
-    metric: str
-    heldout: Callable[[], Heldout] | None
-    closing: dict[str, Any] = field(default_factory=dict)
-    close: Callable[[], None] = _nothing_to_stop
+from hetbench.workloads.models import builder
 
 
 def build(run: RunSpec, rank: int, backend: str, adapter_cls: type[Adapter]) -> Source:
@@ -161,3 +142,39 @@ def make_evaluator(run: RunSpec, rank: int, source: Source, run_dir: Path, devic
     return Evaluator(run.eval_every, run.steps, run.global_batch, source.metric, rank,
                      run.world_size, adapter, source.heldout(),
                      lambda values: comm.all_gather_vectors(values, device), run_dir)
+
+
+def build_stage(run: RunSpec, rank: int, backend: str) -> StageSource:
+    """A pipeline stage's source: the job's layers (Job.layers) where the workload names a
+    job, else the built-in workload's PyTorch layers."""
+    if run.is_job:
+        from hetbench.harness.loop import job
+
+        return job.stage_source(run, rank, backend)
+    return _builtin_stage(run, rank)
+
+
+def _builtin_stage(run: RunSpec, rank: int) -> StageSource:
+    import torch
+
+    from hetbench.adapters.pytorch import TorchAdapter, loss_sum
+    from hetbench.workloads.torch_layers import parameter_range
+
+    worker = run.workers[rank]
+    data = load_dataset(run.dataset, run.workload, run.seed)
+    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
+    adapter = TorchAdapter(spec, worker.device, worker.threads)
+    adapter.load_parameters(spec.initial_parameters(run.seed))
+    module = builder(run.workload, "pytorch")
+    names = getattr(module, "PARAMETER_NAMES", {})
+
+    def read(indices: Any, inputs: bool, targets: bool) -> tuple[Any, Any]:
+        return (torch.from_numpy(data.inputs[indices]) if inputs else None,
+                torch.from_numpy(data.targets[indices]) if targets else None)
+
+    return StageSource(
+        adapter, module.layers(adapter.model), data,
+        BatchOrder(len(data), run.global_batch, run.seed), read,
+        functools.partial(loss_sum, spec),
+        functools.partial(parameter_range, spec, adapter.model, torch_names=names),
+        get_workload(run.workload).metric, functools.partial(builtin_heldout, run))

@@ -1,7 +1,8 @@
 """One stage of a virtual worker (HetPipe, issue 14), its waves run by the step engine.
 
 A run with `virtual_workers` groups its ranks into virtual workers; rank i of a group runs
-stage i, consecutive layers of the model (workloads/<name>/pytorch.py `layers`), and
+stage i, consecutive layers of the model (workloads/<name>/pytorch.py `layers`, a job's
+`Job.layers`: harness/loop/sources.py builds either), and
 torch.distributed.pipelining moves micro-batches through the stages under its GPipe or
 1F1B schedule, over the group's own process group. Virtual workers are data parallel:
 each takes its slice of the global batch per wave (Nm micro-batches), and with wave bound
@@ -35,6 +36,8 @@ from hetbench.harness.exchange.waves import AllreduceWaves, ServerWaves, StageBu
 from hetbench.harness.loop import engine, lifecycle
 from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.profiling import step_profiler
+from hetbench.harness.loop.sources import build_stage
+from hetbench.harness.loop.training_source import StageSource
 from hetbench.harness.partition.policies import slice_bounds
 from hetbench.harness.partition.stages import Links, Profile, split_layers, stage_times
 from hetbench.harness.partition.virtual import bounds_of, kind_of
@@ -42,10 +45,6 @@ from hetbench.harness.records import collector
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.pipelines import vw_slices
 from hetbench.harness.spec.suite import RunSpec
-from hetbench.workloads import build_spec, get_workload
-from hetbench.workloads.data import BatchOrder, load_dataset
-from hetbench.workloads.models import builder
-from hetbench.workloads.torch_layers import parameter_range
 
 
 @dataclass(frozen=True)
@@ -142,10 +141,8 @@ class MicroTimer:
 
 
 def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
-                       buffers: StageBuffers, spec: Any, adapter: TorchLayersAdapter,
-                       layers: list[Any],
-                       plan: Plan, module: Any, samples: int, pipeline_group: Any
-                       ) -> ServerWaves:
+                       buffers: StageBuffers, source: StageSource, plan: Plan, samples: int,
+                       pipeline_group: Any) -> ServerWaves:
     """Join the parameter servers' RPC group (one server per stage, started by the
     launcher); rank 0 gives each server its stage's initial parameters (the last one the
     loss slot too) before anyone pushes."""
@@ -159,11 +156,10 @@ def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
                  rpc_backend_options=rpc_options(run.timeout_s))
     if rank == 0:
         bounds = plan.bounds[0]
-        names = getattr(module, "PARAMETER_NAMES", {})
         for s in range(servers):
-            a, b = parameter_range(spec, adapter.model, layers[bounds[s]:bounds[s + 1]], names)
+            a, b = source.parameter_range(source.layers[bounds[s]:bounds[s + 1]])
             rpc.rpc_sync(f"ps{s}", init_shard, args=(
-                adapter.flat_params[a:b].detach().clone(), s == servers - 1))
+                source.adapter.flat_params[a:b].detach().clone(), s == servers - 1))
     dist.barrier()  # no stage pushes before every server has its parameters
     return ServerWaves(buffers, f"ps{stage_index}", vw, samples, pipeline_group)
 
@@ -198,17 +194,16 @@ def gather_parameters(flat_params: Any, lo: int, hi: int, virtual_worker: int,
     return full
 
 
-def make_evaluator(run: RunSpec, rank: int, adapter: TorchLayersAdapter, run_dir: Path) -> Any:
+def make_evaluator(run: RunSpec, rank: int, source: StageSource, run_dir: Path) -> Any:
     """Rank 0 evaluates the whole model alone (its adapter holds all of it, the other
-    stages' parameters gathered first); None on the other ranks or without eval_every."""
-    if not run.eval_every or rank != 0:
+    stages' parameters gathered first); None on the other ranks, without eval_every or
+    without a held-out split."""
+    if not run.eval_every or rank != 0 or source.heldout is None:
         return None
     from hetbench.harness.training.evaluation import Evaluator
 
-    heldout = load_dataset(run.dataset, run.workload, run.seed, "heldout")
-    return Evaluator(run.eval_every, run.steps, run.global_batch,
-                     get_workload(run.workload).metric, 0, 1, adapter, heldout,
-                     lambda values: [values], run_dir)
+    return Evaluator(run.eval_every, run.steps, run.global_batch, source.metric, 0, 1,
+                     source.adapter, source.heldout(), lambda values: [values], run_dir)
 
 
 def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int, hi: int,
@@ -293,8 +288,7 @@ class WaveSteps:
 
     rank: int
     order: Any  # hetbench.workloads.data.BatchOrder
-    inputs: Any
-    targets: Any
+    read: Any  # the source's (indices, inputs?, targets?) -> (inputs, targets)
     bounds: tuple[int, int]  # this virtual worker's slice of each global batch
     first: bool  # the stage that reads the inputs
     last: bool  # the stage that computes the loss
@@ -320,11 +314,10 @@ class WaveSteps:
         counters.start()
         begin = now()
         idx = self.order.indices(wave)[lo:hi]
-        x = self.inputs[idx] if self.first else None
-        y = self.targets[idx] if last else None
+        x, y = self.read(idx, self.first, last)
         loaded = stretch(begin, now())
-        xs = None if x is None else torch.from_numpy(x).to(device, non_blocking=True)
-        ys = None if y is None else torch.from_numpy(y).to(device, non_blocking=True)
+        xs = None if x is None else torch.as_tensor(x).to(device, non_blocking=True)
+        ys = None if y is None else torch.as_tensor(y).to(device, non_blocking=True)
         if sync:
             torch.cuda.synchronize(device)
         moved = now()
@@ -383,7 +376,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from hetbench.adapters.pytorch import TorchAdapter, loss_sum
+    from hetbench.adapters.pytorch import TorchAdapter
     from hetbench.harness.exchange import comm
     from hetbench.harness.partition.layerprofile import profile_layers
     from hetbench.harness.training.optim import Optimizer
@@ -395,12 +388,8 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     worker = run.workers[rank]
     device = torch.device(worker.device)
     comm_device = torch.device(worker.device if backend == "nccl" else "cpu")
-    data = load_dataset(run.dataset, run.workload, run.seed)
-    spec = build_spec(run.workload, data.sample_shape, data.num_classes, run.size)
-    adapter = TorchAdapter(spec, worker.device, worker.threads)
-    adapter.load_parameters(spec.initial_parameters(run.seed))
-    module = builder(run.workload, "pytorch")
-    layers = module.layers(adapter.model)
+    source = build_stage(run, rank, backend)
+    adapter, layers = source.adapter, source.layers
     timeout = timedelta(seconds=run.timeout_s)
     # every rank creates every group, in the same order (torch.distributed's rule)
     pipe_groups = [dist.new_group(list(g), timeout=timeout) for g in pipe.virtual_workers]
@@ -408,15 +397,16 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     sizes = vw_slices(run.partition, run.global_batch, len(pipe.virtual_workers))
     lo, hi = slice_bounds(sizes)[vw]
     micro = (hi - lo) // pipe.micro_batches
-    order = BatchOrder(len(data), run.global_batch, run.seed)
+    order = source.order
 
-    info = lifecycle.describe(run, rank, worker, TorchAdapter.versions(), data,
-                              spec.num_elements, virtual_worker=vw, stage=stage_index)
+    info = lifecycle.describe(run, rank, worker, TorchAdapter.versions(), source.data,
+                              adapter.spec.num_elements, virtual_worker=vw, stage=stage_index)
     info["label"] += f" vw{vw} stage{stage_index}"
     clock_start = lifecycle.start(run_dir, info, comm_device)
 
     # the profile: one rank at a time, the others wait in the barrier
-    sample = torch.from_numpy(data.inputs[order.indices(0)[lo:lo + micro]]).to(device)
+    sample = torch.as_tensor(source.read(order.indices(0)[lo:lo + micro], True, False)[0]
+                             ).to(device)
     mine = None
     for turn in range(run.world_size):
         if turn == rank:
@@ -432,16 +422,15 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
 
     first, end = plan.bounds[vw][stage_index], plan.bounds[vw][stage_index + 1]
     stage_layers = layers[first:end]
-    p_lo, p_hi = parameter_range(spec, adapter.model, stage_layers,
-                                 getattr(module, "PARAMETER_NAMES", {}))
-    n = spec.num_elements
+    p_lo, p_hi = source.parameter_range(stage_layers)
+    n = adapter.spec.num_elements
     last = stage_index == n_stages - 1
     flat_params, flat_grads = adapter.flat_params, adapter.flat_grads
     buffers = StageBuffers(flat_params, flat_grads, p_lo, p_hi, last)
     waves: AllreduceWaves | ServerWaves
     if pipe.wave_bound:
-        waves = start_server_waves(run, rank, vw, stage_index, buffers, spec, adapter,
-                                   layers, plan, module, hi - lo, pipe_groups[vw])
+        waves = start_server_waves(run, rank, vw, stage_index, buffers, source, plan, hi - lo,
+                                   pipe_groups[vw])
     else:
         optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
                               p_hi - p_lo, flat_params[p_lo:p_hi].detach().clone(), device)
@@ -458,11 +447,11 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
                                        for s, r in enumerate(pipe.virtual_workers[vw])}
     schedule_cls = ScheduleGPipe if pipe.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_cls(stage, pipe.micro_batches,
-                            loss_fn=lambda out, y: loss_sum(spec, out, y), scale_grads=False)
+                            loss_fn=source.loss_sum, scale_grads=False)
     stretch = Stretcher(worker.slowdown_for(0))
     timer = MicroTimer(stage, rank, stretch)
 
-    evaluator = make_evaluator(run, rank, adapter, run_dir)
+    evaluator = make_evaluator(run, rank, source, run_dir)
     serving = isinstance(waves, ServerWaves)
     evaluation: engine.Evaluation | None = None
     if serving and evaluator is not None:
@@ -479,7 +468,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     micro_writer = collector.RecordWriter(collector.MICRO.part_path(run_dir, rank),
                                           dtype=collector.MICRO_DTYPE)
     steps = WaveSteps(
-        rank=rank, order=order, inputs=data.inputs, targets=data.targets, bounds=(lo, hi),
+        rank=rank, order=order, read=source.read, bounds=(lo, hi),
         first=stage_index == 0, last=last, device=device, sync=worker.is_cuda,
         schedule=schedule, waves=waves, timer=timer, stretch=stretch,
         flat_grads=flat_grads, loss_slot=n, micro_writer=micro_writer,
@@ -520,7 +509,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         "predicted_stage_ns": [list(p) for p in plan.predicted_ns],
         "profile": {"time_ns": times, "activation_bytes": mine.activation_bytes,
                     "parameter_bytes": mine.parameter_bytes},
-        "slices": list(sizes)}}
+        "slices": list(sizes)}, **source.closing}
     if isinstance(waves, ServerWaves) and waves.clock.applied:
         info["server_clocks"] = [waves.clock.to_dict()]  # its server is on another host
     lifecycle.finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,

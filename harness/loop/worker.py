@@ -31,6 +31,7 @@ from hetbench.harness.loop import engine, lifecycle, sources
 from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.profiling import step_profiler
 from hetbench.harness.loop.trainer import Trainer
+from hetbench.harness.loop.training_source import Source
 from hetbench.harness.partition.policies import (
     Damping,
     Repartitioner,
@@ -145,7 +146,7 @@ def train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: typ
 
 
 def _attach_and_train(run: RunSpec, run_dir: Path, rank: int, backend: str,
-                      adapter_cls: type[Adapter], source: sources.Source) -> None:
+                      adapter_cls: type[Adapter], source: Source) -> None:
     """The aggregator attached to the source's trainer, then the training."""
     trainer = source.trainer
     trainer.aggregator = aggregators.create(aggregators.Context(
@@ -163,7 +164,7 @@ def _attach_and_train(run: RunSpec, run_dir: Path, rank: int, backend: str,
 
 
 def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: type[Adapter],
-           source: sources.Source) -> None:
+           source: Source) -> None:
     import torch
 
     from hetbench.harness.exchange import comm

@@ -22,7 +22,9 @@ from typing import Any
 
 from hetbench.harness.spec import jobs as jobs_spec
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import At
 from hetbench.harness.spec.optimizers import OptimizerSpec
+from hetbench.harness.spec.pipelines import check_layer_count
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
 from hetbench.harness.system import netns
 from hetbench.harness.system.exits import exit_after
@@ -43,12 +45,28 @@ def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str
             seen[key] = check_job(run.workload, str(run.project), run.global_batch, run.seed,
                                   f"runs[{i}].workload", timeout_s)
         refuse_one_sample_slices(run, seen[key], f"runs[{i}].partition")
+        at = functools.partial("runs[{}].{}".format, i)
+        if run.pipeline is not None:
+            refuse_unpipelined(run, seen[key], at)
         if seen[key].get("optimizer") is not None:
             jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
                                                 run.optimizer != OptimizerSpec(),
-                                                run.partition.leave_out,
-                                                functools.partial("runs[{}].{}".format, i))
+                                                run.partition.leave_out, at)
     return {key[0]: described for key, described in seen.items()}
+
+
+def refuse_unpipelined(run: RunSpec, described: dict[str, Any], at: At) -> None:
+    """A pipeline cuts the model between the layers the job gives (Job.layers), its stages
+    stepped by the suite's optimizer on their own parameters."""
+    assert run.pipeline is not None
+    if described.get("layers") is None:
+        raise UsageError(at("virtual_workers"), f"a pipeline cuts the model into stages "
+                         f"between its layers, and {run.workload} gives none (Job.layers)")
+    check_layer_count(run.pipeline, described["layers"], run.workload, at)
+    if described.get("optimizer") is not None:
+        raise UsageError(at("virtual_workers"), "a pipeline's stages step their own "
+                         "parameters with the suite's optimizer, not the job's "
+                         "(Job.optimizer): give the job no optimizer for a pipeline")
 
 
 def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str) -> None:
@@ -103,6 +121,7 @@ def main(argv: list[str]) -> int:
     try:
         job = jobs.make_job(workload, project, seed)
         jobs.check_batches(job, global_batch)
+        jobs.check_layers(job)
         described = jobs.describe(job, workload)
     except jobs.JobError as exc:
         print(exc, file=sys.stderr, flush=True)

@@ -24,8 +24,6 @@ BATCHNORM = ("slice", "global")
 BUILTIN_ONLY = {
     "dataset": "the factory's Job brings its data (Job.train, Job.heldout)",
     "size": "the factory builds its model at the size it chooses",
-    "virtual_workers": "pipelines need the model's layers, which a Job does not give yet",
-    "pipeline": "pipelines need the model's layers, which a Job does not give yet",
 }
 
 
@@ -50,8 +48,8 @@ def parse_job(values: dict[str, Any], set_keys: set[str], framework: str, at: At
             raise UsageError(at(key), f"not for a workload named by import path: {why}")
     if values.get("placement") == "fc-on-server":
         raise UsageError(at("placement"), "'fc-on-server' computes the model's last layers "
-                         "on a server, and a Job gives no layers yet: allowed: 'sharded', "
-                         "'data-parallel'")
+                         "on a server, which a Job's layers cannot be placed on yet: "
+                         "allowed: 'sharded', 'data-parallel'")
     return workload
 
 
@@ -75,6 +73,10 @@ def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec,
     mode = choice(values["batchnorm"], BATCHNORM, at("batchnorm"))
     if mode != "global":
         return mode
+    if values.get("virtual_workers") is not None:
+        raise UsageError(at("batchnorm"), "a pipeline's stages compute one micro-batch at a "
+                         "time, so BatchNorm takes a micro-batch's statistics there: 'slice' "
+                         "only with virtual_workers")
     if not aggregators.kind(aggregator.name).lockstep:
         lockstep = job_schemes(lambda k: k.lockstep)
         raise UsageError(at("aggregator"), f"{aggregator.name!r} lets workers step apart, "

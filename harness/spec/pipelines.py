@@ -26,6 +26,7 @@ from hetbench.harness.spec.frameworks import with_torch_layers
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.workers import WorkerSpec
 from hetbench.workloads import WORKLOADS, get_workload
+from hetbench.workloads.job import is_job
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -171,12 +172,8 @@ def vw_slices(partition: PartitionSpec, global_batch: int, units: int) -> tuple[
 
 def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
                     values: dict[str, Any], at: At) -> None:
-    """What the workload and the rest of the run allow of a pipeline."""
-    spec = get_workload(workload)
-    piped = sorted(name for name in WORKLOADS if get_workload(name).layers is not None)
-    if spec.layers is None:
-        raise UsageError(at("workload"), f"{workload!r} has no layer sequence to pipeline "
-                         f"(allowed with virtual_workers: {', '.join(piped)})")
+    """What the workload and the rest of the run allow of a pipeline. A job's layers are
+    known once it is made: the job check (harness/run/jobcheck.py) counts them."""
     able = with_torch_layers()
     if values["framework"] not in able or any(
             isinstance(w, dict) and w.get("framework", values["framework"]) not in able
@@ -184,15 +181,6 @@ def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
         raise UsageError(at("framework"), "virtual workers run PyTorch stages "
                          f"(torch.distributed.pipelining) only: "
                          f"{' or '.join(repr(n) for n in able)}")
-    layers = spec.layers(size)
-    longest = max(len(g) for g in pipeline.virtual_workers)
-    if longest > layers:
-        raise UsageError(at("virtual_workers"), f"{longest} stages exceed the {layers} layers "
-                         f"of {workload!r} at size {size!r}")
-    if isinstance(pipeline.split, tuple) and sum(pipeline.split) != layers:
-        raise UsageError(at("pipeline") + ".split", f"{list(pipeline.split)} covers "
-                         f"{sum(pipeline.split)} layers; {workload!r} at size {size!r} has "
-                         f"{layers}")
     for key in ("loader", "calibrate"):
         if values[key]:
             raise UsageError(at(key), "does not run with virtual workers (their stages "
@@ -200,6 +188,25 @@ def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
     if values["instrument"] is False:
         raise UsageError(at("instrument"), "virtual workers always time their micro-"
                          "batches: true only")
+    if is_job(workload):
+        return
+    spec = get_workload(workload)
+    piped = sorted(name for name in WORKLOADS if get_workload(name).layers is not None)
+    if spec.layers is None:
+        raise UsageError(at("workload"), f"{workload!r} has no layer sequence to pipeline "
+                         f"(allowed with virtual_workers: {', '.join(piped)})")
+    check_layer_count(pipeline, spec.layers(size), f"{workload!r} at size {size!r}", at)
+
+
+def check_layer_count(pipeline: PipelineSpec, layers: int, model: str, at: At) -> None:
+    """A pipeline's stages and hand-given split against the model's layers."""
+    longest = max(len(g) for g in pipeline.virtual_workers)
+    if longest > layers:
+        raise UsageError(at("virtual_workers"), f"{longest} stages exceed the {layers} layers "
+                         f"of {model}")
+    if isinstance(pipeline.split, tuple) and sum(pipeline.split) != layers:
+        raise UsageError(at("pipeline") + ".split", f"{list(pipeline.split)} covers "
+                         f"{sum(pipeline.split)} layers; {model} has {layers}")
 
 
 def pipeline_from_dict(data: dict[str, Any] | None) -> PipelineSpec | None:
