@@ -27,6 +27,7 @@ from hetbench.harness.system.testbed import Link, Testbed, leftovers
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_cli_errors import error_line
 from tests.test_exactness import plain_torch_sgd
+from tests.test_jobs import MODELS, textbook_sgd
 
 TIMEOUT_S = 240
 
@@ -78,6 +79,14 @@ partition = {{ policy = "equal" }}
 workers = [ {{ threads = 1 }}, {{ threads = 1{node} }} ]
 virtual_workers = [[0, 1]]
 pipeline = {{ micro_batches = 2, split = [2, 1], wave_bound = 1 }}
+"""
+
+# a user's job across the hosts (tests/test_jobs.py's model), its slices as the others'
+JOB_RUN = """
+[[runs]]
+name = "job"
+workload = "userjob.models:make"
+workers = [ { threads = 1 }, { threads = 1, node = 1 } ]
 """
 
 
@@ -134,19 +143,32 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
     on the global batch, the textbook loop's that one host's runs equal
     (tests/test_exactness.py, test_pipeline.py): unequal slices aggregated with weights
     across hosts by all-reduce and by a parameter server on each host, a pipeline's stages on
-    both (D = 0, and wsp). Node 1's clock is 5 s ahead: the workers map the stamps of the
-    servers across the link."""
+    both (D = 0, and wsp), and a user's job (a workload named by import path, its module in
+    the suite's folder, checked on each host). Node 1's clock is 5 s ahead: the workers map
+    the stamps of the servers across the link."""
     suite = write(tmp_path, servers=True)
+    (tmp_path / "userjob").mkdir()
+    (tmp_path / "userjob" / "__init__.py").write_text("")
+    (tmp_path / "userjob" / "models.py").write_text(MODELS)
+    suite.write_text(suite.read_text() + JOB_RUN)
     with Testbed(2, {1: Link(rate="100mbit")}, clocks={1: 5.0}) as bed:
         nodes = on_testbed(bed, spawn, suite, tmp_path)
         ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
         tag = bed.tag
     assert leftovers(tag) == []
     assert [p.returncode for p in nodes] == [0, 0], [e[1][-2000:] for e in ends]
-    assert "5 completed; node 0 holds the runs" in ends[1][0]
+    assert "6 completed; node 0 holds the runs" in ends[1][0]
 
     across = run_dirs(tmp_path / "node0")
-    assert sorted(across) == ["allreduce", "host-buffer", "pipeline-d0", "ps-sync", "wsp"]
+    assert sorted(across) == ["allreduce", "host-buffer", "job", "pipeline-d0", "ps-sync",
+                              "wsp"]
+    job = across.pop("job")
+    assert manifest(job)["job"]["factory"] == "userjob.models:make"
+    textbook = textbook_sgd(tmp_path, "make", 12, 64, 0.1, 0)
+    with np.load(job / "params.npz") as got:
+        assert sorted(got.files) == sorted(textbook)
+        for key, want in textbook.items():
+            np.testing.assert_allclose(got[key], want, rtol=0, atol=1e-5, err_msg=f"job: {key}")
     sgd = plain_torch_sgd(seed=0, steps=12, lr=0.1, batch=64)
     _servers_across_the_link(across["ps-sync"], across["wsp"], tmp_path)
     for name, run_dir in across.items():
