@@ -55,6 +55,24 @@ class SmallResNet(nn.Module):
         return self.head(self.dropout(features))
 
 
+class Head(nn.Module):
+    """The classifier's last layer for a pipeline: pooling, dropout and the linear head,
+    the model's own modules."""
+
+    def __init__(self, model: SmallResNet) -> None:
+        super().__init__()
+        self.dropout, self.head = model.dropout, model.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.dropout(x.mean((2, 3))))
+
+
+def layers(model: nn.Module) -> list[nn.Module]:
+    """The model cut for pipelines (Job.layers): the stem, each residual block, the head."""
+    assert isinstance(model, SmallResNet)
+    return [model.stem, *model.blocks, Head(model)]
+
+
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
     return float((outputs.argmax(1) == targets).sum()), float(len(targets))
 
@@ -64,7 +82,7 @@ def make() -> hetbench.Job:
     heldout = hetbench.open_data(DATA / "heldout")
     return hetbench.Job(model=SmallResNet(train.num_classes or 10),
                         loss=nn.CrossEntropyLoss(), reduction="mean", train=train,
-                        heldout=heldout, metric=accuracy)
+                        heldout=heldout, metric=accuracy, layers=layers)
 
 
 class Remote(torch.utils.data.Dataset):

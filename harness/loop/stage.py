@@ -22,6 +22,7 @@ backward (collector.MICRO_DTYPE -> microbatches.parquet).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -140,6 +141,30 @@ class MicroTimer:
         return out  # type: ignore[return-value]
 
 
+def stage_activations(layers: list[Any], sample: torch.Tensor, first: int, end: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A micro-batch's activations entering and leaving layers [first, end), computed here
+    with the layers in eval mode (no running statistics or random draws changed). Given to
+    torch's PipelineStage, they spare it inferring them with a forward of its own, which on
+    every stage but the first runs on uninitialised tensors: a BatchNorm layer there took
+    them into its running statistics (measured: a running mean of -1e25 after 6 waves)."""
+    modes = [layer.training for layer in layers]
+    try:
+        with torch.no_grad():
+            x = sample
+            for layer in layers[:end]:
+                layer.eval()
+                if layer is layers[first]:
+                    entering = x
+                x = layer(x)
+    finally:
+        for layer, mode in zip(layers, modes, strict=True):
+            layer.train(mode)
+    # what needs a gradient: torch sends one back to the previous stage only for an input
+    # that requires it (every stage's but the first, whose input is the data)
+    return entering.detach().requires_grad_(first > 0), x.detach().requires_grad_(True)
+
+
 def start_server_waves(run: RunSpec, rank: int, vw: int, stage_index: int,
                        buffers: StageBuffers, source: StageSource, plan: Plan, samples: int,
                        pipeline_group: Any) -> ServerWaves:
@@ -206,13 +231,40 @@ def make_evaluator(run: RunSpec, rank: int, source: StageSource, run_dir: Path) 
                      source.adapter, source.heldout(), lambda values: [values], run_dir)
 
 
-def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int, hi: int,
-             virtual_worker: int, device: Any) -> None:
-    """Between waves, every rank: the parameters to rank 0, its evaluation, then all line
-    up again so the evaluation never shows in a wave's records."""
+def gather_buffers(buffers: list[Any], owned: list[int], virtual_worker: int,
+                   device: Any) -> None:
+    """The buffers (BatchNorm's running statistics) of every stage's layers into rank 0's
+    model, as evaluating the whole model needs them: each rank sends those of its own
+    layers (`owned`, indices into `buffers`), rank 0 keeps virtual worker 0's. Every rank
+    calls it; a model without buffers (the built-in workloads) sends nothing."""
+    import io
+
+    import numpy as np
 
     from hetbench.harness.exchange import comm
 
+    if not buffers:
+        return
+    mine = io.BytesIO()
+    np.savez(mine, **{str(i): buffers[i].detach().cpu().numpy() for i in owned})
+    pieces = comm.gather_bytes(np.int64(virtual_worker).tobytes() + mine.getvalue(), device)
+    for piece in pieces or []:
+        if int(np.frombuffer(piece[:8], dtype=np.int64)[0]) != 0:
+            continue
+        with np.load(io.BytesIO(piece[8:]), allow_pickle=False) as arrays:
+            for key in arrays.files:
+                buffers[int(key)].copy_(torch.from_numpy(arrays[key]))
+
+
+def evaluate(evaluator: Any, progress: int, adapter: TorchLayersAdapter, lo: int, hi: int,
+             virtual_worker: int, device: Any, owned_buffers: list[int]) -> None:
+    """Between waves, every rank: the parameters and buffers to rank 0, its evaluation,
+    then all line up again so the evaluation never shows in a wave's records. Rank 0's
+    copies of the other stages' buffers are not its stage's: overwriting them is safe."""
+
+    from hetbench.harness.exchange import comm
+
+    gather_buffers(list(adapter.model.buffers()), owned_buffers, virtual_worker, device)
     full = gather_parameters(adapter.flat_params, lo, hi, virtual_worker, device)
     if evaluator is not None and full is not None:
         own = adapter.flat_params[lo:hi].clone()
@@ -254,6 +306,7 @@ class StageEvaluation:
     parameters: tuple[int, int]  # this stage's [lo, hi) of the flat parameters
     virtual_worker: int
     device: Any
+    owned_buffers: list[int]  # this stage's buffers, indices into the model's buffers()
 
     def due(self, waves_done: int) -> bool:
         return bool(self.run.eval_every) and (waves_done % self.run.eval_every == 0
@@ -261,7 +314,7 @@ class StageEvaluation:
 
     def __call__(self, waves_done: int) -> None:
         evaluate(self.evaluator, waves_done, self.adapter, *self.parameters,
-                 self.virtual_worker, self.device)
+                 self.virtual_worker, self.device, self.owned_buffers)
 
 
 @dataclass
@@ -410,8 +463,10 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     mine = None
     for turn in range(run.world_size):
         if turn == rank:
-            mine = profile_layers(layers, sample, pipe.profile_steps, worker.slowdown_for(0),
-                                  synchronize=worker.is_cuda)
+            # a job's buffers (BatchNorm's running statistics) and random draws as they were
+            with getattr(adapter, "state_kept", contextlib.nullcontext)():
+                mine = profile_layers(layers, sample, pipe.profile_steps,
+                                      worker.slowdown_for(0), synchronize=worker.is_cuda)
             adapter.zero_grad()
         comm.barrier()
     assert mine is not None
@@ -437,8 +492,9 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         waves = AllreduceWaves(buffers, stage_groups[stage_index] if plan.aligned else None,
                                optimizer, run.global_batch, whole=not plan.aligned)
 
+    entering, leaving = stage_activations(layers, sample, first, end)
     stage = PipelineStage(nn.Sequential(*stage_layers), stage_index, n_stages, device,
-                          group=pipe_groups[vw])
+                          input_args=entering, output_args=leaving, group=pipe_groups[vw])
     # torch finds a stage's peers by stage index, as the group's rank of that number, and
     # dist.new_group numbers a group's ranks in ascending order: where a virtual worker's
     # stages are not in rank order (its faster worker first, a higher rank), say which
@@ -457,7 +513,10 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     if serving and evaluator is not None:
         evaluation = ServedEvaluation(evaluator, adapter, run)
     elif not serving and run.eval_every:  # every rank: a collective
-        evaluation = StageEvaluation(run, evaluator, adapter, (p_lo, p_hi), vw, comm_device)
+        held = {id(b) for layer in stage_layers for b in layer.buffers()}
+        owned = [i for i, b in enumerate(adapter.model.buffers()) if id(b) in held]
+        evaluation = StageEvaluation(run, evaluator, adapter, (p_lo, p_hi), vw, comm_device,
+                                     owned)
     if evaluation is not None:
         evaluation(0)
     profiler = step_profiler(run.profile, rank, worker.is_cuda)

@@ -63,6 +63,11 @@ def refuse_unpipelined(run: RunSpec, described: dict[str, Any], at: At) -> None:
         raise UsageError(at("virtual_workers"), f"a pipeline cuts the model into stages "
                          f"between its layers, and {run.workload} gives none (Job.layers)")
     check_layer_count(run.pipeline, described["layers"], run.workload, at)
+    if run.pipeline.wave_bound and run.eval_every and described.get("buffers"):
+        raise UsageError(at("eval_every"), "under a wave bound worker 0 evaluates alone, on "
+                         "the servers' parameters, and the other stages' buffers (BatchNorm's "
+                         f"running statistics) stay on their workers: {run.workload}'s model "
+                         "has buffers, so no eval_every with wave_bound > 0")
     if described.get("optimizer") is not None:
         raise UsageError(at("virtual_workers"), "a pipeline's stages step their own "
                          "parameters with the suite's optimizer, not the job's "
