@@ -137,8 +137,8 @@ def make_evaluator(run: RunSpec, rank: int, source: Source, run_dir: Path, devic
     if not aggregators.kind(run.aggregator.name).lockstep:
         if rank != 0:
             return None
-        return Evaluator(run.eval_every, run.steps, run.global_batch, source.metric, 0, 1,
-                         adapter, source.heldout(), lambda values: [values], run_dir)
+        return Evaluator.alone(run.eval_every, run.steps, run.global_batch, source.metric,
+                               adapter, source.heldout(), run_dir)
     return Evaluator(run.eval_every, run.steps, run.global_batch, source.metric, rank,
                      run.world_size, adapter, source.heldout(),
                      lambda values: comm.all_gather_vectors(values, device), run_dir)

@@ -227,8 +227,8 @@ def make_evaluator(run: RunSpec, rank: int, source: StageSource, run_dir: Path) 
         return None
     from hetbench.harness.training.evaluation import Evaluator
 
-    return Evaluator(run.eval_every, run.steps, run.global_batch, source.metric, 0, 1,
-                     source.adapter, source.heldout(), lambda values: [values], run_dir)
+    return Evaluator.alone(run.eval_every, run.steps, run.global_batch, source.metric,
+                           source.adapter, source.heldout(), run_dir)
 
 
 def gather_buffers(buffers: list[Any], owned: list[int], virtual_worker: int,

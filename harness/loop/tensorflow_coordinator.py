@@ -279,10 +279,9 @@ def train(run: RunSpec, run_dir: Path, store: Any) -> None:
     batches = iter(coordinator.create_per_worker_dataset(graph.batches_fn(
         data.inputs, data.targets.astype(np.int64), rows, bounds, model.workload.NHWC)))
     sleepers = iter(coordinator.create_per_worker_dataset(graph.sleeper_fn))
-    evaluator = None if not run.eval_every else Evaluator(
-        run.eval_every, run.steps, run.global_batch, get_workload(run.workload).metric, 0, 1,
-        model.local, load_dataset(run.dataset, run.workload, run.seed, "heldout"),
-        lambda values: [values], run_dir)
+    evaluator = None if not run.eval_every else Evaluator.alone(
+        run.eval_every, run.steps, run.global_batch, get_workload(run.workload).metric,
+        model.local, load_dataset(run.dataset, run.workload, run.seed, "heldout"), run_dir)
     evaluation = None if evaluator is None else ServedEvaluation(evaluator, model)
     if evaluator is not None and evaluation is not None:
         evaluation(0)

@@ -60,6 +60,14 @@ class Evaluator:
         self._spent_ns = 0
         self._last = -1  # global steps at the last evaluation
 
+    @classmethod
+    def alone(cls, every: int, steps: int, global_batch: int, metric: str, adapter: Adapter,
+              heldout: Heldout, run_dir: Path) -> Evaluator:
+        """Worker 0 evaluating the whole held-out split by itself, no collective: under an
+        asynchronous scheme, a pipeline's rank 0, tensorflow-ps's coordinator."""
+        return cls(every, steps, global_batch, metric, 0, 1, adapter, heldout,
+                   lambda values: [values], run_dir)
+
     def start_clock(self) -> None:
         """Wall time counts from here (the first step), evaluations before it excluded."""
         self._start_ns = time.perf_counter_ns()
