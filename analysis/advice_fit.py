@@ -15,14 +15,16 @@ from hetbench.harness.spec.suite import name_matches, run_from_dict
 
 def ranked_remedies(job: dict[str, Any], target: dict[str, Any] | None,
                     model: dict[str, Any] | None, repeats: int, shape: Any = "no layer profile",
-                    tensors: Any = None) -> tuple[Any, list[Any], list[Any]]:
+                    tensors: Any = None, refusal: Any = None
+                    ) -> tuple[Any, list[Any], list[Any]]:
     """Every remedy the job can run predicted and ranked (hetbench.analysis.advisor); the remedies,
     and those refused. `shape`: the model's layers (hetbench.analysis.pipeline_model.LayerShape) for
     the pipelines, or why there is none; `tensors`: the model's parameter tensors' sizes,
-    for the placements (None: not known)."""
+    for the placements (None: not known); `refusal`: why else a remedy cannot run, as
+    advisor.remedies takes it."""
     from hetbench.analysis import advisor
 
-    fitted = fitted_remedies(job, shape, tensors)
+    fitted = fitted_remedies(job, shape, tensors, refusal)
     predictions = [fitted.predict(r, repeats) for r in fitted.remedies]
     ranked = advisor.rank(predictions, target["steps"] if target else None,
                           model["model"] if model else None)
@@ -54,11 +56,11 @@ class FittedRemedies:
                                self.comm, steps, batch, repeats)
 
 
-def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile", tensors: Any = None
-                    ) -> FittedRemedies:
+def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile", tensors: Any = None,
+                    refusal: Any = None) -> FittedRemedies:
     """The job's device classes and exchange fitted on its runs, its host, and the
-    remedies it can run (hetbench.analysis.advisor.remedies; `shape` and `tensors` as
-    ranked_remedies')."""
+    remedies it can run (hetbench.analysis.advisor.remedies; `shape`, `tensors` and
+    `refusal` as ranked_remedies')."""
     from hetbench.analysis import advisor, deviceclass
     from hetbench.analysis.simulate import parse_scheme
 
@@ -68,7 +70,7 @@ def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile", tensor
                for w in sorted(meta["workers"], key=lambda w: int(w["rank"]))]
     text, sizes = deviceclass.recorded_scheme(*job["fitted"][0])
     found, refused = advisor.remedies(job["recorded"], parse_scheme(text), sizes,
-                                      [c.name for c in by_rank], shape, tensors)
+                                      [c.name for c in by_rank], shape, tensors, refusal)
     return FittedRemedies(job["recorded"], by_rank, deviceclass.fit_comm(job["fitted"]),
                           recorded_host(*job["fitted"][0]), found, refused, shape)
 

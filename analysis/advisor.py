@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,12 +127,15 @@ class Refused:
 
 def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
              names: Sequence[str], shape: LayerShape | str = "no layer profile",
-             tensors: Sequence[int] | None = None) -> tuple[list[Remedy], list[Refused]]:
+             tensors: Sequence[int] | None = None,
+             refusal: Callable[[RunSpec], str] | None = None
+             ) -> tuple[list[Remedy], list[Refused]]:
     """The recorded job first, then every remedy it can run; the refused ones with why.
     `scheme` and `sizes` reproduce the recorded run (deviceclass.recorded_scheme);
     `names` are the workers' class names in rank order; `shape` the model's layers (for
     the pipelines), or why there is none; `tensors` the model's parameter tensors' sizes
-    in elements (for the placements; None: not known)."""
+    in elements (for the placements; None: not known); `refusal`, where given, why else a
+    remedy's run cannot run ('' where it can: a job's own checks, which need the job)."""
     # a profiler window perturbs the steps it records: no advised run profiles
     recorded = dataclasses.replace(recorded, profile=None)
     n = len(recorded.workers)
@@ -190,7 +193,7 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     for remedy in candidates:
         if _same_as_recorded(remedy, found[0]):
             continue
-        reason = why_not(remedy.run)
+        reason = why_not(remedy.run) or (refusal(remedy.run) if refusal else "")
         if reason:
             refused.append(Refused(remedy.label, reason))
         else:

@@ -4,6 +4,7 @@ the textbook full-batch loop written here (not hetbench's)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import json
@@ -427,6 +428,71 @@ def test_a_pipeline_needs_the_jobs_layers(project: Path, factory: str, key: str,
     with pytest.raises(UsageError) as caught:
         check_jobs(load_suite(str(path)))
     assert f"{caught.value.where}: {caught.value.message}".startswith(message)
+
+
+FOUR = "workers = [ { device = 'cpu', slowdown = 3.0 }, {}, { slowdown = 3.0 }, {} ]"
+
+
+@pytest.mark.slow
+def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project: Path) -> None:
+    """`hetbench advise` times a job's layers where the job check makes it (Job.layers,
+    on the micro-batch a virtual worker of two stages takes in 4), so it proposes pipelines
+    for a job; each remedy is refused as the job check would refuse it (a job's own
+    optimizer, a wave bound over buffers with eval_every)."""
+    from hetbench.analysis import advisor
+    from hetbench.analysis.pipeline_model import LayerShape
+    from hetbench.analysis.simulate import Scheme
+    from hetbench.harness.cli.advise import job_refusal, layer_shape
+
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "four"
+        workload = "userjob.models:make_layered"
+        eval_every = 10
+        {FOUR}
+        [[runs]]
+        name = "plain"
+        workload = "userjob.models:make"
+        {FOUR}
+        """))
+    layered, plain = load_suite(str(path)).runs
+    shape = layer_shape(layered)
+    assert isinstance(shape, LayerShape), shape
+    assert len(shape.fractions) == 3 and sum(shape.fractions) == pytest.approx(1.0)
+    assert all(0 < f < 1 for f in shape.forward)
+    # per sample, each layer's output in float32: 16, 16 and 4 features
+    assert shape.activation_bytes == (64.0, 64.0, 16.0)
+    # embed (12x16 + 16) with the LayerNorm (2 x 16); mix (16x16 + 16); out (16x4 + 4)
+    assert shape.parameter_bytes == (4.0 * 240, 4.0 * 272, 4.0 * 68)
+    assert layer_shape(plain) == ("'userjob.models:make' gives no layers to pipeline "
+                                  "(Job.layers)")
+
+    names = ["slow", "fast", "slow", "fast"]
+    found, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
+                                      job_refusal(layered, {"job": {"layers": 3}}))
+    pipes = sorted(r.name for r in found if r.kind == "pipeline")
+    assert pipes == ["pipe-same-kind2-d0", "pipe-same-kind2-d2", "pipe-spread2-d0",
+                     "pipe-spread2-d2"]
+    # BatchNorm's running statistics stay on their stages under a wave bound
+    _, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
+                                  job_refusal(layered, {"job": {"layers": 3, "buffers": 32}}))
+    reasons = {r.label: r.reason for r in refused}
+    bounded = [label for label in reasons if label.startswith("pipeline") and "D = 2" in label]
+    assert len(bounded) == 2 and all(reasons[b].startswith("eval_every: under a wave bound")
+                                     for b in bounded)
+    assert not any(label.startswith("pipeline") and "D = 0" in label for label in reasons)
+    # the job's own optimizer: no pipeline, no parameter server
+    own = {"layers": 3, "optimizer": {"type": "torch.optim.adamw.AdamW", "lr": 0.01}}
+    found, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
+                                      job_refusal(layered, {"job": own}))
+    assert not [r for r in found if r.kind == "pipeline" or r.run.aggregator.name == "ps-sync"]
+    reasons = {r.label: r.reason for r in refused}
+    assert "the job's own optimizer (Job.optimizer)" in reasons["ps-sync"]
+    assert "not the job's (Job.optimizer)" in next(
+        reason for label, reason in reasons.items() if label.startswith("pipeline"))
+    builtin = dataclasses.replace(layered, workload="mlp", project=None)
+    assert job_refusal(builtin, {"job": own}) is None
 
 
 @pytest.mark.slow

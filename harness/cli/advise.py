@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hetbench.harness.cli import arguments
 from hetbench.harness.cli.simulate import load_runs
+from hetbench.harness.run.jobcheck import CHECK_TIMEOUT_S, LayerProfiling, check_job, refuse_for_job
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import load_suite
 from hetbench.harness.spec.tables import run_table, suite_text
@@ -87,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
         job["recorded"] = dataclasses.replace(job["recorded"], steps=args.steps)
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
+    recorded, manifest = job["recorded"], job["fitted"][0][0]
     ranked, found, refused = advice_fit.ranked_remedies(
-        job, target, model, args.repeats, layer_shape(job["recorded"]),
-        tensor_sizes(job["recorded"], job["fitted"][0][0]))
+        job, target, model, args.repeats, layer_shape(recorded),
+        tensor_sizes(recorded, manifest), job_refusal(recorded, manifest))
     out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
@@ -123,42 +126,80 @@ def tensor_sizes(run: Any, manifest: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(p.size for p in data_and_model(run)[1].params)
 
 
+def job_refusal(run: Any, manifest: dict[str, Any]) -> Callable[[Any], str] | None:
+    """For a job, why the job check would refuse a remedy's run ('' where it would not),
+    from what the recorded run's manifest says of the job (its optimizer, BatchNorm
+    layers, layers and buffers): what `hetbench run` of the advised suite checks."""
+    if not run.is_job:
+        return None
+    described = manifest.get("job") or {}
+
+    def why(remedy: Any) -> str:
+        try:
+            refuse_for_job(remedy, described, "remedy.{}".format)
+        except UsageError as exc:
+            return str(exc).removeprefix("remedy.")
+        return ""
+
+    return why
+
+
 PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
 
 
 def layer_shape(run: Any) -> Any:
     """The model's layers for the pipelined remedies (hetbench.analysis.pipeline_model.LayerShape):
-    each layer's share of a forward + backward and its forward's share of that, timed here
+    each layer's share of a forward + backward and its forward's share of that, timed
     on the micro-batch a virtual worker of two stages would take in 4 micro-batches, as a
-    pipelined run profiles them (harness/partition/layerprofile.py); or why there is none
+    pipelined run profiles them (harness/partition/layerprofile.py): a built-in model's
+    here, a job's layers (Job.layers) where the job check makes it; or why there is none
     (a str)."""
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
-    if run.is_job:
-        return (f"{run.workload!r} is a job named by import path: advise does not profile "
-                "its layers (Job.layers) yet")
-    if get_workload(run.workload).layers is None:
-        return f"{run.workload!r} has no layer sequence to pipeline"
     if any(w.framework != "pytorch" for w in run.workers):
         return "virtual workers run PyTorch stages only; the recorded job is not PyTorch's"
+    micro = max(1, run.global_batch * 2 // len(run.workers) // 4)
+    threads = max(1, run.workers[0].threads)  # as a worker computes
+    if run.is_job:
+        return _job_layer_shape(run, LayerProfiling(micro, PROFILE_PASSES, threads))
+    if get_workload(run.workload).layers is None:
+        return f"{run.workload!r} has no layer sequence to pipeline"
     import torch
 
-    from hetbench.analysis.pipeline_model import LayerShape
     from hetbench.harness.partition.layerprofile import profile_layers
 
     data, spec = data_and_model(run)
     module = builder(run.workload, "pytorch")
     model = module.build(spec)
-    micro = max(1, run.global_batch * 2 // len(run.workers) // 4)
-    torch.set_num_threads(max(1, run.workers[0].threads))  # as a worker computes
+    torch.set_num_threads(threads)
     with torch.random.fork_rng():
         profile = profile_layers(module.layers(model), torch.from_numpy(data.inputs[:micro]),
                                  PROFILE_PASSES)
-    total = sum(profile.time_ns)
-    return LayerShape(tuple(t / total for t in profile.time_ns),
-                      tuple(b / micro for b in profile.activation_bytes),
-                      tuple(profile.parameter_bytes),
-                      tuple(f / t for f, t in zip(profile.forward_ns, profile.time_ns,
+    return _shape(dataclasses.asdict(profile), micro)
+
+
+def _job_layer_shape(run: Any, profiling: LayerProfiling) -> Any:
+    """A job's layers timed by the job check (a process of its own, as `hetbench run`
+    makes the job: the user's code never runs in this one), or why not."""
+    try:
+        described = check_job(run.workload, str(run.project), run.global_batch, run.seed,
+                              "", CHECK_TIMEOUT_S, profiling)
+    except UsageError as exc:
+        return f"the job could not be made to time its layers: {exc}"
+    if described.get("layer_profile") is None:
+        return f"{run.workload!r} gives no layers to pipeline (Job.layers)"
+    return _shape(described["layer_profile"], profiling.micro)
+
+
+def _shape(profile: dict[str, list[float]], micro: int) -> Any:
+    """A LayerProfile's fields (timed on `micro` samples) as the pipeline model's LayerShape."""
+    from hetbench.analysis.pipeline_model import LayerShape
+
+    total = sum(profile["time_ns"])
+    return LayerShape(tuple(t / total for t in profile["time_ns"]),
+                      tuple(b / micro for b in profile["activation_bytes"]),
+                      tuple(profile["parameter_bytes"]),
+                      tuple(f / t for f, t in zip(profile["forward_ns"], profile["time_ns"],
                                                   strict=True)))
 
 

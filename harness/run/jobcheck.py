@@ -11,6 +11,7 @@ runs, with its own error. What is wrong comes back as one line naming the suite 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -44,15 +45,21 @@ def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str
         if key not in seen:
             seen[key] = check_job(run.workload, str(run.project), run.global_batch, run.seed,
                                   f"runs[{i}].workload", timeout_s)
-        refuse_one_sample_slices(run, seen[key], f"runs[{i}].partition")
-        at = functools.partial("runs[{}].{}".format, i)
-        if run.pipeline is not None:
-            refuse_unpipelined(run, seen[key], at)
-        if seen[key].get("optimizer") is not None:
-            jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
-                                                run.optimizer != OptimizerSpec(),
-                                                run.partition.leave_out, at)
+        refuse_for_job(run, seen[key], functools.partial("runs[{}].{}".format, i))
     return {key[0]: described for key, described in seen.items()}
+
+
+def refuse_for_job(run: RunSpec, described: dict[str, Any], at: At) -> None:
+    """What the suite check could not refuse without the job (`described`, as the job
+    check made it): raises UsageError naming the run's key. `hetbench advise` asks the
+    same of each remedy it would suggest for a job."""
+    refuse_one_sample_slices(run, described, at("partition"))
+    if run.pipeline is not None:
+        refuse_unpipelined(run, described, at)
+    if described.get("optimizer") is not None:
+        jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
+                                            run.optimizer != OptimizerSpec(),
+                                            run.partition.leave_out, at)
 
 
 def refuse_unpipelined(run: RunSpec, described: dict[str, Any], at: At) -> None:
@@ -91,11 +98,14 @@ def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str
 
 
 def check_job(workload: str, project: str, global_batch: int, seed: int, where: str,
-              timeout_s: float) -> dict[str, Any]:
+              timeout_s: float, profile: LayerProfiling | None = None) -> dict[str, Any]:
+    """The job made and checked in a child process (the module's docstring): what it says
+    of itself (hetbench.workloads.job.describe), with, given `profile`, its layers timed
+    (`layer_profile`: hetbench.harness.partition.layerprofile.LayerProfile's fields)."""
     # -P: the working directory is not put on the import path (a project's own numpy/ would
     # shadow numpy before the check could name it); the project goes there after the check
     command = [sys.executable, "-P", "-m", __name__, workload, project, str(global_batch),
-               str(seed)]
+               str(seed), *(() if profile is None else map(str, dataclasses.astuple(profile)))]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, cwd=project,
                             start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -120,6 +130,7 @@ def check_job(workload: str, project: str, global_batch: int, seed: int, where: 
 
 def main(argv: list[str]) -> int:
     workload, project, global_batch, seed = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
+    profile = LayerProfiling(*map(int, argv[4:7])) if len(argv) > 4 else None
     isolated = netns.isolate()  # before any import of the user's: no thread runs yet
     from hetbench.workloads import job as jobs
 
@@ -128,12 +139,41 @@ def main(argv: list[str]) -> int:
         jobs.check_batches(job, global_batch)
         jobs.check_layers(job)
         described = jobs.describe(job, workload)
+        if profile is not None and job.layers is not None:
+            described["layer_profile"] = profiled_layers(job, profile)
     except jobs.JobError as exc:
         print(exc, file=sys.stderr, flush=True)
         return 2
     described["network"] = "loopback only" if isolated is None else f"host's ({isolated})"
     print(MARKER + json.dumps(described), flush=True)
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerProfiling:
+    """How the job check times a job's layers for `hetbench advise`: on a micro-batch of
+    `micro` training samples, `passes` timed passes each, on `threads` threads."""
+
+    micro: int
+    passes: int
+    threads: int
+
+
+def profiled_layers(job: Any, profiling: LayerProfiling) -> dict[str, list[float]]:
+    """Job.layers timed in training mode as a pipeline stage computes them
+    (hetbench.harness.partition.layerprofile), the model's random draws and buffers put
+    back after; the fields of its LayerProfile."""
+    import torch
+
+    from hetbench.harness.partition.layerprofile import profile_layers
+    from hetbench.workloads import job as jobs
+
+    inputs, _ = jobs.read_batch(job, job.train, range(profiling.micro))
+    torch.set_num_threads(max(1, profiling.threads))  # as the recorded worker computed
+    layers = jobs.job_layers(job, job.model)
+    with torch.random.fork_rng():
+        profile = profile_layers(layers, inputs, profiling.passes)
+    return dataclasses.asdict(profile)
 
 
 if __name__ == "__main__":
