@@ -124,6 +124,11 @@ class TorchLayersAdapter(Adapter, Protocol):
     model: torch.nn.Module
     flat_params: torch.Tensor  # the parameters, flat in spec order (views back the model's)
     flat_grads: torch.Tensor
+    torch_names: dict[str, str]  # a spec parameter's name -> the module's, where they differ
+
+    def layers(self) -> list[torch.nn.Module]:
+        """The model's layers, in order: composed, they compute its forward."""
+        ...
 
     def place_tail(self, first_layer: int,
                    compute: Callable[[torch.Tensor, torch.Tensor],

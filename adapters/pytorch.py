@@ -74,6 +74,7 @@ class TorchAdapter:
         """The model on the device, its parameters views of the flat buffers in spec order
         (`torch_names`: a spec name -> the module's name, where they differ)."""
         self.spec = spec
+        self.torch_names = torch_names
         self.device = torch.device(device)
         self.model = model.to(self.device)
         # what the training forward runs: the model, or a wrapper of it that hooks its
@@ -158,12 +159,15 @@ class TorchAdapter:
             return Loss(RemoteTail.apply(self._head(x), y, self._tail))
         return Loss(loss_sum(self.spec, self.forward_module(x), y))
 
+    def layers(self) -> list[torch.nn.Module]:
+        """The workload's layers (its builder's `layers`)."""
+        return list(builder(self.spec.workload, "pytorch").layers(self.model))
+
     def place_tail(self, first_layer: int, compute: TailCompute) -> None:
-        """Layers from `first_layer` on (workloads' `layers`) are computed elsewhere: the
-        forward phase runs the ones before and hands their output and the labels to
-        `compute`, which returns the loss sum and the output's gradient."""
-        layers = builder(self.spec.workload, "pytorch").layers(self.model)
-        self._head = torch.nn.Sequential(*layers[:first_layer])
+        """Layers from `first_layer` on (`layers()`) are computed elsewhere: the forward
+        phase runs the ones before and hands their output and the labels to `compute`,
+        which returns the loss sum and the output's gradient."""
+        self._head = torch.nn.Sequential(*self.layers()[:first_layer])
         self._tail = compute
 
     def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float, float]:

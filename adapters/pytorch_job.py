@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hetbench.adapters.base import Batch, Loss
-from hetbench.adapters.pytorch import TorchAdapter
+from hetbench.adapters.pytorch import RemoteTail, TorchAdapter
 from hetbench.workloads import job as jobs
 from hetbench.workloads.job import Job
 from hetbench.workloads.models import ModelSpec, ParamSpec
@@ -32,6 +32,12 @@ def job_spec(job: Job, workload: str) -> ModelSpec:
                    for name, p in job.model.named_parameters() if p.requires_grad)
     return ModelSpec(workload=workload, sample_shape=(), num_classes=0, params=params,
                      loss="job")
+
+
+def summed_loss(job: Job, outputs: Any, targets: Any, samples: int) -> torch.Tensor:
+    """The job's loss over `samples` samples as their sum (a mean times the samples)."""
+    loss = job.loss(outputs, targets)
+    return loss * samples if job.reduction == "mean" else loss
 
 
 def to_device(value: Any, device: torch.device) -> Any:
@@ -115,14 +121,18 @@ class TorchJobAdapter(TorchAdapter):
     def loss_sum(self, module: torch.nn.Module, batch: Batch) -> tuple[Any, torch.Tensor]:
         x, y, n = cast("tuple[Any, Any, int]", batch)
         outputs = module(**x) if isinstance(x, Mapping) else module(x)
-        loss = self.job.loss(outputs, y)
-        return outputs, (loss * n if self.job.reduction == "mean" else loss)
+        return outputs, summed_loss(self.job, outputs, y, n)
 
     def forward(self, batch: Batch) -> Loss:
+        if self._tail is not None:  # fc-on-server: the last layer's loss comes back summed
+            assert self._head is not None
+            x, y, _ = cast("tuple[torch.Tensor, torch.Tensor, int]", batch)
+            return Loss(RemoteTail.apply(self._head(x), y, self._tail))
         return Loss(self.loss_sum(self.forward_module, batch)[1])
 
-    def place_tail(self, first_layer: int, compute: Any) -> None:
-        raise NotImplementedError("a job named by import path has no layers to place")
+    def layers(self) -> list[torch.nn.Module]:
+        """The job's layers (Job.layers, checked)."""
+        return jobs.job_layers(self.job, self.model)
 
     def evaluate(self, inputs: Any, targets: Any) -> tuple[float, float, float]:
         self.model.eval()

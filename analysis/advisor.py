@@ -259,9 +259,8 @@ def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> R
     """ps-sync on `servers` servers with the model's fully connected tail on the last
     (its layers' shares of the time, the activations entering it and its share of the
     parameters from `shape`), or why there is none."""
-    if recorded.is_job:
-        return f"{recorded.workload!r} (a job named by import path) gives no layers to place"
-    fc_layers = get_workload(recorded.workload).fc_layers
+    # a job's tail is its last layer (Job.layers; the job check refuses what cannot be)
+    fc_layers = (lambda size: 1) if recorded.is_job else get_workload(recorded.workload).fc_layers
     if fc_layers is None:
         return f"{recorded.workload!r} has no fully connected tail to place on a server"
     if isinstance(shape, str):

@@ -210,9 +210,9 @@ def test_a_jobs_remedies_take_the_parameter_servers_and_its_recorded_tensors() -
     names = {r.name for r in found}
     assert {"ps-sync", "ps-async", "ssp2", "backup1", "ps-sync-2-sharded"} <= names
     reasons = {r.label: r.reason for r in refused}
-    assert "gives no layers to place" in reasons[advisor.FC_ON_SERVER]
     # the job's layers are timed where the job check makes it: here there is none
-    assert reasons[advisor.PIPELINES].startswith("the job could not be made to time its layers")
+    for needs_layers in (advisor.PIPELINES, advisor.FC_ON_SERVER):
+        assert reasons[needs_layers].startswith("the job could not be made to time its layers")
     _, refused = advisor.remedies(job, Scheme("bsp"), None, ["a", "b", "c"], "none", None)
     assert (advisor.PLACEMENTS, "the model's parameter tensors are not known") in {
         (r.label, r.reason) for r in refused}

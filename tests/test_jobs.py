@@ -136,6 +136,15 @@ def make_layered_batchnorm():
     return job(Tied(batchnorm=True), layers=late_norm_layers)
 
 
+def make_norm_last():
+    """Two layers, the BatchNorm in the last: its running statistics would stay on a
+    server computing it (fc-on-server)."""
+    return job(Tied(batchnorm=True), layers=lambda model: [
+        Cut(lambda m, x: m.embed(x), embed=model.embed),
+        Cut(lambda m, x: m.out(mixed(m, x)), norm=model.norm, mix=model.mix, drop=model.drop,
+            out=model.out)])
+
+
 def skipped_layer():
     return job(Tied(), layers=lambda model: [tied_layers(model)[0], tied_layers(model)[2]])
 
@@ -246,7 +255,6 @@ def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project
     ("dataset", '"digits"', "brings its data"),
     ("size", '"tiny"', "at the size it chooses"),
     ("framework", '"tensorflow"', "allowed: 'pytorch'"),
-    ("placement", '"fc-on-server"', "a Job's layers cannot be placed on yet"),
     ("project", '"nowhere"', "is not a folder"),
     ("loader", '{ kind = "threads" }', "torch's DataLoader workers"),
     ("loader", '{ augment = true }', "a job's own Dataset decodes"),
@@ -469,21 +477,29 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
                                   "(Job.layers)")
 
     names = ["slow", "fast", "slow", "fast"]
+    described = {"layers": 3, "last_layer_buffers": 0, "targets": "Tensor"}
     found, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
-                                      job_refusal(layered, {"job": {"layers": 3}}))
+                                      job_refusal(layered, {"job": described}))
     pipes = sorted(r.name for r in found if r.kind == "pipeline")
     assert pipes == ["pipe-same-kind2-d0", "pipe-same-kind2-d2", "pipe-spread2-d0",
                      "pipe-spread2-d2"]
-    # BatchNorm's running statistics stay on their stages under a wave bound
+    # the last layer on a server: the activations entering it, its share of the parameters
+    tailed = next(r for r in found if r.kind == "fc-on-server")
+    assert tailed.tail.activation_bytes == 64.0
+    assert tailed.tail.parameter_share == pytest.approx(68 / (240 + 272 + 68))
+    # BatchNorm's running statistics stay on their stages under a wave bound, and on the
+    # server in a last layer
+    buffers = {**described, "buffers": 32, "last_layer_buffers": 32}
     _, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
-                                  job_refusal(layered, {"job": {"layers": 3, "buffers": 32}}))
+                                  job_refusal(layered, {"job": buffers}))
     reasons = {r.label: r.reason for r in refused}
+    assert "last layer holds buffers" in reasons["ps-sync, 2 servers, fc-on-server"]
     bounded = [label for label in reasons if label.startswith("pipeline") and "D = 2" in label]
     assert len(bounded) == 2 and all(reasons[b].startswith("eval_every: under a wave bound")
                                      for b in bounded)
     assert not any(label.startswith("pipeline") and "D = 0" in label for label in reasons)
     # the job's own optimizer: no pipeline, no parameter server
-    own = {"layers": 3, "optimizer": {"type": "torch.optim.adamw.AdamW", "lr": 0.01}}
+    own = {**described, "optimizer": {"type": "torch.optim.adamw.AdamW", "lr": 0.01}}
     found, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
                                       job_refusal(layered, {"job": own}))
     assert not [r for r in found if r.kind == "pipeline" or r.run.aggregator.name == "ps-sync"]
@@ -493,6 +509,34 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
         reason for label, reason in reasons.items() if label.startswith("pipeline"))
     builtin = dataclasses.replace(layered, workload="mlp", project=None)
     assert job_refusal(builtin, {"job": own}) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, message", [
+    ("make", "runs[0].placement: 'fc-on-server' computes the model's last layer on a server, "
+     "and userjob.models:make gives no layers (Job.layers)"),
+    ("make_norm_last", "runs[0].placement: userjob.models:make_norm_last's last layer holds "
+     "buffers (BatchNorm's running statistics)"),
+])
+def test_fc_on_server_needs_a_last_layer_the_server_can_hold(project: Path, factory: str,
+                                                              message: str) -> None:
+    """A job's tail on the server is its last layer (Job.layers): a job without layers, or
+    whose last layer keeps buffers the workers would never read back, is refused by the job
+    check; the suite check lets fc-on-server through for a job."""
+    from hetbench.harness.run.jobcheck import check_jobs
+
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "tail"
+        workload = "userjob.models:{factory}"
+        aggregator = {{ name = "ps-sync", servers = 2 }}
+        placement = "fc-on-server"
+        {PAIR}
+        """))
+    with pytest.raises(UsageError) as caught:
+        check_jobs(load_suite(str(path)))
+    assert f"{caught.value.where}: {caught.value.message}".startswith(message)
 
 
 @pytest.mark.slow
@@ -627,6 +671,14 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         {three}
 
         [[runs]]
+        name = "fc-on-server"
+        workload = "userjob.models:make_layered"
+        aggregator = {{ name = "ps-sync", servers = 2 }}
+        placement = "fc-on-server"
+        {uneven_sizes}
+        {three}
+
+        [[runs]]
         name = "ssp"
         aggregator = {{ name = "ssp", staleness = 1 }}
         {uneven_sizes}
@@ -695,6 +747,8 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     ("allreduce", "make", 1e-6), ("ddp", "make", 1e-6), ("sum-loaded", "make_sum", 1e-6),
     # the servers' update (two shards) and a worker left out of every step
     ("ps-sync", "make", 1e-6), ("left-out", "make", 1e-6),
+    # the last layer (Job.layers') computed and updated on the second server
+    ("fc-on-server", "make_layered", 1e-6),
     # the job's own optimizer (AdamW) stepped on DDP's overlapped sums
     ("adamw", "make_adamw", 1e-6),
     # two virtual workers of two stages each, cut where Job.layers cuts, 2 micro-batches
@@ -715,6 +769,26 @@ def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run
     assert set(got) == set(expected)  # the tied weight once
     worst = max(float(np.abs(got[k] - expected[k]).max()) for k in expected)
     assert worst < tolerance, worst
+
+
+@pytest.mark.slow
+def test_a_jobs_last_layer_is_computed_on_the_server(uneven: dict[str, Path]) -> None:
+    """fc-on-server over a job: the second server holds and computes the last layer of
+    Job.layers (the job's own parameter names), the first the rest; the activations and
+    labels cross to it, and its parameters come back for each evaluation."""
+    manifest = json.loads((uneven["fc-on-server"] / "manifest.json").read_text())
+    first, tail = manifest["aggregator"]["placement"]
+    assert tail["computes"] == ["out.weight", "out.bias"]
+    assert tail["computed_elements"] == 16 * 4 + 4
+    assert first["parameters"] == ["embed.weight", "embed.bias", "norm.weight", "norm.bias",
+                                   "mix.weight", "mix.bias"]
+    workers = sorted(manifest["workers"], key=lambda w: int(w["rank"]))
+    # each worker sent the second server 20 steps of its slice's activations (16 float32 a
+    # sample) and labels (int64), and no shard
+    sent = [w["traffic"]["sent"]["ps1"] for w in workers]
+    assert sent == [20 * n * (16 * 4 + 8) for n in (7, 40, 17)], sent
+    held = pd.read_parquet(uneven["fc-on-server"] / "eval.parquet").sort_values("step")
+    assert held["loss"].iloc[-1] < held["loss"].iloc[0]
 
 
 @pytest.mark.slow

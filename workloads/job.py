@@ -404,6 +404,8 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
 
     model = job.model
     trained = [p for p in model.parameters() if p.requires_grad]
+    layers = None if job.layers is None else job_layers(job, model)
+    _, targets = read_batch(job, job.train, range(min(2, len(job.train))))  # type: ignore[arg-type]
     return {
         "factory": workload,
         "model": type(model).__qualname__,
@@ -421,7 +423,11 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "heldout": None if job.heldout is None else data_identity(job.heldout),
         "metric": job.metric is not None,
         "optimizer": None if job.optimizer is None else optimizer_identity(own_optimizer(job)),
-        "layers": None if job.layers is None else len(job_layers(job, model)),
+        "layers": None if layers is None else len(layers),
+        # what fc-on-server asks of the last layer and the labels (harness/run/jobcheck.py)
+        "last_layer_buffers": None if layers is None else sum(b.numel()
+                                                              for b in layers[-1].buffers()),
+        "targets": type(targets).__name__,
     }
 
 

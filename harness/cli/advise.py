@@ -90,9 +90,10 @@ def run(args: argparse.Namespace) -> int:
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
     recorded, manifest = job["recorded"], job["fitted"][0][0]
+    made = job_now(recorded) if recorded.is_job else None
     ranked, found, refused = advice_fit.ranked_remedies(
-        job, target, model, args.repeats, layer_shape(recorded),
-        tensor_sizes(recorded, manifest), job_refusal(recorded, manifest))
+        job, target, model, args.repeats, layer_shape(recorded, made),
+        tensor_sizes(recorded, manifest), job_refusal(recorded, manifest, made))
     out = writable_folder(args.out, "--out")  # all input checked: now write
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
@@ -126,13 +127,14 @@ def tensor_sizes(run: Any, manifest: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(p.size for p in data_and_model(run)[1].params)
 
 
-def job_refusal(run: Any, manifest: dict[str, Any]) -> Callable[[Any], str] | None:
+def job_refusal(run: Any, manifest: dict[str, Any], made: dict[str, Any] | str | None = None
+                ) -> Callable[[Any], str] | None:
     """For a job, why the job check would refuse a remedy's run ('' where it would not),
-    from what the recorded run's manifest says of the job (its optimizer, BatchNorm
-    layers, layers and buffers): what `hetbench run` of the advised suite checks."""
+    from what the job check says of the job now (`made`: job_now's), else what the recorded
+    run's manifest says of it: what `hetbench run` of the advised suite checks."""
     if not run.is_job:
         return None
-    described = manifest.get("job") or {}
+    described = made if isinstance(made, dict) else manifest.get("job") or {}
 
     def why(remedy: Any) -> str:
         try:
@@ -147,21 +149,42 @@ def job_refusal(run: Any, manifest: dict[str, Any]) -> Callable[[Any], str] | No
 PROFILE_PASSES = 5  # timed passes per layer (the median), after one to warm up
 
 
-def layer_shape(run: Any) -> Any:
+def job_now(run: Any) -> dict[str, Any] | str:
+    """The recorded job made and checked now by the job check (a process of its own, as
+    `hetbench run` makes it: the user's code never runs in this one), its layers timed
+    (`layer_profile`); or why it could not be made."""
+    try:
+        return check_job(run.workload, str(run.project), run.global_batch, run.seed, "",
+                         CHECK_TIMEOUT_S, _profiling(run))
+    except UsageError as exc:
+        return f"the job could not be made to time its layers: {exc}"
+
+
+def _profiling(run: Any) -> LayerProfiling:
+    """The micro-batch a virtual worker of two stages takes in 4, on a worker's threads."""
+    return LayerProfiling(max(1, run.global_batch * 2 // len(run.workers) // 4),
+                          PROFILE_PASSES, max(1, run.workers[0].threads))
+
+
+def layer_shape(run: Any, made: dict[str, Any] | str | None = None) -> Any:
     """The model's layers for the pipelined remedies (hetbench.analysis.pipeline_model.LayerShape):
     each layer's share of a forward + backward and its forward's share of that, timed
     on the micro-batch a virtual worker of two stages would take in 4 micro-batches, as a
     pipelined run profiles them (harness/partition/layerprofile.py): a built-in model's
-    here, a job's layers (Job.layers) where the job check makes it; or why there is none
-    (a str)."""
+    here, a job's layers (Job.layers) where the job check makes it (`made`: job_now's, made
+    here if not given); or why there is none (a str)."""
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
     if any(w.framework != "pytorch" for w in run.workers):
         return "virtual workers run PyTorch stages only; the recorded job is not PyTorch's"
-    micro = max(1, run.global_batch * 2 // len(run.workers) // 4)
-    threads = max(1, run.workers[0].threads)  # as a worker computes
+    profiling = _profiling(run)
     if run.is_job:
-        return _job_layer_shape(run, LayerProfiling(micro, PROFILE_PASSES, threads))
+        made = job_now(run) if made is None else made
+        if isinstance(made, str):
+            return made
+        if made.get("layer_profile") is None:
+            return f"{run.workload!r} gives no layers to pipeline (Job.layers)"
+        return _shape(made["layer_profile"], profiling.micro)
     if get_workload(run.workload).layers is None:
         return f"{run.workload!r} has no layer sequence to pipeline"
     import torch
@@ -171,24 +194,12 @@ def layer_shape(run: Any) -> Any:
     data, spec = data_and_model(run)
     module = builder(run.workload, "pytorch")
     model = module.build(spec)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(profiling.threads)  # as a worker computes
     with torch.random.fork_rng():
-        profile = profile_layers(module.layers(model), torch.from_numpy(data.inputs[:micro]),
-                                 PROFILE_PASSES)
-    return _shape(dataclasses.asdict(profile), micro)
-
-
-def _job_layer_shape(run: Any, profiling: LayerProfiling) -> Any:
-    """A job's layers timed by the job check (a process of its own, as `hetbench run`
-    makes the job: the user's code never runs in this one), or why not."""
-    try:
-        described = check_job(run.workload, str(run.project), run.global_batch, run.seed,
-                              "", CHECK_TIMEOUT_S, profiling)
-    except UsageError as exc:
-        return f"the job could not be made to time its layers: {exc}"
-    if described.get("layer_profile") is None:
-        return f"{run.workload!r} gives no layers to pipeline (Job.layers)"
-    return _shape(described["layer_profile"], profiling.micro)
+        profile = profile_layers(module.layers(model),
+                                 torch.from_numpy(data.inputs[:profiling.micro]),
+                                 profiling.passes)
+    return _shape(dataclasses.asdict(profile), profiling.micro)
 
 
 def _shape(profile: dict[str, list[float]], micro: int) -> Any:

@@ -71,8 +71,6 @@ from hetbench.harness.spec.suite import RunSpec, run_from_dict
 from hetbench.harness.system import orphans
 from hetbench.harness.system.exits import exit_after
 from hetbench.harness.system.services import Services
-from hetbench.workloads import get_workload
-from hetbench.workloads.models import builder
 
 if TYPE_CHECKING:
     from hetbench.adapters.base import TorchLayersAdapter
@@ -427,14 +425,10 @@ class TailClient:
     def __init__(self, run: RunSpec, adapter: TorchLayersAdapter, server: str) -> None:
         from hetbench.workloads.torch_layers import parameter_range
 
-        workload = get_workload(run.workload)
-        assert workload.layers is not None and workload.fc_layers is not None
-        self.first_layer = workload.layers(run.size) - workload.fc_layers(run.size)
-        module = builder(run.workload, "pytorch")
-        layers = module.layers(adapter.model)
+        layers = adapter.layers()
+        self.first_layer = placement.tail_start(run, len(layers))
         self.lo, self.hi = parameter_range(adapter.spec, adapter.model,
-                                           layers[self.first_layer:],
-                                           getattr(module, "PARAMETER_NAMES", {}))
+                                           layers[self.first_layer:], adapter.torch_names)
 
         starts = shards.offsets([p.size for p in adapter.spec.params])
         self.first_tensor = starts.index(self.lo)

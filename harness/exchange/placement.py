@@ -8,9 +8,10 @@ training and moves the parameter-heavy, compute-light fully connected layers ont
 - sharded (the default): every layer computed on the workers; contiguous shards cut on
   tensor boundaries, balanced by bytes (`hetbench.harness.partition.shards.balanced_cuts`);
 - fc-on-server: the convolutional layers computed on the workers, their parameters
-  sharded over the servers but the last; the fully connected tail held *and computed* by
-  the last server: a worker sends the activations entering it and the labels, the server
-  runs the tail forward and backward and answers with the loss sum and the activations'
+  sharded over the servers but the last; the fully connected tail (a job's last layer,
+  Job.layers, its factory called in the server too) held *and computed* by the last
+  server: a worker sends the activations entering it and the labels, the server runs the
+  tail forward and backward and answers with the loss sum and the activations'
   gradient, so activations cross the network instead of the tail's weights. The server
   sums the tail's gradients over every worker's samples of the step and updates once all
   have come, with the run's optimizer: the all-reduce path's mathematics (tested).
@@ -23,13 +24,16 @@ workers' client.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from hetbench.harness.partition.shards import Segments
 from hetbench.harness.spec.suite import RunSpec
-from hetbench.workloads import build_spec
+from hetbench.workloads import build_spec, get_workload
+from hetbench.workloads import job as jobs
 from hetbench.workloads.models import builder
 
 
@@ -52,15 +56,12 @@ class TailServer:
 
     def __init__(self, run: RunSpec, sample_shape: tuple[int, ...], num_classes: int,
                  first_layer: int, values: torch.Tensor) -> None:
-        from hetbench.adapters.pytorch import loss_sum
         from hetbench.harness.training.optim import Optimizer
         from hetbench.workloads.torch_layers import parameter_range
 
-        spec = build_spec(run.workload, sample_shape, num_classes, run.size)
-        module = builder(run.workload, "pytorch")
-        model = module.build(spec)
-        layers = module.layers(model)[first_layer:]
-        names = getattr(module, "PARAMETER_NAMES", {})
+        spec, model, all_layers, names, self.loss = _tail_model(run, sample_shape,
+                                                                 num_classes)
+        layers = all_layers[first_layer:]
         lo, hi = parameter_range(spec, model, layers, names)
         self.params = values.to(torch.float32).clone()
         self.grads = torch.zeros_like(self.params)
@@ -74,8 +75,7 @@ class TailServer:
             start += p.size
         if offset != len(self.params):
             raise ValueError(f"the tail holds {offset} elements, {len(self.params)} were sent")
-        self.tail = torch.nn.Sequential(*layers)
-        self.loss = lambda out, y: loss_sum(spec, out, y)
+        self.tail = torch.nn.Sequential(*layers).train()
         self.optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
                                    len(self.params), self.params, torch.device("cpu"))
         self.workers = run.world_size
@@ -101,6 +101,39 @@ class TailServer:
                 self.version += 1
             assert features.grad is not None
             return loss.detach(), features.grad
+
+
+TailLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _tail_model(run: RunSpec, sample_shape: tuple[int, ...], num_classes: int
+                ) -> tuple[Any, torch.nn.Module, list[torch.nn.Module], dict[str, str], TailLoss]:
+    """The model a tail is cut from, built in the server as the workers build theirs: its
+    spec, module, layers, spec -> module parameter names, and its loss as a sum. A job's
+    (its factory called, seeded: Job.layers, Job.loss) or a built-in workload's."""
+    if run.is_job:
+        from hetbench.adapters.pytorch_job import job_spec, summed_loss
+
+        job = jobs.make_job(run.workload, Path(str(run.project)), run.seed)
+        return (job_spec(job, run.workload), job.model, jobs.job_layers(job, job.model), {},
+                lambda out, y: summed_loss(job, out, y, len(y)))
+    from hetbench.adapters.pytorch import loss_sum
+
+    spec = build_spec(run.workload, sample_shape, num_classes, run.size)
+    module = builder(run.workload, "pytorch")
+    model = module.build(spec)
+    return (spec, model, list(module.layers(model)), getattr(module, "PARAMETER_NAMES", {}),
+            lambda out, y: loss_sum(spec, out, y))
+
+
+def tail_start(run: RunSpec, layers: int) -> int:
+    """The first of the model's `layers` layers that the server computes: a built-in
+    workload's fully connected tail (its `fc_layers`), a job's last layer (Job.layers)."""
+    if run.is_job:
+        return layers - 1
+    fc_layers = get_workload(run.workload).fc_layers
+    assert fc_layers is not None  # the suite check refuses fc-on-server without a tail
+    return layers - fc_layers(run.size)
 
 
 _tail: TailServer | None = None

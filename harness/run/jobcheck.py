@@ -56,6 +56,8 @@ def refuse_for_job(run: RunSpec, described: dict[str, Any], at: At) -> None:
     refuse_one_sample_slices(run, described, at("partition"))
     if run.pipeline is not None:
         refuse_unpipelined(run, described, at)
+    if run.placement == "fc-on-server":
+        refuse_unplaced(run, described, at("placement"))
     if described.get("optimizer") is not None:
         jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
                                             run.optimizer != OptimizerSpec(),
@@ -79,6 +81,22 @@ def refuse_unpipelined(run: RunSpec, described: dict[str, Any], at: At) -> None:
         raise UsageError(at("virtual_workers"), "a pipeline's stages step their own "
                          "parameters with the suite's optimizer, not the job's "
                          "(Job.optimizer): give the job no optimizer for a pipeline")
+
+
+def refuse_unplaced(run: RunSpec, described: dict[str, Any], where: str) -> None:
+    """fc-on-server with a job: its last layer (Job.layers) computed on the server, fed the
+    activations entering it and the labels, its parameters read back for evaluations."""
+    if described.get("layers") is None:
+        raise UsageError(where, "'fc-on-server' computes the model's last layer on a server, "
+                         f"and {run.workload} gives no layers (Job.layers)")
+    if described.get("last_layer_buffers"):
+        raise UsageError(where, f"{run.workload}'s last layer holds buffers (BatchNorm's "
+                         "running statistics), which the server would update and the workers "
+                         "never read back: 'sharded' or 'data-parallel', or a last layer "
+                         "without them")
+    if described.get("targets") != "Tensor":
+        raise UsageError(where, "'fc-on-server' sends the server the labels as one tensor; "
+                         f"{run.workload}'s batches give {described.get('targets')}")
 
 
 def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str) -> None:

@@ -29,6 +29,7 @@ from hetbench.harness.spec.loaders import LoaderSpec
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.workers import WorkerSpec
 from hetbench.workloads import WORKLOADS, get_workload
+from hetbench.workloads.job import is_job
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,8 @@ def parse_placement(values: dict[str, Any], aggregator: AggregatorSpec, workload
             raise UsageError(where, "'fc-on-server' updates the server's layers once per "
                              f"step from every worker: aggregator 'ps-sync', not "
                              f"{aggregator.name!r}")
-        if get_workload(workload).fc_layers is None:
+        # a job's tail is its last layer (Job.layers): the job check knows whether it has any
+        if not is_job(workload) and get_workload(workload).fc_layers is None:
             placed = sorted(n for n in WORKLOADS if get_workload(n).fc_layers is not None)
             raise UsageError(where, f"{workload!r} has no convolutional layers to keep on "
                              f"the workers (allowed: {', '.join(placed)})")

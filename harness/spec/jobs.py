@@ -46,10 +46,6 @@ def parse_job(values: dict[str, Any], set_keys: set[str], framework: str, at: At
     for key, why in BUILTIN_ONLY.items():
         if key in set_keys and values.get(key) is not None:
             raise UsageError(at(key), f"not for a workload named by import path: {why}")
-    if values.get("placement") == "fc-on-server":
-        raise UsageError(at("placement"), "'fc-on-server' computes the model's last layers "
-                         "on a server, which a Job's layers cannot be placed on yet: "
-                         "allowed: 'sharded', 'data-parallel'")
     return workload
 
 
