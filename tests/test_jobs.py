@@ -145,6 +145,20 @@ def make_norm_last():
             out=model.out)])
 
 
+def make_bare_last():
+    """The layers end in one that trains nothing (a function of its input)."""
+    return job(Tied(), layers=lambda model: [*tied_layers(model), Cut(lambda m, x: x * 1.0)])
+
+
+def make_keyed_labels():
+    """Labels handed on in a mapping, the loss reading them from it."""
+    made = job(Tied(), layers=tied_layers)
+    ce = nn.CrossEntropyLoss()
+    return hetbench.Job(model=made.model, loss=lambda out, t: ce(out, t["y"]),
+                        reduction="mean", train=made.train, layers=tied_layers,
+                        split=lambda batch: (batch[0], {"y": batch[1]}))
+
+
 def skipped_layer():
     return job(Tied(), layers=lambda model: [tied_layers(model)[0], tied_layers(model)[2]])
 
@@ -450,7 +464,7 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
     from hetbench.analysis import advisor
     from hetbench.analysis.pipeline_model import LayerShape
     from hetbench.analysis.simulate import Scheme
-    from hetbench.harness.cli.advise import job_refusal, layer_shape
+    from hetbench.harness.cli.advise import job_now, job_refusal, layer_shape
 
     path = project / "suite.toml"
     path.write_text(suite(f"""
@@ -475,9 +489,13 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
     assert shape.parameter_bytes == (4.0 * 240, 4.0 * 272, 4.0 * 68)
     assert layer_shape(plain) == ("'userjob.models:make' gives no layers to pipeline "
                                   "(Job.layers)")
+    moved = dataclasses.replace(layered, project=str(project / "elsewhere"))  # results copied
+    assert job_now(moved) == ("the job could not be made to time its layers: its project "
+                              f"{project / 'elsewhere'} is not a folder here")
 
     names = ["slow", "fast", "slow", "fast"]
-    described = {"layers": 3, "last_layer_buffers": 0, "targets": "Tensor"}
+    described = {"layers": 3, "last_layer_parameters": 68, "last_layer_buffers": 0,
+                 "tensor_targets": True}
     found, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
                                       job_refusal(layered, {"job": described}))
     pipes = sorted(r.name for r in found if r.kind == "pipeline")
@@ -494,6 +512,11 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
                                   job_refusal(layered, {"job": buffers}))
     reasons = {r.label: r.reason for r in refused}
     assert "last layer holds buffers" in reasons["ps-sync, 2 servers, fc-on-server"]
+    # a manifest recorded before the job check learnt the last layer: not guessed
+    _, refused = advisor.remedies(layered, Scheme("bsp"), None, names, shape, None,
+                                  job_refusal(layered, {"job": {"layers": 3}}))
+    assert "could not make the job now" in {r.label: r.reason for r in refused}[
+        "ps-sync, 2 servers, fc-on-server"]
     bounded = [label for label in reasons if label.startswith("pipeline") and "D = 2" in label]
     assert len(bounded) == 2 and all(reasons[b].startswith("eval_every: under a wave bound")
                                      for b in bounded)
@@ -517,12 +540,17 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
      "and userjob.models:make gives no layers (Job.layers)"),
     ("make_norm_last", "runs[0].placement: userjob.models:make_norm_last's last layer holds "
      "buffers (BatchNorm's running statistics)"),
+    ("make_bare_last", "runs[0].placement: userjob.models:make_bare_last's last layer trains "
+     "no parameter"),
+    ("make_keyed_labels", "runs[0].placement: 'fc-on-server' sends the server a batch's labels "
+     "as one tensor, and userjob.models:make_keyed_labels's batches give them otherwise"),
 ])
 def test_fc_on_server_needs_a_last_layer_the_server_can_hold(project: Path, factory: str,
                                                               message: str) -> None:
     """A job's tail on the server is its last layer (Job.layers): a job without layers, or
     whose last layer keeps buffers the workers would never read back, is refused by the job
-    check; the suite check lets fc-on-server through for a job."""
+    check; the suite check lets fc-on-server through for a job (make_layered runs it: the
+    `uneven` fixture)."""
     from hetbench.harness.run.jobcheck import check_jobs
 
     path = project / "suite.toml"

@@ -405,7 +405,6 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
     model = job.model
     trained = [p for p in model.parameters() if p.requires_grad]
     layers = None if job.layers is None else job_layers(job, model)
-    _, targets = read_batch(job, job.train, range(min(2, len(job.train))))  # type: ignore[arg-type]
     return {
         "factory": workload,
         "model": type(model).__qualname__,
@@ -424,11 +423,26 @@ def describe(job: Job, workload: str) -> dict[str, Any]:
         "metric": job.metric is not None,
         "optimizer": None if job.optimizer is None else optimizer_identity(own_optimizer(job)),
         "layers": None if layers is None else len(layers),
-        # what fc-on-server asks of the last layer and the labels (harness/run/jobcheck.py)
-        "last_layer_buffers": None if layers is None else sum(b.numel()
-                                                              for b in layers[-1].buffers()),
-        "targets": type(targets).__name__,
     }
+
+
+def tail_facts(job: Job) -> dict[str, Any]:
+    """What fc-on-server asks of a job (harness/run/jobcheck.py): its last layer's trained
+    elements and buffers, and whether a batch's labels are one array. Learnt by the job
+    check alone: reading a batch may draw random numbers (a collate that masks), which a
+    worker's stream must not lose."""
+    import numpy as np
+    import torch
+
+    if job.layers is None:
+        return {}
+    last = job_layers(job, job.model)[-1]
+    with torch.random.fork_rng():
+        _, targets = read_batch(job, job.train, range(min(2, len(job.train))))  # type: ignore[arg-type]
+    return {"last_layer_parameters": sum(p.numel() for p in last.parameters()
+                                         if p.requires_grad),
+            "last_layer_buffers": sum(b.numel() for b in last.buffers()),
+            "tensor_targets": isinstance(targets, torch.Tensor | np.ndarray)}
 
 
 def optimizer_identity(optimizer: Any) -> dict[str, Any]:

@@ -153,6 +153,9 @@ def job_now(run: Any) -> dict[str, Any] | str:
     """The recorded job made and checked now by the job check (a process of its own, as
     `hetbench run` makes it: the user's code never runs in this one), its layers timed
     (`layer_profile`); or why it could not be made."""
+    if not Path(str(run.project)).is_dir():  # results copied from another machine
+        return (f"the job could not be made to time its layers: its project {run.project} "
+                "is not a folder here")
     try:
         return check_job(run.workload, str(run.project), run.global_batch, run.seed, "",
                          CHECK_TIMEOUT_S, _profiling(run))

@@ -89,14 +89,20 @@ def refuse_unplaced(run: RunSpec, described: dict[str, Any], where: str) -> None
     if described.get("layers") is None:
         raise UsageError(where, "'fc-on-server' computes the model's last layer on a server, "
                          f"and {run.workload} gives no layers (Job.layers)")
-    if described.get("last_layer_buffers"):
+    if "tensor_targets" not in described:  # a manifest's description (hetbench advise)
+        raise UsageError(where, f"what {run.workload}'s last layer and labels are is learnt "
+                         "by the job check, which could not make the job now")
+    if not described["last_layer_parameters"]:
+        raise UsageError(where, f"{run.workload}'s last layer trains no parameter, so the "
+                         "server would hold nothing: a last layer with the model's head")
+    if described["last_layer_buffers"]:
         raise UsageError(where, f"{run.workload}'s last layer holds buffers (BatchNorm's "
                          "running statistics), which the server would update and the workers "
                          "never read back: 'sharded' or 'data-parallel', or a last layer "
                          "without them")
-    if described.get("targets") != "Tensor":
-        raise UsageError(where, "'fc-on-server' sends the server the labels as one tensor; "
-                         f"{run.workload}'s batches give {described.get('targets')}")
+    if not described["tensor_targets"]:
+        raise UsageError(where, "'fc-on-server' sends the server a batch's labels as one "
+                         f"tensor, and {run.workload}'s batches give them otherwise")
 
 
 def refuse_one_sample_slices(run: RunSpec, described: dict[str, Any], where: str) -> None:
@@ -156,7 +162,7 @@ def main(argv: list[str]) -> int:
         job = jobs.make_job(workload, project, seed)
         jobs.check_batches(job, global_batch)
         jobs.check_layers(job)
-        described = jobs.describe(job, workload)
+        described = jobs.describe(job, workload) | jobs.tail_facts(job)
         if profile is not None and job.layers is not None:
             described["layer_profile"] = profiled_layers(job, profile)
     except jobs.JobError as exc:
@@ -179,8 +185,8 @@ class LayerProfiling:
 
 def profiled_layers(job: Any, profiling: LayerProfiling) -> dict[str, list[float]]:
     """Job.layers timed in training mode as a pipeline stage computes them
-    (hetbench.harness.partition.layerprofile), the model's random draws and buffers put
-    back after; the fields of its LayerProfile."""
+    (hetbench.harness.partition.layerprofile; in the job check's own process, which ends
+    after: its buffers are nobody's); the fields of its LayerProfile."""
     import torch
 
     from hetbench.harness.partition.layerprofile import profile_layers

@@ -286,7 +286,8 @@ def parse_placement(values: dict[str, Any], aggregator: AggregatorSpec, workload
         if not is_job(workload) and get_workload(workload).fc_layers is None:
             placed = sorted(n for n in WORKLOADS if get_workload(n).fc_layers is not None)
             raise UsageError(where, f"{workload!r} has no convolutional layers to keep on "
-                             f"the workers (allowed: {', '.join(placed)})")
+                             f"the workers (allowed: {', '.join(placed)}, or a job named by "
+                             "import path that gives its layers)")
         if any(w.framework not in (able := with_torch_layers()) for w in workers):
             raise UsageError(where, "'fc-on-server' runs the workers' layers in PyTorch: "
                              f"every worker on framework {' or '.join(repr(n) for n in able)}")
