@@ -567,6 +567,28 @@ def test_fc_on_server_needs_a_last_layer_the_server_can_hold(project: Path, fact
     assert f"{caught.value.where}: {caught.value.message}".startswith(message)
 
 
+def test_more_servers_than_the_jobs_tensors_are_refused(project: Path) -> None:
+    """Every parameter server holds at least one of the job's tensors (which the job check
+    counts): more servers are refused before anything runs, not in the workers."""
+    from hetbench.harness.run.jobcheck import refuse_for_job
+
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "many"
+        workload = "userjob.models:make"
+        aggregator = {{ name = "ps-sync", servers = 3 }}
+        {PAIR}
+        """))
+    run = load_suite(str(path)).runs[0]
+    refuse_for_job(run, {"tensors": [192, 16, 4]}, "runs[0].{}".format)  # one each
+    with pytest.raises(UsageError) as caught:
+        refuse_for_job(run, {"tensors": [192, 16]}, "runs[0].{}".format)
+    assert caught.value.where == "runs[0].aggregator"
+    assert caught.value.message == ("3 servers for userjob.models:make's 2 parameter tensors: "
+                                    "every server holds at least one")
+
+
 @pytest.mark.slow
 def test_a_one_sample_slice_of_a_batchnorm_model_is_refused_by_name(project: Path,
                                                                   hetbench) -> None:

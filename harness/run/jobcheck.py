@@ -54,6 +54,11 @@ def refuse_for_job(run: RunSpec, described: dict[str, Any], at: At) -> None:
     check made it): raises UsageError naming the run's key. `hetbench advise` asks the
     same of each remedy it would suggest for a job."""
     refuse_one_sample_slices(run, described, at("partition"))
+    tensors = described.get("tensors")
+    if tensors is not None and run.aggregator.servers > len(tensors):
+        raise UsageError(at("aggregator"), f"{run.aggregator.servers} servers for "
+                         f"{run.workload}'s {len(tensors)} parameter tensors: every server "
+                         "holds at least one")
     if run.pipeline is not None:
         refuse_unpipelined(run, described, at)
     if run.placement == "fc-on-server":
