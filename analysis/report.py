@@ -119,15 +119,13 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
              f"fingerprint {train.get('fingerprint')}.", ""]
     if isinstance(exact, dict):
         without = exact.get("without_dropout")
-        lines += [f"**Exactness**: the slices {exact.get('sizes')} of step "
+        cut = "micro-batches" if exact.get("micro_batches") else "slices"
+        lines += [f"**Exactness**: the {cut} {exact.get('sizes')} of step "
                   f"{exact.get('step')}'s global batch sum to its gradient within "
                   f"{exact.get('max_relative_difference', float('nan')):.2g} of its largest "
                   "element" + ("" if without is None else f" ({without:.2g} with dropout "
                                                           "off)")
                   + f": {exact.get('reason')}.", ""]
-    elif manifest.get("pipeline"):
-        lines += ["**Exactness**: not measured for a pipeline (its stages cut each slice "
-                  "into micro-batches, and BatchNorm takes a micro-batch's statistics).", ""]
     return lines
 
 

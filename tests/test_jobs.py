@@ -770,6 +770,7 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         virtual_workers = [[0, 1], [2, 3]]
         pipeline = {{ micro_batches = 2 }}
         partition = {{ policy = "sizes", sizes = [24, 40] }}
+        loader = {{ workers = 1, prefetch = 2 }}
 
         [[runs]]
         name = "pipelined-batchnorm"
@@ -801,7 +802,8 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     ("fc-on-server", "make_layered", 1e-6),
     # the job's own optimizer (AdamW) stepped on DDP's overlapped sums
     ("adamw", "make_adamw", 1e-6),
-    # two virtual workers of two stages each, cut where Job.layers cuts, 2 micro-batches
+    # two virtual workers of two stages each, cut where Job.layers cuts, 2 micro-batches,
+    # each stage's slice read through a DataLoader process
     ("pipelined", "make_layered", 1e-6),
     # BatchNorm's statistics gathered over the workers: a sum of squares less exact
     ("batchnorm-global", "make_batchnorm", 1e-5)])
@@ -812,7 +814,7 @@ def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run
     and 1 processes on one run, a loss summed instead of averaged on it: both weighted
     exactly; BatchNorm with the global batch's statistics on another; the servers' update;
     the job's own AdamW; two virtual workers of two stages cut where Job.layers cuts, on
-    24 and 40 samples in 2 micro-batches)."""
+    24 and 40 samples in 2 micro-batches, read through torch's DataLoader)."""
     expected = textbook_sgd(uneven[run].parent.parent.parent, factory, 20, 64,
                             0.2 / (64 if factory == "make_sum" else 1), 0)
     got = final_parameters(uneven[run])
@@ -859,6 +861,20 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     assert fixed["max_relative_difference"] < 1e-5
     assert fixed["reason"] == ("exact up to float rounding (BatchNorm statistics of the "
                                "global batch)")
+    # a pipeline's micro-batches (2 of each virtual worker's 24 and 40 samples; one
+    # virtual worker's 64 in 2 over BatchNorm), measured on rank 0's whole model
+    piped = json.loads((uneven["pipelined"] / "manifest.json").read_text())["exactness"]
+    assert piped["sizes"] == [12, 12, 20, 20] and piped["micro_batches"]
+    assert piped["max_relative_difference"] < 1e-6
+    assert piped["reason"] == "exact up to float rounding"
+    staged = json.loads((uneven["pipelined-batchnorm"] / "manifest.json").read_text())
+    assert staged["exactness"]["sizes"] == [32, 32]
+    assert staged["exactness"]["max_relative_difference"] > 1e-3
+    assert staged["exactness"]["reason"].startswith(
+        "BatchNorm statistics taken per micro-batch (")
+    from hetbench.analysis.report import job_lines
+
+    assert "the micro-batches [32, 32] of step 0's global batch" in job_lines(staged)[2]
     job = plain["job"]
     assert job["factory"] == "userjob.models:make" and job["reduction"] == "mean"
     # the flat buffer's tensors in order: embed, norm, mix, out (weight, bias each)
@@ -868,8 +884,6 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     assert own["job"]["optimizer"]["type"] == "torch.optim.adamw.AdamW"
     assert own["job"]["optimizer"]["lr"] == 0.01
     assert own["job"]["optimizer"]["weight_decay"] == 0.05
-    from hetbench.analysis.report import job_lines
-
     assert "its own optimizer AdamW (lr 0.01)" in job_lines(own)[0]
     assert job["train"]["samples"] == 416 and len(job["train"]["fingerprint"]) == 16
     assert job["project"]["package"] == "userjob"

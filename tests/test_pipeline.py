@@ -79,6 +79,9 @@ BASE = {"name": "p", "workload": "vgg", "size": "small", "global_batch": 32,
      "runs[0].pipeline.wave_bound", "virtual workers of equal size"),
     ({"partition": {"policy": "proportional"}}, "runs[0].partition.policy", "does not run"),
     ({"virtual_workers": None, "pipeline": {}}, "runs[0].pipeline", "needs virtual_workers"),
+    # a built-in workload's stages read in line (a job's through torch's DataLoader)
+    ({"loader": {"workers": 1}}, "runs[0].loader", "read the batch in line"),
+    ({"calibrate": True}, "runs[0].calibrate", "micro-batches'"),
 ])
 def test_a_bad_pipeline_is_refused_naming_the_field(change, field, words):
     with pytest.raises(UsageError) as caught:

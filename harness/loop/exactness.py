@@ -37,35 +37,70 @@ def measure(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[Any,
     `alone()`: what rank 0's pass over the whole batch runs within (its BatchNorm layers'
     group of one, where they gather over the workers); `device`: where the collective sums.
     Every rank calls it; rank 0 returns the measure, the others None."""
-    import torch
     import torch.distributed as dist
+
+    def summed(gradient: Callable[[int, int], Any]) -> Any:
+        mine = gradient(*bounds[rank]).to(device)
+        dist.all_reduce(mine)
+        return mine
+
+    return _measured(adapter, read, bounds, described, rank == 0, alone, summed, "slice")
+
+
+def measure_micro_batches(adapter: TorchJobAdapter,
+                          read: Callable[[int, int, int], tuple[Any, Any]],
+                          bounds: Sequence[tuple[int, int]], described: dict[str, Any]
+                          ) -> dict[str, Any]:
+    """A pipeline's measure, in one process that holds the whole model (a stage's adapter
+    does): `bounds` are every micro-batch of the global batch (each virtual worker's slice
+    cut as the schedule cuts it), their gradients computed one after the other and summed,
+    against the whole batch's. The stages compute the same sums, a layer each, so the
+    difference is the micro-batches' (BatchNorm takes a micro-batch's statistics)."""
+
+    def summed(gradient: Callable[[int, int], Any]) -> Any:
+        return sum(gradient(lo, hi) for lo, hi in bounds)
+
+    measured = _measured(adapter, read, bounds, described, True, contextlib.nullcontext,
+                         summed, "micro-batch")
+    assert measured is not None
+    return measured | {"micro_batches": True}
+
+
+def _measured(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[Any, Any]],
+              bounds: Sequence[tuple[int, int]], described: dict[str, Any], whole_here: bool,
+              alone: Callable[[], contextlib.AbstractContextManager[Any]],
+              summed: Callable[[Callable[[int, int], Any]], Any], unit: str
+              ) -> dict[str, Any] | None:
+    """The whole batch's gradient (where `whole_here`) against `summed(gradient)`, the
+    slices' gradients summed; with dropout also measured with it off. None where the whole
+    batch's gradient is not computed here."""
+    import torch
 
     grads, kept = adapter.flat_grads, adapter.state_kept
     total = bounds[-1][1]
 
     def gradient(lo: int, hi: int) -> torch.Tensor:
-        adapter.zero_grad()
-        if hi > lo:
-            adapter.backward(adapter.forward(adapter.to_device(*read(0, lo, hi))))
-            adapter.synchronize()
-        return grads[:-1].detach().clone()
+        with kept():
+            adapter.zero_grad()
+            if hi > lo:
+                adapter.backward(adapter.forward(adapter.to_device(*read(0, lo, hi))))
+                adapter.synchronize()
+            return grads[:-1].detach().clone()
 
     def difference() -> float | None:
-        """The slices' summed gradient against the whole batch's, relative (rank 0)."""
+        """The slices' summed gradient against the whole batch's, relative."""
         whole = None
         try:
-            if rank == 0:
-                with kept(), alone():
+            if whole_here:
+                with alone():
                     whole = gradient(0, total)
-            with kept():
-                summed = gradient(*bounds[rank]).to(device)
-            dist.all_reduce(summed)
+            sliced = summed(gradient)
         finally:
             adapter.zero_grad()
         if whole is None:
             return None
         scale = float(whole.abs().max())
-        return float((whole - summed.to(whole.device)).abs().max()) / scale if scale else 0.0
+        return float((whole - sliced.to(whole.device)).abs().max()) / scale if scale else 0.0
 
     measured = difference()
     # dropout's masks differ by construction: measured again with them off, what is left
@@ -88,15 +123,16 @@ def measure(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[Any,
     return {"step": 0, "sizes": [hi - lo for lo, hi in bounds],
             "max_relative_difference": measured,
             "without_dropout": without,
-            "reason": reason(measured, without, len(bounds), described)}
+            "reason": reason(measured, without, len(bounds), described, unit)}
 
 
 def reason(difference: float, without_dropout: float | None, slices: int,
-           described: dict[str, Any]) -> str:
+           described: dict[str, Any], unit: str = "slice") -> str:
     """Why the slices' sum is not the whole batch's gradient, from what the model holds and
-    what is left with its dropout off."""
+    what is left with its dropout off; `unit`: what a slice is ("slice", "micro-batch")."""
     if slices < 2:
-        return "one slice: the whole batch on one worker"
+        return ("one slice: the whole batch on one worker" if unit == "slice"
+                else f"one {unit}: the whole batch at once")
     global_statistics = described.get("batchnorm_statistics") == "global"
     if difference <= ROUNDING:
         return "exact up to float rounding" + (
@@ -105,11 +141,11 @@ def reason(difference: float, without_dropout: float | None, slices: int,
     rest = difference if without_dropout is None else without_dropout
     causes = []
     if described.get("dropout"):
-        causes.append("dropout draws other masks per slice ("
+        causes.append(f"dropout draws other masks per {unit} ("
                       + ", ".join(described["dropout"][:4]) + ")")
     if rest > ROUNDING:
         if described.get("batchnorm") and not global_statistics:
-            causes.append("BatchNorm statistics taken per slice ("
+            causes.append(f"BatchNorm statistics taken per {unit} ("
                           + ", ".join(described["batchnorm"][:4]) + ")")
         else:
             causes.append("not explained by the model's layers: a loss that is not a "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,9 +215,10 @@ def project_identity(project: Path, workload: str) -> dict[str, Any]:
 def stage_source(run: RunSpec, rank: int, backend: str) -> StageSource:
     """A pipeline stage's source over the job: the model cut where Job.layers cuts it (the
     job check refused a job without layers), every rank starting from rank 0's
-    parameters, the samples read in line (a stage reads the batch itself)."""
+    parameters, a wave's slice through torch's DataLoader as a data-parallel worker's (on
+    the stages that read it: the first its inputs, the last its targets)."""
 
-    assert run.project is not None
+    assert run.project is not None and run.pipeline is not None
     worker = run.workers[rank]
     job = jobs.make_job(run.workload, Path(run.project), run.seed)
     jobs.check_batches(job, run.global_batch)
@@ -234,9 +235,21 @@ def stage_source(run: RunSpec, rank: int, backend: str) -> StageSource:
         return loss * leading_size(targets) if job.reduction == "mean" else loss
 
     heldout = None if job.heldout is None else functools.partial(JobHeldout, job)
+    order = BatchOrder(len(job.train), run.global_batch, run.seed)  # type: ignore[arg-type]
+
+    def measured_exactness(micro_batches: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        return exactness.measure_micro_batches(
+            adapter, lambda step, lo, hi: read(order.indices(step)[lo:hi], True, True),
+            micro_batches, described)
+
+    loader = JobBatches(job, order, run.pipeline.most_waves(run.steps),
+                        worker_loader(run.loader, worker.loader_workers), run.timeout_s)
+
+    def batch(wave: int, lo: int, hi: int, inputs: bool, targets: bool) -> tuple[Any, Any]:
+        x, y = loader.get(wave, lo, hi)
+        return (x if inputs else None, y if targets else None)
+
     return StageSource(
-        adapter, jobs.job_layers(job, adapter.model), data,
-        BatchOrder(len(job.train), run.global_batch, run.seed),  # type: ignore[arg-type]
-        read, loss_sum,
+        adapter, jobs.job_layers(job, adapter.model), data, order, read, loss_sum,
         functools.partial(parameter_range, adapter.spec, adapter.model, torch_names={}),
-        METRIC, heldout, {"job": described})
+        METRIC, heldout, {"job": described}, measured_exactness, batch, loader.close)

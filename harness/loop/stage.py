@@ -41,7 +41,7 @@ from hetbench.harness.loop.sources import build_stage
 from hetbench.harness.loop.training_source import StageSource
 from hetbench.harness.partition.policies import slice_bounds
 from hetbench.harness.partition.stages import Links, Profile, split_layers, stage_times
-from hetbench.harness.partition.virtual import bounds_of, kind_of
+from hetbench.harness.partition.virtual import bounds_of, kind_of, micro_batch_bounds
 from hetbench.harness.records import collector
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.pipelines import vw_slices
@@ -340,8 +340,7 @@ class WaveSteps:
     the micro-batch records. Nothing between waves."""
 
     rank: int
-    order: Any  # hetbench.workloads.data.BatchOrder
-    read: Any  # the source's (indices, inputs?, targets?) -> (inputs, targets)
+    batch: Any  # the source's (wave, lo, hi, inputs?, targets?) -> (inputs, targets)
     bounds: tuple[int, int]  # this virtual worker's slice of each global batch
     first: bool  # the stage that reads the inputs
     last: bool  # the stage that computes the loss
@@ -366,8 +365,7 @@ class WaveSteps:
         counters = self.counters
         counters.start()
         begin = now()
-        idx = self.order.indices(wave)[lo:hi]
-        x, y = self.read(idx, self.first, last)
+        x, y = self.batch(wave, lo, hi, self.first, last)
         loaded = stretch(begin, now())
         xs = None if x is None else torch.as_tensor(x).to(device, non_blocking=True)
         ys = None if y is None else torch.as_tensor(y).to(device, non_blocking=True)
@@ -456,6 +454,11 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
                               adapter.spec.num_elements, virtual_worker=vw, stage=stage_index)
     info["label"] += f" vw{vw} stage{stage_index}"
     clock_start = lifecycle.start(run_dir, info, comm_device)
+    # rank 0 holds the whole model: it measures how exact the micro-batches are while the
+    # others wait in the profile's first turn
+    exact = None
+    if rank == 0 and source.exactness is not None:
+        exact = source.exactness(micro_batch_bounds(slice_bounds(sizes), pipe.micro_batches))
 
     # the profile: one rank at a time, the others wait in the barrier
     sample = torch.as_tensor(source.read(order.indices(0)[lo:lo + micro], True, False)[0]
@@ -527,13 +530,13 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     micro_writer = collector.RecordWriter(collector.MICRO.part_path(run_dir, rank),
                                           dtype=collector.MICRO_DTYPE)
     steps = WaveSteps(
-        rank=rank, order=order, read=source.read, bounds=(lo, hi),
+        rank=rank, batch=source.batch, bounds=(lo, hi),
         first=stage_index == 0, last=last, device=device, sync=worker.is_cuda,
         schedule=schedule, waves=waves, timer=timer, stretch=stretch,
         flat_grads=flat_grads, loss_slot=n, micro_writer=micro_writer,
         counters=Counters(run.counters_every),
         # under wsp a faster virtual worker runs more waves; none runs more than the budget
-        most=run.steps * (len(pipe.virtual_workers) if serving else 1))
+        most=pipe.most_waves(run.steps))
     try:
         engine.run_steps(steps, writer.append, evaluation,
                          engine.slowdown_schedule(worker, stretch, run.seed, rank),
@@ -545,6 +548,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
             adapter.flat_params.copy_(served_parameters(run))
             parameters = adapter.parameters()
     finally:
+        source.close()
         writer.close()
         micro_writer.close()
         if serving:
@@ -568,7 +572,8 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
         "predicted_stage_ns": [list(p) for p in plan.predicted_ns],
         "profile": {"time_ns": times, "activation_bytes": mine.activation_bytes,
                     "parameter_bytes": mine.parameter_bytes},
-        "slices": list(sizes)}, **source.closing}
+        "slices": list(sizes)}, **source.closing,
+        **({} if exact is None else {"exactness": exact})}
     if isinstance(waves, ServerWaves) and waves.clock.applied:
         info["server_clocks"] = [waves.clock.to_dict()]  # its server is on another host
     lifecycle.finish(run, run_dir, comm_device, info, clock_start, writer.records(), parameters,

@@ -6,7 +6,7 @@ never ask which.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,10 @@ class StageSource:
     (sample indices, inputs wanted, targets wanted) -> (inputs, targets) on the host, each
     None where not wanted; a micro-batch's loss summed over its samples; the flat
     buffer's [lo, hi) of a run of layers' parameters; the held-out metric and split; what
-    the manifest says of the data and, at the end, of the job."""
+    the manifest says of the data and, at the end, of the job; a job's exactness measure
+    over a global batch's micro-batches ([lo, hi) each; harness/loop/exactness.py), None
+    for a built-in workload; where a wave's batches come from (`batch`), and how to stop
+    their input pipeline."""
 
     adapter: TorchLayersAdapter
     layers: list[Any]
@@ -56,3 +59,18 @@ class StageSource:
     metric: str
     heldout: Callable[[], Heldout] | None
     closing: dict[str, Any] = field(default_factory=dict)
+    exactness: Callable[[Sequence[tuple[int, int]]], dict[str, Any]] | None = None
+    # (wave, lo, hi, inputs wanted, targets wanted) -> the wave's slice [lo, hi), from an
+    # input pipeline (a job's DataLoader); None: `read` in line
+    batches: Callable[[int, int, int, bool, bool], tuple[Any, Any]] | None = None
+    close: Callable[[], None] = _nothing_to_stop
+
+    def batch(self, wave: int, lo: int, hi: int, inputs: bool, targets: bool
+              ) -> tuple[Any, Any]:
+        """The slice [lo, hi) of wave `wave`'s global batch, its parts wanted (a stage
+        that wants neither reads nothing)."""
+        if not (inputs or targets):
+            return None, None
+        if self.batches is None:
+            return self.read(self.order.indices(wave)[lo:hi], inputs, targets)
+        return self.batches(wave, lo, hi, inputs, targets)

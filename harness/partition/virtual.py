@@ -20,6 +20,21 @@ def bounds_of(counts: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def micro_batch_bounds(slices: Sequence[tuple[int, int]], micro_batches: int
+                       ) -> list[tuple[int, int]]:
+    """Every micro-batch of the global batch, [lo, hi) each: each virtual worker's slice
+    cut as torch.distributed.pipelining cuts a batch (torch.tensor_split: the first
+    `size % micro_batches` micro-batches one sample larger)."""
+    out = []
+    for lo, hi in slices:
+        quotient, remainder = divmod(hi - lo, micro_batches)
+        for i in range(micro_batches):
+            size = quotient + (1 if i < remainder else 0)
+            out.append((lo, lo + size))
+            lo += size
+    return out
+
+
 def kind_of(worker: Any) -> tuple[Any, ...]:
     """What makes two workers (config.WorkerSpec) the same kind of device."""
     return (worker.device, worker.threads, worker.slowdown, worker.slowdown_at, worker.jitter,

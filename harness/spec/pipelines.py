@@ -61,6 +61,11 @@ class PipelineSpec:
     def stages(self, virtual_worker: int) -> int:
         return len(self.virtual_workers[virtual_worker])
 
+    def most_waves(self, steps: int) -> int:
+        """The waves no stage goes past: under a wave bound (wsp) a faster virtual worker
+        runs more than `steps`, the servers counting the run's progress."""
+        return steps * (len(self.virtual_workers) if self.wave_bound else 1)
+
 
 PIPELINE_KEYS = {"schedule", "micro_batches", "wave_bound", "split", "profile_steps"}
 
@@ -181,10 +186,13 @@ def check_pipeline(pipeline: PipelineSpec, workload: str, size: str,
         raise UsageError(at("framework"), "virtual workers run PyTorch stages "
                          f"(torch.distributed.pipelining) only: "
                          f"{' or '.join(repr(n) for n in able)}")
-    for key in ("loader", "calibrate"):
-        if values[key]:
-            raise UsageError(at(key), "does not run with virtual workers (their stages "
-                             "read the batch themselves)")
+    if values["calibrate"]:
+        raise UsageError(at("calibrate"), "does not run with virtual workers (a stage's "
+                         "time is its micro-batches', not a slice's)")
+    if values["loader"] and not is_job(workload):
+        raise UsageError(at("loader"), "does not run with virtual workers of a built-in "
+                         "workload (their stages read the batch in line); a workload named "
+                         "by import path reads through torch's DataLoader there too")
     if values["instrument"] is False:
         raise UsageError(at("instrument"), "virtual workers always time their micro-"
                          "batches: true only")
