@@ -29,6 +29,7 @@ from torch import nn
 
 from hetbench.harness.run.launcher import free_port
 from hetbench.harness.training.batchnorm import (
+    CollectiveClock,
     GlobalBatchNorm,
     batchnorm_layers,
     convert_to_global,
@@ -135,9 +136,32 @@ def worker(rank: int, sizes: list[int], port: int, out: str) -> None:
                 model = convert_to_global(build(case, dtype), groups[dtype])
                 results[f"{case}/{dtype}"] = train(model, x[start:stop], y[start:stop],
                                                    reduce=all_reduce, count=lambda: calls[0])
+        if len(sizes) == 2:
+            results["clock"] = clocked_pass(rank, sizes)
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+LATE_S = 0.3  # how late rank 1 comes to each collective of the clocked pass
+
+
+def clocked_pass(rank: int, sizes: list[int]) -> dict[str, int]:
+    """A forward and backward with a CollectiveClock, rank 1 sleeping LATE_S before each
+    (its forward and the backward's first collective): rank 0 waits there, and its clock
+    says so."""
+    clock = CollectiveClock()
+    model = convert_to_global(build("linear-bn1d", torch.float32), None, clock)
+    x, y = global_batch("linear-bn1d", sum(sizes), torch.float32)
+    start, stop = sum(sizes[:rank]), sum(sizes[:rank + 1])
+    if rank == 1:
+        time.sleep(LATE_S)
+    out = model(x[start:stop])
+    after_forward = clock.total_ns
+    if rank == 1:
+        time.sleep(LATE_S)
+    F.cross_entropy(out, y[start:stop], reduction="sum").backward()
+    return {"forward": after_forward, "total": clock.total_ns}
 
 
 def run_workers(sizes: list[int], out: Path) -> list[dict[str, Records]]:
@@ -196,6 +220,13 @@ def assert_matches(got: torch.Tensor, want: torch.Tensor, what: str,
 @pytest.mark.parametrize("sizes", [[16], [5, 11], [3, 0, 13]], ids=["1", "2", "3-one-empty"])
 def test_uneven_slices_train_as_the_whole_batch(tmp_path: Path, sizes: list[int]) -> None:
     ranks = run_workers(sizes, tmp_path)
+    if len(sizes) == 2:
+        # rank 0 waited LATE_S in each collective for rank 1 (at least: it cannot leave
+        # before rank 1 joins), and rank 1, always the later, far less
+        first, second = (ranks[r].pop("clock") for r in (0, 1))
+        assert first["forward"] >= 0.8 * LATE_S * 1e9, first
+        assert first["total"] - first["forward"] >= 0.8 * LATE_S * 1e9, first
+        assert first["total"] - second["total"] >= LATE_S * 1e9, (first, second)
     worst: dict[str, float] = {}
     for case in CASES:
         for dtype in DTYPES:
@@ -218,6 +249,26 @@ def test_uneven_slices_train_as_the_whole_batch(tmp_path: Path, sizes: list[int]
 
 
 # -- one process, no process group ----------------------------------------------------------
+
+
+def test_a_slowdown_stretches_a_phase_less_what_it_waited_in_collectives() -> None:
+    """CollectiveClock.outside: each call stretches its phase over the phase's time less
+    the collectives' time since the previous call; a reader counts from its own last call."""
+    clock = CollectiveClock()
+    asked: list[tuple[int, int]] = []
+
+    def stretch(start: int, end: int) -> int:
+        asked.append((start, end))
+        return end
+
+    stretched, reader = clock.outside(stretch), clock.reader()
+    clock.total_ns += 30
+    assert stretched(100, 200) == 200
+    assert stretched(200, 300) == 300  # nothing waited since
+    clock.total_ns += 500  # more than the phase: no stretch at all, not a negative one
+    assert stretched(300, 400) == 400
+    assert asked == [(130, 200), (200, 300), (400, 400)]
+    assert reader() == 530 and reader() == 0
 
 
 @pytest.fixture

@@ -352,3 +352,32 @@ def test_a_line_measured_beside_other_counts_is_taken_from_the_nearest_larger() 
     other = Repartitioner("model", 64, 4, Damping(), leave_out=True)
     other.load_state(r.state())
     assert other.state() == r.state() and other._fits(3)[2] == beside_four
+
+
+def test_a_workers_waits_inside_its_compute_stay_out_of_its_window() -> None:
+    """A job's global BatchNorm makes a faster worker wait for the others inside its
+    forward and backward: the adaptive policy fits a step's compute less those waits
+    (Trainer.waits_in_compute), the first step at a size left out as ever, its waits read
+    and dropped with it."""
+    from types import SimpleNamespace
+
+    from hetbench.harness.loop.repartitioning import Repartitioning
+    from hetbench.harness.records import collector
+
+    waits = iter([7 * MS, 3 * MS, 5 * MS])
+    trainer = SimpleNamespace(partition_history=[{"sizes": [40, 24]}],
+                              waits_in_compute=lambda: next(waits))
+    repartitioning = Repartitioning(None, 0, None, trainer, None, None, None, [])  # type: ignore[arg-type]
+
+    def record(compute_ns: int) -> tuple[object, ...]:
+        marks = [0] * 9
+        marks[collector.MARK_READY] = compute_ns
+        marks[collector.MARK_REDUCED] = compute_ns + MS
+        fields: list[object] = [None] * (collector.TIMED_MARKS + 1)
+        fields[collector.TIMED_MARKS] = marks
+        return tuple(fields)
+
+    for compute in (20 * MS, 10 * MS, 12 * MS):
+        repartitioning.measure(40, record(compute))
+    stats = repartitioning.window.take()
+    assert stats.count == 2 and stats.t == (10 - 3 + 12 - 5) * MS

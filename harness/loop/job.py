@@ -59,6 +59,7 @@ class GlobalStatistics:
     layers: list[Any] = field(default_factory=list)
     every: Any = None
     first_alone: Any = None
+    clock: Any = None  # batchnorm.CollectiveClock: their collectives' time
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
@@ -99,12 +100,18 @@ def build(run: RunSpec, rank: int, backend: str
     jobs.check_batches(job, run.global_batch)
     statistics = GlobalStatistics()
     if run.batchnorm == "global":
-        from hetbench.harness.training.batchnorm import GlobalBatchNorm, convert_to_global
+        from hetbench.harness.training.batchnorm import (
+            CollectiveClock,
+            GlobalBatchNorm,
+            convert_to_global,
+        )
 
         # every rank creates every group, member or not (torch.distributed's rule)
         statistics.every = torch.distributed.new_group(list(range(run.world_size)))
         statistics.first_alone = torch.distributed.new_group([0])
-        job = jobs.replace(job, model=convert_to_global(job.model, statistics.every))
+        statistics.clock = CollectiveClock()
+        job = jobs.replace(job, model=convert_to_global(job.model, statistics.every,
+                                                        statistics.clock))
         statistics.layers = [m for m in job.model.modules() if isinstance(m, GlobalBatchNorm)]
     adapter = TorchJobAdapter(job, run.workload, worker.device, worker.threads)
     on_device = backend == "nccl"
@@ -122,9 +129,15 @@ def build(run: RunSpec, rank: int, backend: str
                               adapter.spec.num_elements, flat, buffer.device)
     order = BatchOrder(len(job.train), run.global_batch, run.seed)  # type: ignore[arg-type]
     overlaps = aggregators.kind(run.aggregator.name).overlaps
+    # a slower device computes slower, it does not wait longer: the emulated slowdown
+    # leaves the global BatchNorm's collectives out, as the adaptive policy's fits do
+    clock = statistics.clock
+    timed_stretch = stretch if clock is None else clock.outside(stretch)
     trainer = Trainer(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
-                          phase_timer(worker, adapter, stretch, run.instrument, overlaps),
-                          buffer, optimizer, flat)
+                      phase_timer(worker, adapter, timed_stretch, run.instrument, overlaps),
+                      buffer, optimizer, flat)
+    if clock is not None:
+        trainer.waits_in_compute = clock.reader()
     data, described = described_data(run, job)
     if described.get("batchnorm") and run.batchnorm != "global":
         trainer.min_slice = 2  # a slice's statistics need two samples

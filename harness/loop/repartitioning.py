@@ -48,11 +48,14 @@ class Repartitioning:
         return slice_bounds(self.sizes)[self.rank]
 
     def measure(self, size: int, record: tuple[Any, ...]) -> None:
+        # what the worker waited for the others inside its compute is not what its slice
+        # costs it (a job's global BatchNorm), read every step so none carries over
+        waited = self.trainer.waits_in_compute()
         if self.first_at_size:
             self.first_at_size = False
             return
         marks = record[collector.TIMED_MARKS]  # a timed step's parts (worker.timed_step)
-        self.window.add(size, marks[MARK_READY] - marks[0])
+        self.window.add(size, marks[MARK_READY] - marks[0] - waited)
         self.synchronized_sum += marks[MARK_REDUCED] - marks[0]
 
     def between_steps(self, step: int) -> None:

@@ -76,6 +76,10 @@ class Trainer:
     # statistics (one sample has none: torch refuses), the measured and adaptive policies
     # keep to it
     min_slice: int = 1
+    # the ns this worker waited for the others inside its forward and backward since the
+    # last call (a job's global BatchNorm: harness/training/batchnorm.py), which is not
+    # its compute; 0 where nothing waits there
+    waits_in_compute: Callable[[], int] = field(default=lambda: 0)
 
     def __post_init__(self) -> None:
         buffer = self.buffer
@@ -235,8 +239,8 @@ def _no_batch_source() -> tuple[np.ndarray, np.ndarray]:
 
 
 
-def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Stretcher, instrument: bool,
-                overlaps: bool = False) -> PhaseTimer:
+def phase_timer(worker: WorkerSpec, adapter: Adapter, stretch: Callable[[int, int], int],
+                instrument: bool, overlaps: bool = False) -> PhaseTimer:
     """CUDA events for a PyTorch CUDA worker that no slowdown stretches and whose exchange
     does not overlap its backward (that one ends where the exchange says); else the host
     clock, waiting for the device where its work is asynchronous (a GPU, MXNet's engine),

@@ -23,10 +23,18 @@ about the global mean), so no sum of squares about zero cancels, and every worke
 the same dtype whatever its device or precision. The elementwise passes stay in the input's
 precision: float64 copies of the activations cost a CPU worker more than the collectives
 (docs/measurements.md, "A user's job").
+
+A faster worker waits inside its forward and backward, in these collectives, for the
+slower ones: not its compute. Layers converted with a `CollectiveClock` add the host time
+they spend there to it, so that the emulated slowdown does not stretch it and the adaptive
+policy does not fit it as the worker's cost (harness/loop/job.py). On a GPU the forward's
+wait is measured (it reads the count back), the backward's collective only as queued.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,7 +44,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = ["GlobalBatchNorm", "batchnorm_layers", "convert_to_global"]
+__all__ = ["CollectiveClock", "GlobalBatchNorm", "batchnorm_layers", "convert_to_global"]
 
 # The layers convert_to_global replaces (subclasses included, as convert_sync_batchnorm does).
 REPLACED: tuple[type[_BatchNorm], ...] = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d,
@@ -52,9 +60,45 @@ def _per_channel(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return v.view(1, -1, *([1] * (x.dim() - 2)))
 
 
-def _all_reduce(packed: torch.Tensor, communicate: bool, group: Any) -> None:
+class CollectiveClock:
+    """The host time this process has spent in GlobalBatchNorm's collectives, in all."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+
+    def reader(self) -> Callable[[], int]:
+        """A reading of the time spent since the reader's previous call (its first: since
+        it was made); each consumer keeps its own."""
+        seen = self.total_ns
+
+        def since() -> int:
+            nonlocal seen
+            waited, seen = self.total_ns - seen, self.total_ns
+            return waited
+
+        return since
+
+    def outside(self, stretch: Callable[[int, int], int]) -> Callable[[int, int], int]:
+        """`stretch(start, end)` of a phase (the emulated slowdown) over the phase's time
+        less what it spent in the collectives: a slower device computes slower, it does not
+        wait longer."""
+        since = self.reader()
+
+        def stretched(start: int, end: int) -> int:
+            return stretch(min(start + since(), end), end)
+
+        return stretched
+
+
+def _all_reduce(packed: torch.Tensor, communicate: bool, group: Any,
+                clock: CollectiveClock | None) -> None:
     if communicate:
+        start = time.perf_counter_ns()
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
+        if clock is not None:
+            if packed.is_cuda:  # the forward reads the count back at once: wait here
+                torch.cuda.current_stream(packed.device).synchronize()
+            clock.total_ns += time.perf_counter_ns() - start
 
 
 class _GlobalBatchNormFunction(torch.autograd.Function):
@@ -70,6 +114,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         factor: float,
         communicate: bool,
         group: Any,
+        clock: CollectiveClock | None,
     ) -> torch.Tensor:
         channels = x.shape[1]
         dims = _reduce_dims(x)
@@ -85,7 +130,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         # per worker: n_i, n_i mean_i, n_i var_i, n_i mean_i^2 (Chan et al.'s combination)
         packed = torch.cat([count, local * mean_local, local * var_local,
                             local * mean_local * mean_local])
-        _all_reduce(packed, communicate, group)
+        _all_reduce(packed, communicate, group, clock)
         n = float(packed[0].item())
         if n <= 1:  # torch's BatchNorm refuses this too; n is the same on every worker
             raise ValueError("Expected more than 1 value per channel when training, got "
@@ -115,6 +160,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         ctx.count = n
         ctx.communicate = communicate
         ctx.group = group
+        ctx.clock = clock
         return y
 
     @staticmethod
@@ -132,7 +178,8 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         # of them communicate here, or none does (as torch's sync_batch_norm).
         if ctx.needs_input_grad[0]:
             packed = torch.cat([sum_dy, sum_dy_xmu])
-            _all_reduce(packed, ctx.communicate, ctx.group)
+            clock = ctx.clock if not packed.is_cuda else None  # queued, not waited for
+            _all_reduce(packed, ctx.communicate, ctx.group, clock)
             mean_dy, mean_dy_xmu = (packed / ctx.count).split(channels)
             scale = invstd if weight is None else invstd * weight.to(torch.float64)
             grad_input = ((dy - _per_channel(mean_dy.to(dy.dtype), x)
@@ -144,7 +191,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             grad_weight = (sum_dy_xmu * invstd).to(weight.dtype)
         if ctx.needs_input_grad[2]:
             grad_bias = sum_dy.to(dy.dtype if weight is None else weight.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
 class GlobalBatchNorm(_BatchNorm):
@@ -163,6 +210,7 @@ class GlobalBatchNorm(_BatchNorm):
         super().__init__(num_features, eps, momentum, affine, track_running_stats,
                          device=device, dtype=dtype, bias=bias)
         self.process_group = process_group
+        self.clock: CollectiveClock | None = None  # where its collectives' time is added
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
@@ -188,18 +236,20 @@ class GlobalBatchNorm(_BatchNorm):
         out: torch.Tensor = _GlobalBatchNormFunction.apply(
             input, self.weight, self.bias, self.running_mean if tracked else None,
             self.running_var if tracked else None, self.eps, factor, communicate,
-            self.process_group)
+            self.process_group, self.clock)
         return out
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", global"
 
 
-def convert_to_global(module: nn.Module, process_group: Any = None) -> nn.Module:
+def convert_to_global(module: nn.Module, process_group: Any = None,
+                      clock: CollectiveClock | None = None) -> nn.Module:
     """Replace every BatchNorm1d/2d/3d and SyncBatchNorm in `module` (recursively) by a
     GlobalBatchNorm over `process_group`, sharing the replaced layer's parameter and buffer
-    tensors (the state dict keeps its keys and values). Returns `module`, or the new layer
-    where `module` itself is one of them. A GlobalBatchNorm already there is kept as it is."""
+    tensors (the state dict keeps its keys and values), its collectives timed on `clock`.
+    Returns `module`, or the new layer where `module` itself is one of them. A
+    GlobalBatchNorm already there is kept as it is."""
     converted = module
     if isinstance(module, REPLACED) and not isinstance(module, GlobalBatchNorm):
         like = next((t for t in (module.weight, module.running_mean) if t is not None), None)
@@ -215,10 +265,11 @@ def convert_to_global(module: nn.Module, process_group: Any = None) -> nn.Module
         converted.running_var = module.running_var
         converted.num_batches_tracked = module.num_batches_tracked
         converted.train(module.training)
+        converted.clock = clock
         if hasattr(module, "qconfig"):
             converted.qconfig = module.qconfig
     for name, child in module.named_children():
-        converted.add_module(name, convert_to_global(child, process_group))
+        converted.add_module(name, convert_to_global(child, process_group, clock))
     return converted
 
 
