@@ -12,7 +12,11 @@ import pandas as pd
 def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
     """Adds, per row: compute_ns = ready - begin; arrival_ns = latest ready of the step;
     idle_ns = arrival - ready (idle before all-reduce); comm_ns = reduced - arrival;
-    busy_ns = end - begin.
+    busy_ns = end - begin. A pipeline's stages (column `stage`) exchange among the ranks
+    that hold the same layers, not with the other stages: the arrival is their latest, so
+    a stage that finishes its exchange before a later stage is ready counts no negative
+    communication (with the whole buffer all-reduced over every rank, `sync = "world"`,
+    waiting for the other stages counts as communication).
 
     Rows whose exchange the workers did not take together (`asynchronous`: a parameter
     server's asynchronous push and pull, a local step) have no common arrival:
@@ -23,7 +27,8 @@ def with_derived(steps: pd.DataFrame) -> pd.DataFrame:
         return steps
     out = steps.copy()
     out["compute_ns"] = out["ready_ns"] - out["begin_ns"]
-    out["arrival_ns"] = out.groupby("step")["ready_ns"].transform("max")
+    together = ["step", "stage"] if "stage" in out.columns else "step"
+    out["arrival_ns"] = out.groupby(together)["ready_ns"].transform("max")
     out["idle_ns"] = out["arrival_ns"] - out["ready_ns"]
     out["comm_ns"] = out["reduced_ns"] - out["arrival_ns"]
     out["busy_ns"] = out["end_ns"] - out["begin_ns"]

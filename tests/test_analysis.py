@@ -350,3 +350,23 @@ def test_a_starved_input_pipeline_is_named_load_against_its_peers() -> None:
                                 "load_ns", int((0.1 if row["rank"] == 0 else 0.3) * MS))
                                 for row in rows])
     assert (attribute(same_pace)["load_ms"] == 0).all()
+
+
+def test_a_pipelines_stages_wait_only_for_the_ranks_holding_their_layers() -> None:
+    """Two virtual workers of two stages: each stage all-reduces with its counterpart in
+    the other virtual worker, not with the other stage, so stage 0 may finish its exchange
+    before stage 1 is ready (the communication share came out negative)."""
+    from hetbench.analysis.metrics import busy_shares, with_derived
+
+    reduced = {0: 16, 1: 33}  # each stage's exchange ends together, stage 0's first
+    rows = [{"rank": rank, "step": 0, "virtual_worker": vw, "stage": stage, "begin_ns": 0,
+             "ready_ns": ready * MS, "reduced_ns": reduced[stage] * MS, "end_ns": 40 * MS}
+            for rank, (vw, stage, ready) in enumerate([(0, 0, 10), (0, 1, 30), (1, 0, 14),
+                                                       (1, 1, 32)])]
+    derived = with_derived(pd.DataFrame(rows))
+    # stage 0 met at 14 ms (rank 2's ready), stage 1 at 32 (rank 3's)
+    assert derived["idle_ns"].tolist() == [4 * MS, 2 * MS, 0, 0]
+    assert derived["comm_ns"].tolist() == [2 * MS, 1 * MS, 2 * MS, 1 * MS]
+    shares = busy_shares(pd.DataFrame(rows))
+    assert shares["comm_share"] == pytest.approx(6 / 160)
+    assert shares["idle_fraction"] == pytest.approx(6 / 160)
