@@ -58,6 +58,8 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "run.global_batch": ((int,), False),
     "run.instrument": ((bool,), False),
     "run.workers": ((list,), False),
+    "run.partition": ((dict,), False),
+    "run.aggregator": ((dict, type(None)), False),
     "repeat": ((int,), True),
     "status": ((str,), True),
     "reason": ((str,), False),
@@ -70,12 +72,16 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "launcher.host": ((str,), True),
     "launcher.pid": ((int,), True),
     "launcher.started": ((int, type(None)), True),
+    "load": ((dict, type(None)), False),
+    "clock": ((dict, type(None)), False),
+    "pipeline": ((dict,), False),
+    "pipeline.virtual_workers": ((list,), True),
 }
 # suite and run names (NAME_PATTERN) are the folders a run directory's path is made of: the
 # spec checks them on the way in; a hand-edited manifest must not lead `report` out of --out
 PATH_NAMES = ("suite.name", "run.name")
 NON_NEGATIVE = ("run.steps", "run.warmup_steps", "run.global_batch", "repeat", "launcher.pid")
-LISTS_OF_OBJECTS = ("run.workers", "workers")
+LISTS_OF_OBJECTS = ("run.workers", "workers", "partition_history", "standalone")
 KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object",
               list: "a list", type(None): "null"}
 MISSING = object()
