@@ -575,3 +575,28 @@ def test_a_run_is_closed_before_its_trace_and_report_writes_a_missing_trace(
     check_trace(run_dir / collector.TRACE_FILE, steps)
     again = hetbench(run_dir.parent, "report", "--no-figures", str(run_dir.parent))
     assert "trace was missing" not in again.stderr
+
+
+def test_a_run_found_again_through_a_link_or_a_copy_is_read_once(
+        run_dir: Path, hetbench, capsys: pytest.CaptureFixture[str]) -> None:
+    """A link to a run's folder, or a copy of it, under the results read: the run counts
+    once (pooled twice it made two repeats with an interval of zero width), with a note."""
+    import shutil
+
+    from hetbench.harness.records.results import find_runs, load_steps
+
+    suite = run_dir.parent
+    (suite / "linked").symlink_to(run_dir.name)
+    shutil.copytree(run_dir, suite / "pair-r9-copy")
+    assert find_runs([suite.parent]) == [run_dir]
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2 and all(f" is {run_dir} again (a link to it or a copy; run "
+                                  "pair-r0 of suite synthetic, started " in line
+                                  for line in said), said
+    assert load_steps(suite)["repeat"].nunique() == 1
+    capsys.readouterr()
+    reported = hetbench(suite.parent, "report", "--no-figures", "--format", "json",
+                        str(suite.parent))
+    assert len(notes(reported)) == 2 and reported.returncode == 0
+    throughput = json.loads(reported.stdout)["synthetic"]["tables"][0]["rows"]
+    assert [(row["run"], row["repeats"]) for row in throughput] == [("pair", 1)]

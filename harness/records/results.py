@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from hetbench.harness.records import collector, manifest
+from hetbench.harness.records import collector, jsonfile, manifest
 from hetbench.harness.spec import aggregators
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.system import procfs
@@ -476,7 +476,8 @@ def writable_folder(path: Path, where: str) -> Path:
 
 def find_runs(paths: list[Path]) -> list[Path]:
     """Run directories named directly, or found below a suite or results folder (two
-    levels down at most), in a stable order. A path with no run is an error."""
+    levels down at most), in a stable order, each run once (once_per_run). A path with
+    no run is an error."""
     found: list[Path] = []
     for path in paths:
         if not path.exists():
@@ -490,4 +491,37 @@ def find_runs(paths: list[Path]) -> list[Path]:
             raise UsageError(str(path), "not a run directory, and no run directories below it "
                              "(a run directory holds manifest.json)")
         found.extend(below)
-    return list(dict.fromkeys(found))
+    return once_per_run(list(dict.fromkeys(found)))
+
+
+def once_per_run(run_dirs: list[Path]) -> list[Path]:
+    """The run directories, a run found again under another path (a link to its folder, a
+    copy) left out with a note, by its manifest's `run_id`: pooled twice it would count as
+    two repeats that agree exactly. The folder itself is kept rather than a link to it; a
+    manifest that cannot say its id is kept, for the reader to refuse by name."""
+    ids = {run_dir: _run_id(run_dir) for run_dir in run_dirs}
+    kept: dict[str, Path] = {}
+    for run_dir in sorted(run_dirs, key=Path.is_symlink):  # stable: folders, then links
+        if (run_id := ids[run_dir]) is not None:
+            kept.setdefault(run_id, run_dir)
+    out = []
+    for run_dir in run_dirs:
+        run_id = ids[run_dir]
+        if run_id is not None and kept[run_id] != run_dir:
+            note(f"{run_dir} is {kept[run_id]} again (a link to it or a copy; run "
+                 f"{run_id}): read once")
+            continue
+        out.append(run_dir)
+    return out
+
+
+def _run_id(run_dir: Path) -> str | None:
+    """The run's id with its suite and start: a copy's manifest holds the same three."""
+    try:
+        meta = jsonfile.read(run_dir / manifest.MANIFEST_FILE, "manifest")
+        run_id, suite, start = meta["run_id"], meta["suite"]["name"], meta.get("start")
+    except (UsageError, TypeError, KeyError):
+        return None
+    if not isinstance(run_id, str):
+        return None
+    return f"{run_id} of suite {suite}" + (f", started {start}" if start else "")
