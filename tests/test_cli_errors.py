@@ -100,6 +100,40 @@ def test_unwritable_out_is_one_line_before_anything_runs(tmp_path: Path, write_s
     assert (tmp_path / "taken").read_text() == "a file, not a folder"
 
 
+def test_an_out_folder_that_cannot_hold_the_suite_is_refused_before_its_banner(
+        tmp_path: Path, write_suite, hetbench) -> None:
+    """The suite's folder under --out a file (refused only after the run's banner was
+    printed), --out in /proc (refused as "No such file or directory")."""
+    suite = write_suite('[suite]\nname = "s"\n[[runs]]\nname = "r"\nsteps = 2\n')
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "s").write_text("a file where the suite's folder would go")
+    done = hetbench(tmp_path, "run", str(suite), "--out", str(tmp_path / "out"))
+    assert error_line(done) == f"hetbench: error: --out: {tmp_path / 'out' / 's'} is a file, " \
+                               "not a folder"
+    assert done.stdout == ""
+    assert error_line(hetbench(tmp_path, "run", str(suite), "--out", "/proc")) == (
+        "hetbench: error: --out: /proc/s is not a writable folder (nothing can be created "
+        "in /proc)")
+
+
+def test_k_is_refused_empty_and_lists_a_few_runs_when_none_matches(
+        tmp_path: Path, write_suite, hetbench) -> None:
+    """An empty -k matched every run; a -k matching none of 30 runs names 10 and counts
+    the rest (a suite of 10,000 runs printed one line of 69 KB)."""
+    runs = "".join(f'[[runs]]\nname = "run{i:02d}"\nsteps = 2\n' for i in range(30))
+    suite = write_suite(f'[suite]\nname = "s"\n{runs}')
+    for command in ("run", "advise", "simulate"):
+        empty = hetbench(tmp_path, command, str(suite), "-k", "")
+        assert empty.returncode == 2 and empty.stderr.splitlines()[-1].endswith(
+            "error: argument -k: empty: it would match every run (leave -k out to take them "
+            "all)"), (command, empty.stderr)
+    line = error_line(hetbench(tmp_path, "run", str(suite), "-k", "nomatch", "--out",
+                               str(tmp_path / "out")))
+    names = ", ".join(f"run{i:02d}" for i in range(10))
+    assert line == f"hetbench: error: -k: no run matches 'nomatch' (runs: {names} and 20 more)"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("content", ["list", "no run"])
 def test_report_of_a_manifest_that_is_not_hetbench_is_one_line(tmp_path: Path,
                                                                content: str, hetbench) -> None:

@@ -12,3 +12,11 @@ def folder(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: name a folder ('.' for the current one)")
     return Path(text)
+
+
+def run_pattern(text: str) -> str:
+    """`-k`: a glob or a substring of run names. An empty one matches every run."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: it would match every run (leave -k out to "
+                                         "take them all)")
+    return text

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f" (default: {DEFAULT_SUITE}; `hetbench suites` says what each is)")
     parser.add_argument("--repeats", type=int, help="override the suite's repeats")
     parser.add_argument("--steps", type=int, help="override every run's steps")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN",
+    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
                         help="only the runs whose name matches (a glob, else a substring)")
     parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help="results folder (default: results/)")
@@ -85,7 +85,7 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     gpu_counts = None if args.skip_unavailable else refuse_missing_devices(suite, node)
     check_jobs(suite)  # a user's factory made and checked, in a process of its own
     refuse_unreadable_runs(args.out / suite.name)
-    writable_folder(args.out, "--out")
+    writable_folder(args.out / suite.name, "--out")  # the suite's own folder, before its banner
     with contextlib.ExitStack() as launch:
         nodes = None
         if place is not None:  # this host's link shaped for the launch, where it can be

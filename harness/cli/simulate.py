@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", type=int, default=1,
                         help="parameter servers for backup, ssp and ps-async (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN",
+    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
                         help="fit only the runs whose name matches (a glob, else a substring)")
     parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help=f"results folder (default: results/); runs go to {SUITE}/")

@@ -3,6 +3,7 @@ a damaged file is refused by name, never reported as numbers)."""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import socket
@@ -18,7 +19,7 @@ import pandas as pd
 
 from hetbench.harness.records import collector, jsonfile, manifest
 from hetbench.harness.spec import aggregators
-from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.errors import UsageError, listed
 from hetbench.harness.system import procfs
 from hetbench.harness.system import sampler as system
 
@@ -225,7 +226,7 @@ def step_problem(steps: pd.DataFrame, instrumented: bool = True,
     missing = [f for f in collector.RECORD_FIELDS
                if f not in steps.columns and f not in LATER_FIELDS]
     if missing:
-        return StepProblem(None, f"lacks column(s) {_listed(missing)}: not a step table "
+        return StepProblem(None, f"lacks column(s) {listed(missing)}: not a step table "
                                  "this hetbench reads")
     for field in collector.RECORD_FIELDS:
         if field not in steps.columns:
@@ -304,18 +305,13 @@ def read_evals(run_dir: Path) -> pd.DataFrame:
         return evals
     missing = [c for c in EVAL_COLUMNS if c not in evals.columns]
     if missing:
-        raise UsageError(str(source), f"lacks column(s) {_listed(missing)}: not held-out "
+        raise UsageError(str(source), f"lacks column(s) {listed(missing)}: not held-out "
                                       "evaluations this hetbench reads")
     for column in EVAL_COLUMNS:
         if evals[column].dtype.kind not in "iuf":
             raise UsageError(str(source), f"column {column} holds {evals[column].dtype} "
                                           "values (numbers are expected)")
     return evals
-
-
-def _listed(names: list[str], most: int = 4) -> str:
-    more = len(names) - most
-    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
 
 
 def _one_line(exc: Exception) -> str:
@@ -464,13 +460,19 @@ def require_launcher_gone(meta: dict[str, Any], where: str) -> None:
 def writable_folder(path: Path, where: str) -> Path:
     """Create `path` if needed and check that files can be written in it, before anything
     runs: a bad --out is one line, not a traceback after the first run."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(where, f"{path} is a file, not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".hetbench-write-test-{os.getpid()}"
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        raise UsageError(where, f"{path} is not a writable folder ({exc.strerror})") from None
+        why = exc.strerror or str(exc)
+        if exc.errno == errno.ENOENT:  # a folder that exists says so: /proc, /sys
+            there = next(p for p in (path, *path.parents) if p.exists())
+            why = f"nothing can be created in {there}"
+        raise UsageError(where, f"{path} is not a writable folder ({why})") from None
     return path
 
 

@@ -8,6 +8,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+def listed(names: list[str], most: int = 4) -> str:
+    """Names in a message: the first `most`, then how many more (a suite of 10,000 runs
+    is one short line, not 69 KB)."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
 class UsageError(Exception):
     """Bad input (suite file, arguments, result folder). The CLI prints it and exits 2."""
 

@@ -37,7 +37,7 @@ from typing import Any
 from hetbench.harness.spec import aggregators, jobs, pipelines
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.builtin import builtin_suites, builtin_text
-from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.errors import UsageError, listed
 from hetbench.harness.spec.fields import (
     MAX_GLOBAL_BATCH,
     MAX_LR,
@@ -260,7 +260,7 @@ def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
         pattern = overrides.runs
         kept = [r for r in runs if name_matches(str(r.get("name")), pattern)]
         if not kept:
-            names = ", ".join(str(r.get("name")) for r in runs)
+            names = listed([str(r.get("name")) for r in runs], 10)
             raise UsageError("-k", f"no run matches {pattern!r} (runs: {names})")
         runs = kept
     if overrides.steps is not None:
