@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -600,3 +601,64 @@ def test_a_run_found_again_through_a_link_or_a_copy_is_read_once(
     assert len(notes(reported)) == 2 and reported.returncode == 0
     throughput = json.loads(reported.stdout)["synthetic"]["tables"][0]["rows"]
     assert [(row["run"], row["repeats"]) for row in throughput] == [("pair", 1)]
+
+
+def _steps_edit(change: Callable[[pd.DataFrame], Any]) -> Callable[[Path], None]:
+    def edit(run_dir: Path) -> None:
+        path = run_dir / collector.STEPS_FILE
+        steps = pd.read_parquet(path)
+        change(steps)
+        steps.to_parquet(path)
+    return edit
+
+
+def _set_row(column: str, value: Any, row: int = 5) -> Callable[[pd.DataFrame], Any]:
+    def change(steps: pd.DataFrame) -> None:
+        steps[column] = steps[column].astype(type(value)) if isinstance(value, str) \
+            else steps[column]
+        steps.loc[row, column] = value
+    return change
+
+
+IMPLAUSIBLE: dict[str, tuple[Callable[[Path], None], str]] = {
+    # a run of 12 steps of ~3.6 ms that lasted 10 s by its manifest
+    "an instant of 2^62 ns": (_steps_edit(_set_row("end_ns", 2 ** 62, row=23)),
+                              "its steps span 4.61e+09 s, and the run lasted 10 s (manifest "
+                              "start to end): a damaged instant"),
+    "a phase longer than its step": (_steps_edit(_set_row("forward_ns", 3_600_001, row=4)),
+                                     "rank 0, step 2: forward_ns 3600001 is longer than its "
+                                     "step (3600000 ns from begin to end): damaged"),
+    "another run's id": (_steps_edit(_set_row("run_id", "other-r0")),
+                         "row 5: run_id 'other-r0' is not the manifest's 'pair-r0': records "
+                         "of another run"),
+    "another repeat": (_steps_edit(_set_row("repeat", 3)),
+                       "row 5: repeat 3 is not the manifest's 0: records of another run"),
+    "rows not the manifest's": (lambda run_dir: edit_manifest(run_dir, lambda m: m.update(
+        rows=25)), "holds 24 step records, the manifest says 25: damaged"),
+}
+
+
+@pytest.mark.parametrize("case", IMPLAUSIBLE)
+def test_records_that_cannot_be_true_are_one_line(run_dir: Path, case: str, hetbench) -> None:
+    """Step records a reader took with exit 0 (samples/s 8e-7 from one instant of 2^62 ns,
+    a phase longer than its step, another run's rows, a count the manifest contradicts)."""
+    edit_manifest(run_dir, lambda m: m.update(
+        end=(datetime.fromisoformat(m["start"]) + timedelta(seconds=10)).isoformat(),
+        rows=STEPS * WORLD))
+    damage, expected = IMPLAUSIBLE[case]
+    assert hetbench(run_dir.parent, "report", "--no-figures", str(run_dir)).returncode == 0
+    damage(run_dir)
+    line = error_line(hetbench(run_dir.parent, "report", "--no-figures", str(run_dir)),
+                      run_dir / collector.STEPS_FILE)
+    assert line.endswith(expected), line
+
+
+def test_parts_holding_records_the_table_lacks_are_named(run_dir: Path, hetbench) -> None:
+    steps = pd.read_parquet(run_dir / collector.STEPS_FILE)
+    records = np.zeros(len(steps) + 3, dtype=RECORD_DTYPE)
+    collector.part_path(run_dir, 0).parent.mkdir(exist_ok=True)
+    collector.part_path(run_dir, 0).write_bytes(records.tobytes())
+    said = notes(hetbench(run_dir.parent, "report", "--no-figures", str(run_dir)))
+    assert f"hetbench: note: {run_dir / 'parts'} holds 27 step records and " \
+           f"{run_dir / 'steps.parquet'} 24: the table is read, the parts' others are not" \
+           in said, said

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -78,10 +79,14 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
     if "profiled" not in steps.columns:  # read from parts, or recorded before profiling
         collector.with_profiled(steps, meta)
     workers = meta["run"].get("workers")
-    problem = step_problem(steps, instrumented=meta["run"].get("instrument", True),
-                           world_size=len(workers) if isinstance(workers, list) else None)
+    instrumented = meta["run"].get("instrument", True)
+    problem = (step_problem(steps, instrumented=instrumented,
+                            world_size=len(workers) if isinstance(workers, list) else None)
+               or _implausible(steps, meta, instrumented))
     if problem:
         raise UsageError(str(file_of_rank(problem.rank)), problem.message)
+    if (run_dir / collector.STEPS_FILE).is_file():
+        _note_parts_beyond(run_dir, len(steps))
     if steps.empty and meta.get("status") == "completed":
         raise UsageError(str(file_of_rank(None)), "holds no step, yet the run says it "
                                                   "completed: damaged")
@@ -97,6 +102,62 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
                              f"one of the run's {len(workers)} workers, yet the run says it "
                              "completed: damaged")
     return steps
+
+
+# how much longer the records may span than the manifest's start to end: its instants are
+# the launcher's, taken around the workers' start and end (seconds apart at most)
+SPAN_SLACK_S = 60.0
+
+
+def _implausible(steps: pd.DataFrame, meta: dict[str, Any], instrumented: bool
+                 ) -> StepProblem | None:
+    """Records that cannot be this run's, or cannot be true: another run's id or repeat, a
+    row count that is not the manifest's, a phase longer than its step, or steps spanning
+    far longer than the run lasted (an instant of 2^62 ns made samples/s 8e-7)."""
+    if not len(steps):
+        return None
+    for column, own in (("run_id", meta["run_id"]), ("repeat", meta["repeat"])):
+        if column in steps.columns and (other := steps[column] != own).any():
+            row = int(other.to_numpy().argmax())
+            return StepProblem(None, f"row {row}: {column} {steps[column].iat[row]!r} is not "
+                                     f"the manifest's {own!r}: records of another run")
+    rows = meta.get("rows")
+    if type(rows) is int and rows != len(steps) and meta.get("status") != "running":
+        return StepProblem(None, f"holds {len(steps)} step records, the manifest says {rows}: "
+                                 "damaged")
+    span = steps["end_ns"].to_numpy() - steps["begin_ns"].to_numpy()
+    for field in PHASE_FIELDS if instrumented else ():
+        if (longer := steps[field].to_numpy() > span).any():
+            row = int(longer.argmax())
+            rank, step = int(steps["rank"].iat[row]), int(steps["step"].iat[row])
+            return StepProblem(rank, f"rank {rank}, step {step}: {field} "
+                                     f"{steps[field].iat[row]} is longer than its step "
+                                     f"({span[row]} ns from begin to end): damaged")
+    lasted = _lasted_s(meta)
+    spanned = (int(steps["end_ns"].max()) - int(steps["begin_ns"].min())) / 1e9
+    if lasted is not None and spanned > lasted + SPAN_SLACK_S:
+        return StepProblem(None, f"its steps span {spanned:.3g} s, and the run lasted "
+                                 f"{lasted:.3g} s (manifest start to end): a damaged instant")
+    return None
+
+
+def _lasted_s(meta: dict[str, Any]) -> float | None:
+    try:
+        return (datetime.fromisoformat(meta["end"])
+                - datetime.fromisoformat(meta["start"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _note_parts_beyond(run_dir: Path, rows: int) -> None:
+    """The flushed parts hold every record steps.parquet was written from: more there means
+    the table lost some (read from the parts' sizes, not their rows)."""
+    flushed = sum(path.stat().st_size for path in collector.part_files(run_dir)) \
+        // collector.RECORD_DTYPE.itemsize
+    if flushed > rows:
+        note(f"{run_dir / collector.PARTS_DIR} holds {flushed} step records and "
+             f"{run_dir / collector.STEPS_FILE} {rows}: the table is read, the parts' "
+             "others are not")
 
 
 def _lockstep(meta: dict[str, Any]) -> bool:
@@ -164,6 +225,8 @@ TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")
 # Every other *_ns field is a duration (a phase, a measured part of the exchange, CPU or GC
 # time): never negative.
 DURATIONS = tuple(f for f in collector.RECORD_FIELDS if f.endswith("_ns") and f not in TIMESTAMPS)
+# A step's phases, each between two of its marks: none longer than the step.
+PHASE_FIELDS = tuple(f"{phase.value}_ns" for phase in collector.PHASES)
 # Fields added after the first runs were recorded: older step tables lack them (the exchange
 # fields get their defaults above; the straggler attribution does without the CPU times).
 LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns", "compute_cpu_all_ns")
