@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -449,7 +450,9 @@ def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path, spa
     assert ended - killed < meta["run"]["timeout_s"] + 5, ended - killed
     assert nodes[0].returncode == 1, ends[0][1][-2000:]
     assert "node 1 stopped answering: the suite stops, 1 run(s) not started" in ends[0][1]
-    assert json.loads((share / "node.json").read_text())["status"] == "running"
+    held = json.loads((share / "node.json").read_text())
+    assert held["status"] == "running"
+    assert Path(held["tmp"]).is_dir()  # node 1's TMPDIR, its launcher killed
     flushed = (share / "parts" / "rank1.bin").read_bytes()
     recovered = hetbench(tmp_path, "recover", str(tmp_path / "node1"))
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
@@ -458,6 +461,7 @@ def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path, spa
     assert state["status"] == "failed" and state["node"] == 1, state
     assert "closed by hetbench recover" in state["reason"], state
     assert (share / "parts" / "rank1.bin").read_bytes() == flushed and flushed
+    assert not Path(held["tmp"]).exists() and state["tmp"] == held["tmp"]
     again = hetbench(tmp_path, "recover", str(tmp_path / "node1"))
     assert again.returncode == 0 and "nothing to recover" in again.stdout, again.stdout
 
@@ -466,21 +470,29 @@ def test_recover_leaves_a_share_whose_launcher_lives_alone(tmp_path: Path, spawn
                                                            hetbench) -> None:
     """A share held by a live launcher (this process) is refused, naming it, exit 1; one
     whose launcher is gone is closed; a folder with neither runs nor shares is an error."""
-    from hetbench.harness.run.nodes import prepare_share
+    from hetbench.harness.run.nodes import prepare_share, record_share_tmp
     from hetbench.harness.spec.suite import load_suite
+    from hetbench.harness.system.services import PRIVATE_TMP_PREFIX
 
     suite = write(tmp_path)
     run = load_suite(str(suite)).runs[0]
     live = prepare_share(tmp_path / "out" / "hosts" / "r0" / "nodes" / "1", "hosts", run, 1)
     gone = tmp_path / "out" / "hosts" / "r1" / "nodes" / "1"
+    # each launcher's private TMPDIR, recorded in its share: the gone one's is removed
+    tmps = [Path(tempfile.mkdtemp(prefix=PRIVATE_TMP_PREFIX)) for _ in range(2)]
+    record_share_tmp(live, tmps[0])
     made = spawn([sys.executable, "-c", "import sys; from pathlib import Path; "
-                  "from hetbench.harness.run.nodes import prepare_share; "
+                  "from hetbench.harness.run.nodes import prepare_share, record_share_tmp; "
                   "from hetbench.harness.spec.suite import load_suite; "
-                  "prepare_share(Path(sys.argv[1]), 'hosts', "
-                  "load_suite(sys.argv[2]).runs[0], 1)", str(gone), str(suite)],
+                  "share = prepare_share(Path(sys.argv[1]), 'hosts', "
+                  "load_suite(sys.argv[2]).runs[0], 1); "
+                  "record_share_tmp(share, Path(sys.argv[3]))", str(gone), str(suite),
+                  str(tmps[1])],
                  cwd=REPO, stderr=subprocess.PIPE, text=True)
     assert made.wait(timeout=120) == 0, made.communicate()[1]
     result = hetbench(tmp_path, "recover", str(tmp_path / "out"))
+    assert tmps[0].is_dir() and not tmps[1].exists()
+    shutil.rmtree(tmps[0])
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"hetbench: {live}: still running: its launcher (pid {os.getpid()}) lives" \
         in result.stderr

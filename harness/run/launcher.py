@@ -31,7 +31,7 @@ from hetbench.harness.records.rundir import (
     next_repeat,
     prepare_run_dir,
 )
-from hetbench.harness.run.nodes import Nodes, Seat, prepare_share
+from hetbench.harness.run.nodes import Nodes, Seat, prepare_share, record_share_tmp
 from hetbench.harness.spec.errors import DeviceUnavailable, NodeLost
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
 from hetbench.harness.spec.workers import cpu_list
@@ -170,6 +170,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
             manifest.update(run_dir, network=f"host network, across {seat.nodes.place.nnodes} "
                             f"hosts on {seat.interface}", tmp=str(services.tmp),
                             nodes=seat.nodes.hosts)
+        elif services.tmp is not None:  # another node's share: its TMPDIR for `recover`
+            record_share_tmp(run_dir, services.tmp)
         if services.network.startswith("host ("):
             print("   warning: the run's listeners are reachable from this host (TensorFlow's "
                   f"on every interface): {services.network}", flush=True)

@@ -37,7 +37,7 @@ from hetbench.harness.records import collector, jsonfile
 from hetbench.harness.records.rundir import RUN_FILE, RunResult, close_run
 from hetbench.harness.spec.errors import NodeLost, UsageError
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
-from hetbench.harness.system import interfaces, procfs
+from hetbench.harness.system import interfaces, procfs, services
 
 BEAT_S = 0.5
 STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
@@ -446,16 +446,35 @@ def prepare_share(share: Path, suite_name: str, run: RunSpec, node: int) -> Path
     return share
 
 
+def record_share_tmp(share: Path, tmp: Path) -> None:
+    """This node's private TMPDIR for the run (harness/system/services.py), in its share:
+    `recover_share` removes it where the launcher was killed before it could."""
+    state = _kept_state(share)
+    _write_share(share, int(state.get("node", -1)), str(state.get("status", "running")),
+                 str(state.get("reason", "")), tmp=str(tmp))
+
+
 def _write_share(share: Path, node: int, status: str, reason: str,
-                 launcher: dict[str, Any] | None = None) -> None:
+                 launcher: dict[str, Any] | None = None, tmp: str | None = None) -> None:
     if launcher is None:  # this process holds the share
         launcher = {"host": socket.gethostname(), "pid": os.getpid(),
                     "started": procfs.start_ticks(os.getpid())}
+    tmp = tmp if tmp is not None else _kept_state(share).get("tmp")
     try:
-        (share / SHARE_FILE).write_text(json.dumps({"node": node, "status": status,
-                                                    "reason": reason, "launcher": launcher}))
+        (share / SHARE_FILE).write_text(json.dumps(
+            {"node": node, "status": status, "reason": reason, "launcher": launcher}
+            | ({} if tmp is None else {"tmp": tmp})))
     except OSError:  # the records matter more; node 0 holds how the run ended
         pass
+
+
+def _kept_state(share: Path) -> dict[str, Any]:
+    """What the share says so far ({} where it says nothing readable)."""
+    try:
+        state = json.loads((share / SHARE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def find_shares(path: Path) -> list[Path]:
@@ -491,6 +510,8 @@ def recover_share(share: Path) -> int:
                  f"its launcher (pid {launcher.get('pid')}) ended without closing this "
                  "node's share; closed by hetbench recover (its flushed records stay in "
                  f"{collector.PARTS_DIR}/)", launcher)
+    tmp = state.get("tmp")
+    services.remove_private_tmp(tmp if isinstance(tmp, str) else None)  # the dead launcher's
     return sum(len(part) for part in collector.read_parts(share))
 
 
