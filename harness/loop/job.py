@@ -109,10 +109,11 @@ def build(run: RunSpec, rank: int, backend: str
         # every rank creates every group, member or not (torch.distributed's rule)
         statistics.every = torch.distributed.new_group(list(range(run.world_size)))
         statistics.first_alone = torch.distributed.new_group([0])
-        statistics.clock = CollectiveClock()
-        job = jobs.replace(job, model=convert_to_global(job.model, statistics.every,
-                                                        statistics.clock))
+        job = jobs.replace(job, model=convert_to_global(job.model, statistics.every))
         statistics.layers = [m for m in job.model.modules() if isinstance(m, GlobalBatchNorm)]
+        statistics.clock = CollectiveClock()
+        for layer in statistics.layers:  # a GlobalBatchNorm of the user's own too
+            layer.clock = statistics.clock
     adapter = TorchJobAdapter(job, run.workload, worker.device, worker.threads)
     on_device = backend == "nccl"
     share_first_ranks(adapter, on_device)

@@ -25,8 +25,8 @@ precision: float64 copies of the activations cost a CPU worker more than the col
 (docs/measurements.md, "A user's job").
 
 A faster worker waits inside its forward and backward, in these collectives, for the
-slower ones: not its compute. Layers converted with a `CollectiveClock` add the host time
-they spend there to it, so that the emulated slowdown does not stretch it and the adaptive
+slower ones: not its compute. Layers given a `CollectiveClock` (`clock`) add the host
+time they spend there to it, so that the emulated slowdown does not stretch it and the adaptive
 policy does not fit it as the worker's cost (harness/loop/job.py). On a GPU the forward's
 wait is measured (it reads the count back), the backward's collective only as queued.
 """
@@ -210,7 +210,8 @@ class GlobalBatchNorm(_BatchNorm):
         super().__init__(num_features, eps, momentum, affine, track_running_stats,
                          device=device, dtype=dtype, bias=bias)
         self.process_group = process_group
-        self.clock: CollectiveClock | None = None  # where its collectives' time is added
+        # where its collectives' time is added (harness/loop/job.py sets it), or None
+        self.clock: CollectiveClock | None = None
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
@@ -243,13 +244,11 @@ class GlobalBatchNorm(_BatchNorm):
         return super().extra_repr() + ", global"
 
 
-def convert_to_global(module: nn.Module, process_group: Any = None,
-                      clock: CollectiveClock | None = None) -> nn.Module:
+def convert_to_global(module: nn.Module, process_group: Any = None) -> nn.Module:
     """Replace every BatchNorm1d/2d/3d and SyncBatchNorm in `module` (recursively) by a
     GlobalBatchNorm over `process_group`, sharing the replaced layer's parameter and buffer
-    tensors (the state dict keeps its keys and values), its collectives timed on `clock`.
-    Returns `module`, or the new layer where `module` itself is one of them. A
-    GlobalBatchNorm already there is kept as it is."""
+    tensors (the state dict keeps its keys and values). Returns `module`, or the new layer
+    where `module` itself is one of them. A GlobalBatchNorm already there is kept as it is."""
     converted = module
     if isinstance(module, REPLACED) and not isinstance(module, GlobalBatchNorm):
         like = next((t for t in (module.weight, module.running_mean) if t is not None), None)
@@ -265,11 +264,10 @@ def convert_to_global(module: nn.Module, process_group: Any = None,
         converted.running_var = module.running_var
         converted.num_batches_tracked = module.num_batches_tracked
         converted.train(module.training)
-        converted.clock = clock
         if hasattr(module, "qconfig"):
             converted.qconfig = module.qconfig
     for name, child in module.named_children():
-        converted.add_module(name, convert_to_global(child, process_group, clock))
+        converted.add_module(name, convert_to_global(child, process_group))
     return converted
 
 
