@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +452,36 @@ def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path,
     for side in ("base", "current"):
         runs = [load_run(d) for d in sorted((out / side).glob("*/*")) if d.is_dir()]
         assert len(runs) == 2 and all(r.status == "completed" for r in runs)
+    worktrees = spawn.run(["git", "-C", str(REPO), "worktree", "list"],
+                          capture_output=True, text=True).stdout
+    assert "hetbench-base-" not in worktrees
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs a git checkout")
+def test_a_signal_to_ci_closes_the_launch_in_progress(tmp_path: Path, spawn: Spawn) -> None:
+    """Issue 58 (2): SIGTERM (a CI runner's cancel, `timeout`) to `hetbench ci` mid-launch
+    reaches the launch, which closes its run `interrupted` with its records and removes its
+    TMPDIR; the worktree goes; exit 143. (The launch used to be SIGKILLed: its run stayed
+    `running`, its TMPDIR behind, and nothing said `hetbench recover`.)"""
+    suite = tmp_path / "long.toml"
+    suite.write_text(TINY_PAIR.replace("steps = 6", "steps = 100000"))
+    out = tmp_path / "ci"
+    proc = spawn([*hetbench_command(), "ci", str(suite), "--base", "HEAD", "--repeats", "1",
+                  "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 text=True)
+    deadline = time.monotonic() + 240
+    while not [p for p in (out / "base").glob("*/*/parts/rank0.bin") if p.stat().st_size]:
+        assert proc.poll() is None and time.monotonic() < deadline, "no step flushed"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "passed on to the base side's launch" in err and "ended (exit status" in err, err
+    [run_dir] = [d for d in (out / "base").glob("*/*") if d.is_dir()]
+    run = load_run(run_dir)
+    assert (run.status, run.manifest["reason"]) == ("interrupted", "interrupted by SIGTERM")
+    assert len(run.steps) == run.manifest["rows"] > 0
+    assert not Path(run.manifest["tmp"]).exists()
     worktrees = spawn.run(["git", "-C", str(REPO), "worktree", "list"],
                           capture_output=True, text=True).stdout
     assert "hetbench-base-" not in worktrees

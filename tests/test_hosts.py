@@ -9,6 +9,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -24,6 +25,8 @@ import pandas as pd
 import psutil
 import pytest
 
+from hetbench.harness.run.nodes import STORE_CALL_S
+from hetbench.harness.system import testbed
 from hetbench.harness.system.testbed import Link, Testbed, leftovers
 from tests.conftest import REPO, Spawn, hetbench_command
 from tests.test_cli_errors import error_line
@@ -355,7 +358,7 @@ def test_a_worker_killed_on_node_1_fails_the_run_everywhere_and_the_next_run_sta
     assert (run_dirs(tmp_path / "node0")["allreduce"] / "parts" / "rank1.bin").is_file()
     second_meta = manifest(second)
     assert second_meta["status"] == "interrupted", second_meta
-    assert [p.returncode for p in nodes] == [130, 130], [e[1][-2000:] for e in ends]
+    assert [p.returncode for p in nodes] == [130, 130], "\n".join(e[1][-2000:] for e in ends)
     assert "stopped on node 0: interrupted by the user (Ctrl-C)" in ends[1][1]
 
 
@@ -417,7 +420,90 @@ def test_a_server_killed_on_node_1_fails_the_run_and_ctrl_c_on_node_1_stops_all(
     second_meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
     assert second_meta["status"] == "interrupted", second_meta
     assert second_meta["reason"] == "stopped on node 1: interrupted by the user (Ctrl-C)"
-    assert [p.returncode for p in nodes] == [130, 130], [e[1][-2000:] for e in ends]
+    assert [p.returncode for p in nodes] == [130, 130], "\n".join(e[1][-2000:] for e in ends)
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_testbed_up_closes_the_run_across_its_hosts_before_they_go(
+        tmp_path: Path, spawn: Spawn, number: int) -> None:
+    """Issue 58 (1): `testbed up -- COMMAND` where the command runs both hosts' launchers,
+    stopped (Ctrl-C, or `timeout`'s SIGTERM) mid-run: the signal goes on to the launchers,
+    the hosts stay while they close the run across them, then go; node 0's run is closed
+    `interrupted` with the flushed records of both hosts, node 1's share too, and `up`
+    exits 128 + N. (It used to tear the hosts down at once: the launchers hung in the
+    store's socket and node 0's run stayed `running`.)"""
+    suite = write(tmp_path, steps=5000)
+    script = " & ".join(f'ip netns exec "$HETBENCH_HOST{rank}" ' + shlex.join(
+        node_command(rank, suite, tmp_path / f"node{rank}", "198.18.0.1", 29400))
+        for rank in (0, 1))
+    up = spawn(hetbench_command("testbed", "up", "--hosts", "2", "--", "sh", "-c",
+                                f"{script} & wait"),
+               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert up.stdout is not None
+    tag = [up.stdout.readline() for _ in range(3)][2].split()[1]
+    try:
+        share = _share_of_first_run(tmp_path)
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        launchers = psutil.Process(up.pid).children(recursive=True)
+        up.send_signal(number)
+        _, err = up.communicate(timeout=TIMEOUT_S)
+    finally:
+        for name in leftovers(tag):
+            testbed.remove_namespace(name)
+    name = signal.Signals(number).name
+    assert up.returncode == 128 + number, err[-3000:]
+    assert "passed on to the command; waiting up to" in err, err[-3000:]
+    assert "the command ended" in err, err[-3000:]
+    meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    reason = "interrupted by the user (Ctrl-C)" if number == signal.SIGINT \
+        else f"interrupted by {name}"
+    assert meta["status"] == "interrupted", meta
+    assert reason in meta["reason"], meta["reason"]
+    steps = pd.read_parquet(run_dirs(tmp_path / "node0")["allreduce"] / "steps.parquet")
+    assert set(steps["rank"]) == {0, 1} and meta["rows"] == len(steps) > 0
+    held = json.loads((share / "node.json").read_text())
+    assert held["status"] == "interrupted", held
+    assert not Path(held["tmp"]).exists()  # node 1's launcher closed its share itself
+    assert leftovers(tag) == []
+    assert not [p for p in launchers if _alive(p.pid)]
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_launcher_closing_while_node_0_answers_nothing_ends_in_bounded_time(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """Issue 58 (1): node 0's launcher frozen (SIGSTOP: its store keeps the socket open and
+    answers nothing, as a host whose link went away), then Ctrl-C on node 1: node 1 closes
+    its share `interrupted` with its flushed records and exits within its closing deadline
+    instead of waiting in the store's socket for good (c10d's own timeout does not bound
+    it); node 0, resumed, closes the run too."""
+    suite = write(tmp_path, steps=5000)
+    with Testbed(2) as bed:
+        nodes = on_testbed(bed, spawn, suite, tmp_path)
+        share = _share_of_first_run(tmp_path)
+        _wait_for_steps(share / "parts" / "rank1.bin")
+        os.kill(nodes[0].pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            os.kill(nodes[1].pid, signal.SIGINT)
+            _, err = nodes[1].communicate(timeout=TIMEOUT_S)
+            took = time.monotonic() - began
+        finally:
+            os.kill(nodes[0].pid, signal.SIGCONT)
+        nodes[0].communicate(timeout=TIMEOUT_S)
+        tag = bed.tag
+    assert leftovers(tag) == []
+    print(f"\nnode 1 ended {took:.1f} s after its Ctrl-C, node 0 frozen: {err[-300:]}")
+    assert took < 3 * STORE_CALL_S + 5, took
+    assert nodes[1].returncode == 1, err[-2000:]
+    assert "node 0 (198.18.0.1) stopped answering: no answer within" in err, err[-2000:]
+    held = json.loads((share / "node.json").read_text())
+    assert held["status"] == "interrupted", held
+    assert (share / "parts" / "rank1.bin").stat().st_size > 0
+    meta = manifest(run_dirs(tmp_path / "node0")["allreduce"])
+    assert meta["status"] in ("interrupted", "failed"), meta
 
 
 @pytest.mark.slow

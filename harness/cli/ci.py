@@ -41,6 +41,7 @@ from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import SuiteSpec, load_suite
 from hetbench.harness.spec.tables import run_table
 from hetbench.harness.spec.tables import suite_text as written_suite
+from hetbench.harness.system import children
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
@@ -226,9 +227,17 @@ def suite_text(name_or_path: str) -> str:
 # themselves on a short suite.
 RUNNER = """
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 from typing import Any
+# what `hetbench run` does on a signal, in any tree's launcher: it closes its run on a
+# KeyboardInterrupt, and SIGTERM (hetbench ci passes its own on) would end Python at once
+def interrupted(number, frame):
+    raise KeyboardInterrupt(f"interrupted by {signal.Signals(number).name}")
+signal.signal(signal.SIGINT, signal.default_int_handler)
+for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(number, interrupted)
 # The tree's own hetbench (`own`: hetbench's gate), found by the tree's layout, not by what
 # imports: an older tree has no hetbench/, and `import hetbench` there would find the
 # installed (current) one. A user's gate (`installed`) runs the installed hetbench.
@@ -251,6 +260,9 @@ try:
 except UsageError as exc:
     print(f"hetbench: error: {exc}", file=sys.stderr)
     sys.exit(2)
+except KeyboardInterrupt as exc:  # the run is closed (interrupted)
+    print(f"hetbench: {exc.args[0] if exc.args else 'interrupted (Ctrl-C)'}", file=sys.stderr)
+    sys.exit(130)
 for r in results:
     print(r.status, r.run_dir, r.reason)
 sys.exit(1 if any(r.status != "completed" for r in results) else 0)
@@ -272,9 +284,11 @@ def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds:
     start = time.monotonic()
     command = [sys.executable, *([] if own_code else ["-P"]), "-c", RUNNER, str(suite_file),
                str(out / side), "own" if own_code else "installed"]
-    with open(log, "w") as f:
-        code = subprocess.run(command, cwd=tree, env=env, stdout=f,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    with open(log, "w") as f:  # a signal goes on to the launch, which closes its run
+        code = children.run_and_wait(command, f"the {side} side's launch",
+                                     f"hetbench recover {out / side}", cwd=tree, env=env,
+                                     stdout=f, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
     say(f"round {i + 1}/{rounds} {side:<7} exit {code}  {time.monotonic() - start:5.1f} s  "
         f"[{log}]")
     if code == 2:  # the side could not run the suite at all: nothing to compare

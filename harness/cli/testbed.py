@@ -10,18 +10,21 @@ them until Ctrl-C, SIGTERM or SIGHUP, or, given a command, while the command run
 exit status is `up`'s; HETBENCH_TESTBED tells it the hosts, as JSON, and HETBENCH_HOST<k>
 host k's namespace). Either way it removes every namespace it made. Run a process on a
 host with `ip netns exec NAMESPACE COMMAND`.
+
+A signal to `up` while its command runs is passed on to the command (system/children.py),
+and the hosts stay until it has closed its runs across them (a bounded wait; a second
+Ctrl-C ends it): torn down earlier, the links would vanish under launchers still closing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.system import testbed
+from hetbench.harness.system import children, testbed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"testbed {bed.tag} up: `ip netns exec NAMESPACE COMMAND` runs on a host; "
               + ("it goes when the command ends" if command else "Ctrl-C removes it"),
               flush=True)
-        if command:
-            return subprocess.run(command, env={**os.environ, **bed.environment()}).returncode
+        if command:  # a signal goes on to it, and the hosts stay until it closed its runs
+            return children.run_and_wait(
+                command, "the command", "hetbench recover FOLDER (the folder of its runs)",
+                env={**os.environ, **bed.environment()})
         while True:  # until a signal (harness/system/signals.py raises it here)
             time.sleep(3600)
     finally:

@@ -455,13 +455,14 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
                 results.append(result)
                 if on_end:
                     on_end(result)
+        if nodes is not None:
+            nodes.require_all(0)  # a node that stopped the suite during the last run
     except BaseException as exc:
         if nodes is not None:  # the other hosts stop too, not wait for a run never started
             nodes.leave(signals.describe(exc) if isinstance(exc, KeyboardInterrupt)
                         else str(exc) or type(exc).__name__)
         raise
     if nodes is not None:
-        nodes.require_all(0)  # a node that stopped the suite during the last run
         nodes.finish()
     return results
 

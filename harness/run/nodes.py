@@ -16,7 +16,10 @@ What the launchers keep in the store (node 0 serves a new one for each launch):
     stop                    a node was stopped (Ctrl-C, SIGTERM): the suite stops everywhere
 
 A node that stops answering (no heartbeat for STALE_S) fails the run it was in; node 0
-gone ends the suite on every other node (NodeLost).
+gone ends the suite on every other node (NodeLost). Every store operation is bounded
+(STORE_CALL_S, `_within`), and so is a run's closing (`close_deadline_s`): a host whose
+link went away answers nothing and closes no socket, and c10d's client then waits far past
+its own timeout, which would hold a launcher for good.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +46,11 @@ from hetbench.harness.system import interfaces, procfs, services
 BEAT_S = 0.5
 STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
 POLL_S = 0.1
+# one store operation at most this long (a file handed over: more, by its size), and a
+# run's closing across hosts at most its timeout_s + CLOSE_MARGIN_S
+STORE_CALL_S = 2 * STALE_S
+SEND_FLOOR_BYTES_PER_S = 1_000_000
+CLOSE_MARGIN_S = 30.0
 # the files a node sends to node 0: its workers' parts and logs, nothing else
 SENT_FILE = re.compile(r"(parts|logs)/[A-Za-z0-9_.-]+")
 STORE_PREFIX = "hetbench"  # the launchers' keys in torchrun's agent's store
@@ -106,6 +115,7 @@ class Nodes:
         # whether its launcher could shape it)
         self.hosts: list[dict[str, Any]] = []
         self.lost: set[int] = set()  # nodes that stopped answering (node 0 keeps this)
+        self._unanswered: str | None = None  # why the store is given up on (a call timed out)
         self._beats_store = beats
         self._seen: dict[int, tuple[int, float]] = {}  # node -> (beat, when it changed)
         self._stopping = threading.Event()
@@ -192,15 +202,23 @@ class Nodes:
                            f"heartbeat for {STALE_S:g} s)")
         return silent
 
-    def _call(self, op: Any) -> Any:
-        """A store operation; node 0 gone (its server with it) is NodeLost."""
-        try:
-            return op()
-        except Exception as exc:  # noqa: BLE001 - c10d raises DistError and RuntimeError
+    def _call(self, op: Any, within_s: float | None = None) -> Any:
+        """A store operation, at most `within_s` (default STORE_CALL_S); node 0 gone (its
+        server with it), or silent, is NodeLost."""
+        if self._unanswered is not None:  # a call still waits in the socket: no other
             if self.place.coordinator:
+                raise TimeoutError(self._unanswered)
+            raise NodeLost(self._unanswered)
+        try:
+            return _within(STORE_CALL_S if within_s is None else within_s, op, self._stuck)
+        except Exception as exc:  # noqa: BLE001 - c10d raises DistError and RuntimeError
+            if self.place.coordinator:  # its own store: a fault of this launcher
                 raise
             raise NodeLost(f"node 0 ({self.place.master_addr}) stopped answering: "
                            f"{_first_line(exc)}") from None
+
+    def _stuck(self, why: str) -> None:
+        self._unanswered = f"node 0 ({self.place.master_addr}) stopped answering: {why}"
 
     # -- lockstep ---------------------------------------------------------------------------
 
@@ -213,11 +231,15 @@ class Nodes:
             return None
         return dict(json.loads(self._call(lambda: self.store.get(key))))
 
-    def await_key(self, key: str) -> dict[str, Any]:
-        """Wait for node 0 to publish `key`, as long as node 0 answers."""
+    def await_key(self, key: str, deadline: float | None = None) -> dict[str, Any]:
+        """Wait for node 0 to publish `key`, as long as node 0 answers and, if given,
+        until `deadline` (monotonic; then NodeLost)."""
         while (value := self.read(key)) is None:
             self.silent()
-            if (why := self.stop_requested()) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise NodeLost(f"node 0 ({self.place.master_addr}) did not say {key} in "
+                               "time: this host's part is closed without it")
+            if deadline is None and (why := self.stop_requested()) is not None:
                 raise StoppedElsewhere(f"stopped on {why}")
             time.sleep(POLL_S)
         return value
@@ -250,7 +272,8 @@ class Nodes:
     def request_stop(self, reason: str) -> None:
         """This node was stopped: every node stops the suite after its current run."""
         try:
-            self.store.compare_set("stop", b"", f"node {self.place.node_rank}: {reason}".encode())
+            self._call(lambda: self.store.compare_set(
+                "stop", b"", f"node {self.place.node_rank}: {reason}".encode()))
         except Exception:  # noqa: BLE001 - node 0 gone: nobody is left to tell
             pass
 
@@ -316,19 +339,28 @@ class Nodes:
             if path.is_file() and SENT_FILE.fullmatch(name):
                 data = path.read_bytes()
                 self._call(lambda n=name, d=data: self.store.set(
-                    f"run/{run}/file/{self.place.node_rank}/{n}", d))
+                    f"run/{run}/file/{self.place.node_rank}/{n}", d),
+                    within_s=STORE_CALL_S + len(data) / SEND_FLOOR_BYTES_PER_S)
                 names.append(name)
         self.publish(f"run/{run}/done/{self.place.node_rank}",
                      {"status": status, "reason": reason, "files": names})
 
-    def collect(self, run: int, run_dir: Path) -> dict[int, dict[str, Any]]:
+    def collect(self, run: int, run_dir: Path, deadline: float | None = None
+                ) -> dict[int, dict[str, Any]]:
         """On node 0: every other node's end of run `run`, its files written into
         `run_dir` beside node 0's (ranks differ: no file is overwritten), as long as it
-        answers. Returns node -> its report; a node that stopped answering reports
-        {"status": "lost"}."""
+        answers and, if given, until `deadline` (monotonic). Returns node -> its report; a
+        node that stopped answering, or did not report in time, reports {"status":
+        "lost"}."""
         pending = set(range(1, self.place.nnodes))
         reports: dict[int, dict[str, Any]] = {}
         while pending:
+            if deadline is not None and time.monotonic() > deadline:
+                for k in sorted(pending):
+                    reports[k] = {"status": "lost", "reason": f"node {k} did not hand its "
+                                  "records over in time"}
+                    self.lost.add(k)
+                break
             for k in sorted(pending):
                 if (done := self.read(f"run/{run}/done/{k}")) is not None:
                     self._receive(run, k, done.get("files", []), run_dir)
@@ -349,7 +381,8 @@ class Nodes:
             if not SENT_FILE.fullmatch(name) or target.exists():
                 continue
             target.parent.mkdir(exist_ok=True)
-            target.write_bytes(bytes(self.store.get(f"run/{run}/file/{node}/{name}")))
+            target.write_bytes(bytes(self._call(
+                lambda n=name: self.store.get(f"run/{run}/file/{node}/{n}"))))
 
     def close(self) -> None:
         self._stopping.set()
@@ -390,6 +423,7 @@ class Seat:
         another node hands them over and keeps its share (`run_dir`) closed as its part
         ended, then learns how the run ended."""
         nodes, index = self.nodes, self.index
+        deadline = time.monotonic() + close_deadline_s(run)
         lost = isinstance(raised, NodeLost)
         if not nodes.place.coordinator:  # first: node 0 may be gone (NodeLost from here on)
             _write_share(run_dir, nodes.place.node_rank, status, reason)
@@ -401,15 +435,57 @@ class Seat:
             if lost:
                 return RunResult(run, repeat, run_dir, status, reason)
             nodes.report(index, status, reason, run_dir)
-            closed = nodes.await_key(f"run/{index}/closed")
+            closed = nodes.await_key(f"run/{index}/closed", deadline)
             _write_share(run_dir, nodes.place.node_rank, closed["status"], closed["reason"])
             return RunResult(run, repeat, run_dir, closed["status"], closed["reason"])
-        reports = nodes.collect(index, run_dir)
+        reports = nodes.collect(index, run_dir, deadline)
         status, reason = outcome(status, reason, nodes.aborted(index), reports,
                                  nodes.stop_requested())
         result = close_run(run_dir, run, status, reason, repeat, dropped)
         nodes.publish(f"run/{index}/closed", {"status": result.status, "reason": result.reason})
         return result
+
+
+def close_deadline_s(run: RunSpec) -> float:
+    """How long a run's closing may wait for the other hosts: their workers stop within
+    timeout_s (a peer's collective times out by then), and their records cross after."""
+    return run.timeout_s + CLOSE_MARGIN_S
+
+
+def _within(seconds: float, op: Callable[[], Any], stuck: Callable[[str], None]) -> Any:
+    """op() in a thread of its own, waited for at most `seconds`: then `stuck(why)` and
+    TimeoutError (the thread is left in its socket; the process exits without joining it:
+    exits.py). c10d's TCPStore client is not bounded by its own timeout against a peer
+    that answers nothing without closing its socket: measured here, a get from a
+    SIGSTOPped server's store with a 3 s timeout still waited after 40 s. A signal during
+    the wait is raised once the call has ended (or the time is up): the client is not
+    thread-safe, so no other call may start while this one is in its socket."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = op()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name="hetbench-store-call", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + seconds
+    interrupt: KeyboardInterrupt | None = None
+    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+        try:
+            thread.join(left)
+        except KeyboardInterrupt as exc:  # held until the call is out of the socket
+            interrupt = interrupt or exc
+    if thread.is_alive():
+        stuck(f"no answer within {seconds:g} s")
+    if interrupt is not None:
+        raise interrupt
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def outcome(status: str, reason: str, aborted: str | None, reports: dict[int, dict[str, Any]],

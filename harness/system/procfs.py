@@ -39,3 +39,14 @@ def alive(pid: int, started: int) -> bool:
     not: it has exited and waits for its parent to read its status)."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] != "Z" and start_ticks(pid) == started
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of process group `group` that have not exited (no zombie): a group
+    outlives its leader while a process of it runs."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None \
+                and len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members

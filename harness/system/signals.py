@@ -38,10 +38,14 @@ def describe(interrupt: KeyboardInterrupt) -> str:
     return "interrupted by the user (Ctrl-C)"
 
 
+def number(interrupt: KeyboardInterrupt) -> int:
+    """The signal that raised it (Ctrl-C's SIGINT for a plain KeyboardInterrupt)."""
+    return int(interrupt.number if isinstance(interrupt, Interrupted) else signal.SIGINT)
+
+
 def exit_status(interrupt: KeyboardInterrupt) -> int:
     """128 + the signal's number, as a shell reports a process a signal ended."""
-    number = interrupt.number if isinstance(interrupt, Interrupted) else signal.SIGINT
-    return 128 + int(number)
+    return 128 + number(interrupt)
 
 
 def as_interrupt(number: int) -> KeyboardInterrupt:
