@@ -517,3 +517,70 @@ def test_a_signal_as_the_work_ends_still_skips_the_teardown(spawn: Spawn, when: 
     help_text = spawn.run(hetbench_command("--help"), cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert help_text.returncode == 0 and "usage: hetbench" in help_text.stdout
+
+
+# -- too few file descriptors (issue 58, 6) --------------------------------------------------
+
+PAIR = """
+[suite]
+name = "fds"
+
+[[runs]]
+name = "pair"
+steps = 10
+global_batch = 32
+timeout_s = 4
+workers = [ { threads = 1 }, { threads = 1 } ]
+"""
+
+# a launch in a process whose limit on open files is argv[3] (its workers inherit it),
+# the launcher's floor lowered to let it start: what a limit between that floor and a
+# worker's needs does
+LOW_LIMIT_LAUNCH = """
+import resource, sys
+from pathlib import Path
+from hetbench.harness.run import launcher
+from hetbench.harness.spec.suite import load_suite
+launcher.MIN_OPEN_FILES = 0
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), hard))
+[result] = launcher.run_suite(load_suite(sys.argv[1]), Path(sys.argv[2]))
+print(result.status, result.reason)
+"""
+
+
+def test_a_limit_on_open_files_no_worker_can_start_under_is_refused_first(
+        tmp_path: Path, write_suite) -> None:
+    suite = write_suite(PAIR)
+    done = subprocess.run(hetbench_command("run", str(suite), "--out", str(tmp_path / "out")),
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: _limit_open_files(20))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("hetbench: error: ulimit -n: a process here may open 20 files, and "
+                           "a worker needs more than that (at least 64): raise the limit "
+                           "(ulimit -n 1024)\n")
+    assert done.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_a_worker_short_of_file_descriptors_is_named_not_the_peer_left_waiting(
+        tmp_path: Path, write_suite) -> None:
+    """With 14 open files for a worker, worker 0 (which serves the run's store) cannot take
+    worker 1's connection, or fails on its own: the reason names worker 0 and the files,
+    never 'worker 1 stopped answering' (the campaign saw that)."""
+    suite = write_suite(PAIR)
+    done = subprocess.run([sys.executable, "-c", LOW_LIMIT_LAUNCH, str(suite),
+                           str(tmp_path / "out"), "14"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, reason = done.stdout.strip().split(" ", 1)
+    print(f"\n{reason}")
+    assert status == "failed"
+    assert reason.startswith("worker 0") and "files" in reason, reason
+    assert "stopped answering" not in reason, reason
+
+
+def _limit_open_files(soft: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(
+        resource.RLIMIT_NOFILE)[1]))

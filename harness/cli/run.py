@@ -76,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
 def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     """`hetbench run`, each run's result (launcher.RunResult) added to `collected`."""
     from hetbench.harness.records.results import writable_folder
+    from hetbench.harness.run.launcher import check_open_files
 
     suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
+    check_open_files()
     place = hosts.place(args, suite)
     if place is None:
         refuse_interfaces(suite)

@@ -10,7 +10,9 @@ launchers keep the runs in lockstep through hetbench.harness.run.nodes (docs/how
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -32,7 +34,7 @@ from hetbench.harness.records.rundir import (
     prepare_run_dir,
 )
 from hetbench.harness.run.nodes import Nodes, Seat, prepare_share, record_share_tmp
-from hetbench.harness.spec.errors import DeviceUnavailable, NodeLost
+from hetbench.harness.spec.errors import DeviceUnavailable, NodeLost, UsageError
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
 from hetbench.harness.spec.workers import cpu_list
 from hetbench.harness.system import interfaces, procfs, signals
@@ -45,6 +47,10 @@ SERVICE_FAILURE_GRACE_S = 0.5
 STALL_MARGIN_S = 5.0  # beyond timeout_s, before a run without progress is stopped
 STALL_GRACE_S = 1.0  # for workers stuck in a wait, between SIGTERM and SIGKILL
 SETTLE_S = 3.0  # after a failure, for the healthy peers of a hung worker to time out too
+# the fewest open files a run may be started with: measured here (`ulimit -n N; hetbench
+# run` of a pair of PyTorch CPU workers), 24 were enough and 22 were not; other
+# frameworks need more, and a limit between this and their needs is named by the reason
+MIN_OPEN_FILES = 64
 QUIET_S = 5.0  # no step for longer than this before a failure: the failures were waits
 FULL_DISK_BYTES = 64 * 1024  # less free than this after a failure: it was the disk
 
@@ -302,10 +308,11 @@ def stall_limit(run: RunSpec, started: bool) -> float:
 def _failure_reason(procs: dict[int, subprocess.Popen[bytes]], run_dir: Path,
                     quiet_s: float) -> str:
     """Why the run failed, naming the worker that caused it, not the healthy peers that
-    failed waiting for it: a worker killed by a signal; else a stopped worker (SIGSTOP);
-    else, when nothing had moved for a while (the failures are timeouts), the workers
-    still alive once the others had time to exit, which did not answer; else the first
-    worker to fail."""
+    failed waiting for it: a worker killed by a signal; else a worker that ran out of
+    what the system gives a process (its log says: too many open files, no memory);
+    else a stopped worker (SIGSTOP); else, when nothing had moved for a while (the
+    failures are timeouts), the workers still alive once the others had time to exit,
+    which did not answer; else the first worker to fail."""
     deadline = time.monotonic() + SETTLE_S  # healthy peers time out nearly together
     while time.monotonic() < deadline and not any(p.poll() is not None and p.returncode < 0
                                                   for p in procs.values()):
@@ -317,10 +324,24 @@ def _failure_reason(procs: dict[int, subprocess.Popen[bytes]], run_dir: Path,
     failed = [r for r, c in codes.items() if c not in (None, 0)]
     first = failed[0]
     waited = f"worker {first}: {_worker_reason(run_dir, first, codes[first])}"
+    starved = {r: why for r, p in sorted(procs.items())
+               if (why := _starved(run_dir, r, p.pid if p.poll() is None else None))}
     if killed:
         reason = "; ".join(_worker_reason(run_dir, r, codes[r], named=True) for r in killed)
+    elif starved:
+        reason = "; ".join(f"worker {r} ran out of {why}" for r, why in starved.items())
+        if first not in starved:
+            reason += f" ({waited})"
     elif stopped := _stopped_workers(procs):
         reason = f"{'; '.join(stopped)} ({waited})"
+    elif refused := {r: why for r, p in sorted(procs.items())
+                     if codes[r] is None and (why := _store_refused(run_dir, r))}:
+        # alive and trying: the store's server (rank 0) did not take their connections
+        limit = procfs.open_files(procs[min(refused)].pid)
+        hint = f"; workers may open {limit[1]} files (ulimit -n)" if limit else ""
+        reason = (f"worker 0's store did not take the connection of "
+                  f"{', '.join(f'worker {r}' for r in refused)} "
+                  f"({refused[min(refused)]}{hint}) ({waited})")
     elif quiet_s > QUIET_S and (alive := [r for r, c in codes.items() if c is None]):
         reason = (f"{', '.join(f'worker {r}' for r in alive)} stopped answering (no step "
                   f"for {quiet_s:.0f} s) ({waited})")
@@ -329,6 +350,51 @@ def _failure_reason(procs: dict[int, subprocess.Popen[bytes]], run_dir: Path,
     if _disk_full(run_dir):
         reason += f" (no space left on the device holding {run_dir})"
     return reason
+
+
+# what a process runs out of, as its log says it (strerror: Python's, gloo's, c10d's
+# messages all carry it), and what to do about it
+STARVED = {
+    os.strerror(errno.EMFILE): "file descriptors (Too many open files: raise `ulimit -n`)",
+    os.strerror(errno.ENFILE): "file descriptors (the system's table is full)",
+    os.strerror(errno.ENOMEM): "memory (Cannot allocate memory)",
+}
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def _starved(run_dir: Path, rank: int, pid: int | None = None) -> str | None:
+    """What worker `rank` ran out of, if its error or its log's end says, or (`pid`: it
+    lives) if it holds as many descriptors as it may: a start-up failure, before any
+    step, where the peer left waiting for it must not take the blame. (A store server
+    that cannot accept a peer's connection says nothing: its peer sees a reset.)"""
+    held = procfs.open_files(pid) if pid is not None else None
+    if held is not None and held[0] >= held[1]:
+        return STARVED[os.strerror(errno.EMFILE)].replace(
+            "(", f"(all {held[1]} it may open; ", 1)
+    text = _log_tail(run_dir, rank) + collector.read_error(run_dir, rank)
+    found = [(text.rfind(message), why) for message, why in STARVED.items() if message in text]
+    return max(found)[1] if found else None
+
+
+STORE_RETRY = "TCP client failed to connect/validate to host "  # c10d's client, retrying
+
+
+def _store_refused(run_dir: Path, rank: int) -> str | None:
+    """Why worker `rank` keeps failing to join the run's store, if the last lines of its
+    log are c10d's retries (the error they end with: a reset, a broken pipe)."""
+    lines = _log_tail(run_dir, rank).splitlines()
+    tried = [ln for ln in lines[-20:] if STORE_RETRY in ln]
+    return tried[-1].rsplit("): ", 1)[-1].strip() if tried else None
+
+
+def _log_tail(run_dir: Path, rank: int) -> str:
+    log = run_dir / "logs" / f"rank{rank}.log"
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _stopped_workers(procs: dict[int, subprocess.Popen[bytes]]) -> list[str]:
@@ -409,6 +475,18 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
+def check_open_files(least: int | None = None) -> None:
+    """Refuse, before anything runs, a limit on open files (`ulimit -n`) under which no
+    worker starts: one that cannot open its store's connections fails the run with a
+    reason that can only guess (a reset connection, a store waiting for clients)."""
+    least = MIN_OPEN_FILES if least is None else least
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < least:
+        raise UsageError("ulimit -n", f"a process here may open {soft} files, and a "
+                         f"worker needs more than that (at least {least}): raise the limit "
+                         f"(ulimit -n 1024)")
+
+
 def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
               on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
               gpu_counts: dict[str, int] | None = None, nodes: Nodes | None = None
@@ -419,6 +497,7 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
     suite's folder. `gpu_counts`: the GPUs each framework sees, where already probed.
     `nodes`: the hosts this launch spans (each runs this with its own `nodes`), in lockstep:
     node 0 numbers the runs and writes their directories."""
+    check_open_files()
     unavailable: dict[str, str] = {}
     gpu_counts = {} if gpu_counts is None else gpu_counts
     here = None if nodes is None else nodes.place.node_rank

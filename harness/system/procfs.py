@@ -50,3 +50,18 @@ def group_members(group: int) -> list[int]:
                 and len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def open_files(pid: int) -> tuple[int, int] | None:
+    """(descriptors open, the soft limit on them) of a process, or None where /proc does
+    not say (gone, another user's, not Linux)."""
+    try:
+        opened = sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
+        limits = Path(f"/proc/{pid}/limits").read_text().splitlines()
+    except OSError:
+        return None
+    for line in limits:
+        if line.startswith("Max open files"):
+            soft = line[len("Max open files"):].split()[0]
+            return opened, (int(soft) if soft.isdigit() else 1 << 62)
+    return None
