@@ -21,7 +21,7 @@ import pytest
 
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import RECORD_DTYPE, RECORD_FIELDS
-from hetbench.harness.records.results import launcher_alive
+from hetbench.harness.records.results import launcher_alive, load_run
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.system.procfs import start_ticks as process_start_ticks
 from tests.conftest import Spawn
@@ -662,3 +662,20 @@ def test_parts_holding_records_the_table_lacks_are_named(run_dir: Path, hetbench
     assert f"hetbench: note: {run_dir / 'parts'} holds 27 step records and " \
            f"{run_dir / 'steps.parquet'} 24: the table is read, the parts' others are not" \
            in said, said
+
+
+def test_a_part_of_a_rank_the_run_lacks_is_named_and_not_read(run_dir: Path,
+                                                               hetbench) -> None:
+    """Issue 58 (5): parts/rank7.bin beside the table of a run of 2 workers is no worker's:
+    named on its own (it used to be counted in with the parts), the table read alone."""
+    steps = pd.read_parquet(run_dir / collector.STEPS_FILE)
+    records = np.zeros(5, dtype=RECORD_DTYPE)
+    records["rank"] = 7
+    collector.part_path(run_dir, 7).parent.mkdir(exist_ok=True)
+    collector.part_path(run_dir, 7).write_bytes(records.tobytes())
+    result = hetbench(run_dir.parent, "report", "--no-figures", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert notes(result) == [f"hetbench: note: {collector.part_path(run_dir, 7)}: rank 7 is "
+                             "not one of the run's 2 workers: not read"]
+    read = load_run(run_dir).steps
+    assert len(read) == len(steps) and set(read["rank"]) == {0, 1}

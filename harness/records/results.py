@@ -86,7 +86,8 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
     if problem:
         raise UsageError(str(file_of_rank(problem.rank)), problem.message)
     if (run_dir / collector.STEPS_FILE).is_file():
-        _note_parts_beyond(run_dir, len(steps))
+        _note_parts_beyond(run_dir, len(steps),
+                           len(workers) if isinstance(workers, list) else None)
     if steps.empty and meta.get("status") == "completed":
         raise UsageError(str(file_of_rank(None)), "holds no step, yet the run says it "
                                                   "completed: damaged")
@@ -151,11 +152,19 @@ def _lasted_s(meta: dict[str, Any]) -> float | None:
         return None
 
 
-def _note_parts_beyond(run_dir: Path, rows: int) -> None:
+def _note_parts_beyond(run_dir: Path, rows: int, world_size: int | None) -> None:
     """The flushed parts hold every record steps.parquet was written from: more there means
-    the table lost some (read from the parts' sizes, not their rows)."""
-    flushed = sum(path.stat().st_size for path in collector.part_files(run_dir)) \
-        // collector.RECORD_DTYPE.itemsize
+    the table lost some (read from the parts' sizes, not their rows). A part of a rank the
+    run does not have is no worker's: named on its own."""
+    parts = collector.part_files(run_dir)
+    for path in parts:
+        rank = collector.part_rank(path)
+        if world_size is not None and rank is not None and rank >= world_size:
+            note(f"{path}: rank {rank} is not one of the run's {world_size} workers: not "
+                 "read")
+    parts = [p for p in parts if world_size is None or (collector.part_rank(p) or 0)
+             < world_size]
+    flushed = sum(path.stat().st_size for path in parts) // collector.RECORD_DTYPE.itemsize
     if flushed > rows:
         note(f"{run_dir / collector.PARTS_DIR} holds {flushed} step records and "
              f"{run_dir / collector.STEPS_FILE} {rows}: the table is read, the parts' "
