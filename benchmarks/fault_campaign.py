@@ -40,6 +40,7 @@ def run_group(files: list[str], hostile: bool, junit: Path) -> dict[str, int]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-m", "long or not long",  # the long set too (pyproject's addopts)
                     f"--junitxml={junit}", *files], cwd=REPO, timeout=TIMEOUT_S,
                    stdout=subprocess.DEVNULL, preexec_fn=ignore_interrupts if hostile else None)
     cases = ET.parse(junit).getroot().iter("testcase")

@@ -147,22 +147,21 @@ def test_a_second_ctrl_c_ends_the_wait_at_once(tmp_path: Path, spawn: Spawn) -> 
     assert ended(child)
 
 
-def test_without_a_signal_the_commands_exit_status_is_returned(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", DRIVER, "5", sys.executable, "-c",
-                           "import sys; sys.exit(7)"], cwd=REPO, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+def test_without_a_signal_the_commands_exit_status_is_returned(spawn: Spawn) -> None:
+    done = spawn.run([sys.executable, "-c", DRIVER, "5", sys.executable, "-c",
+                      "import sys; sys.exit(7)"], cwd=REPO, capture_output=True, text=True,
+                     timeout=TIMEOUT_S)
     assert (done.returncode, done.stderr) == (7, "")
 
 
-def test_the_command_reads_no_terminal_it_cannot_own(tmp_path: Path) -> None:
+def test_the_command_reads_no_terminal_it_cannot_own(spawn: Spawn) -> None:
     """Outside the terminal's foreground group, a read of the terminal would stop the
     command (SIGTTIN) and hetbench would wait for good: its stdin is /dev/null instead."""
     leader, follower = os.openpty()
     try:
-        done = subprocess.run([sys.executable, "-c", DRIVER, "5", sys.executable, "-c",
-                               "import sys; print(repr(sys.stdin.read()))"], cwd=REPO,
-                              stdin=follower, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        done = spawn.run([sys.executable, "-c", DRIVER, "5", sys.executable, "-c",
+                          "import sys; print(repr(sys.stdin.read()))"], cwd=REPO,
+                         stdin=follower, capture_output=True, text=True, timeout=TIMEOUT_S)
     finally:
         os.close(leader)
         os.close(follower)

@@ -242,10 +242,11 @@ def hetbench_once(spawn: Spawn, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("framework", "aggregator"), [
     ("pytorch", None),
-    pytest.param("mxnet", '"mxnet-kvstore"', marks=pytest.mark.skipif(
-        not importlib.util.find_spec("mxnet"), reason="MXNet not installed")),
-    pytest.param("tensorflow", '"tensorflow-collective"', marks=pytest.mark.skipif(
-        not importlib.util.find_spec("tensorflow"), reason="TensorFlow not installed")),
+    pytest.param("mxnet", '"mxnet-kvstore"', marks=[pytest.mark.long, pytest.mark.skipif(
+        not importlib.util.find_spec("mxnet"), reason="MXNet not installed")]),
+    pytest.param("tensorflow", '"tensorflow-collective"', marks=[
+        pytest.mark.long, pytest.mark.skipif(not importlib.util.find_spec("tensorflow"),
+                                             reason="TensorFlow not installed")]),
 ])
 def test_a_killed_launcher_leaves_a_run_that_recover_closes(
         tmp_path: Path, write_suite, spawn: Spawn, framework: str,
@@ -307,12 +308,14 @@ def _installed(framework: str) -> bool:
     ("pytorch", '{ name = "ps-sync" }', 5),
     ("pytorch", '{ name = "ssp", staleness = 1 }', 5),
     ("pytorch", '{ name = "local-sgd", local_steps = 2 }', 5),
-    pytest.param("mxnet", '"mxnet-kvstore"', 10, marks=pytest.mark.skipif(
-        not _installed("mxnet"), reason="MXNet not installed")),
-    pytest.param("tensorflow", '"tensorflow-collective"', 10, marks=pytest.mark.skipif(
-        not _installed("tensorflow"), reason="TensorFlow not installed")),
-    pytest.param("tensorflow", '"tensorflow-ps"', 10, marks=pytest.mark.skipif(
-        not _installed("tensorflow"), reason="TensorFlow not installed")),
+    pytest.param("mxnet", '"mxnet-kvstore"', 10, marks=[pytest.mark.long, pytest.mark.skipif(
+        not _installed("mxnet"), reason="MXNet not installed")]),
+    pytest.param("tensorflow", '"tensorflow-collective"', 10, marks=[
+        pytest.mark.long, pytest.mark.skipif(not _installed("tensorflow"),
+                                             reason="TensorFlow not installed")]),
+    pytest.param("tensorflow", '"tensorflow-ps"', 10, marks=[
+        pytest.mark.long, pytest.mark.skipif(not _installed("tensorflow"),
+                                             reason="TensorFlow not installed")]),
 ])
 def test_a_stopped_worker_ends_the_run_within_its_timeout_and_is_named(
         tmp_path: Path, write_suite, spawn: Spawn, framework: str, aggregator: str,
@@ -550,11 +553,11 @@ print(result.status, result.reason)
 
 
 def test_a_limit_on_open_files_no_worker_can_start_under_is_refused_first(
-        tmp_path: Path, write_suite) -> None:
+        tmp_path: Path, write_suite, spawn: Spawn) -> None:
     suite = write_suite(PAIR)
-    done = subprocess.run(hetbench_command("run", str(suite), "--out", str(tmp_path / "out")),
-                          cwd=REPO, capture_output=True, text=True, timeout=120,
-                          preexec_fn=lambda: _limit_open_files(20))
+    done = spawn.run(hetbench_command("run", str(suite), "--out", str(tmp_path / "out")),
+                     cwd=REPO, capture_output=True, text=True, timeout=120,
+                     preexec_fn=lambda: _limit_open_files(20))
     assert done.returncode == 2, done.stderr
     assert done.stderr == ("hetbench: error: ulimit -n: a process here may open 20 files, and "
                            "a worker needs more than that (at least 64): raise the limit "
@@ -563,14 +566,14 @@ def test_a_limit_on_open_files_no_worker_can_start_under_is_refused_first(
 
 
 def test_a_worker_short_of_file_descriptors_is_named_not_the_peer_left_waiting(
-        tmp_path: Path, write_suite) -> None:
+        tmp_path: Path, write_suite, spawn: Spawn) -> None:
     """With 14 open files for a worker, worker 0 (which serves the run's store) cannot take
     worker 1's connection, or fails on its own: the reason names worker 0 and the files,
     never 'worker 1 stopped answering' (the campaign saw that)."""
     suite = write_suite(PAIR)
-    done = subprocess.run([sys.executable, "-c", LOW_LIMIT_LAUNCH, str(suite),
-                           str(tmp_path / "out"), "14"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    done = spawn.run([sys.executable, "-c", LOW_LIMIT_LAUNCH, str(suite),
+                      str(tmp_path / "out"), "14"], cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     status, reason = done.stdout.strip().split(" ", 1)
     print(f"\n{reason}")

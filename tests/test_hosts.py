@@ -230,6 +230,7 @@ def native_suite(path: Path, framework: str) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @needs_root
 @pytest.mark.parametrize("framework", sorted(NATIVE))
 def test_the_frameworks_own_exchanges_across_hosts_train_as_on_one_host(
@@ -387,6 +388,7 @@ def only_runs(path: Path, *names: str) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @needs_root
 def test_a_server_killed_on_node_1_fails_the_run_and_ctrl_c_on_node_1_stops_all(
         tmp_path: Path, spawn: Spawn) -> None:
@@ -471,6 +473,7 @@ def test_a_signal_to_testbed_up_closes_the_run_across_its_hosts_before_they_go(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @needs_root
 def test_a_launcher_closing_while_node_0_answers_nothing_ends_in_bounded_time(
         tmp_path: Path, spawn: Spawn) -> None:
@@ -507,6 +510,7 @@ def test_a_launcher_closing_while_node_0_answers_nothing_ends_in_bounded_time(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @needs_root
 def test_a_host_killed_whole_fails_the_run_on_node_0_in_time(tmp_path: Path, spawn: Spawn,
                                                             hetbench) -> None:

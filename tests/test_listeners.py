@@ -317,9 +317,9 @@ def test_the_rendezvous_store_listens_on_its_loopback_host_only() -> None:
 @pytest.mark.parametrize(("framework", "aggregator"), [
     ("pytorch", "torch"),
     ("pytorch", "ps-sync"),
-    ("mxnet", "mxnet-kvstore"),
-    ("tensorflow", "tensorflow-collective"),
-    ("tensorflow", "tensorflow-ps"),
+    pytest.param("mxnet", "mxnet-kvstore", marks=pytest.mark.long),
+    pytest.param("tensorflow", "tensorflow-collective", marks=pytest.mark.long),
+    pytest.param("tensorflow", "tensorflow-ps", marks=pytest.mark.long),
 ])
 def test_every_listener_of_a_run_is_on_loopback(tmp_path: Path, spawn: Spawn, framework: str,
                                                  aggregator: str) -> None:

@@ -220,7 +220,8 @@ def test_devices_lists_every_framework(tmp_path: Path, hetbench) -> None:
 
 @pytest.mark.parametrize(("body", "timeout", "reason"), [
     ("import os\nos.abort()\n", "120", "probe died with SIGABRT"),
-    ("import threading\nthreading.Event().wait()\n", "10", "probe timed out after 10 s"),
+    pytest.param("import threading\nthreading.Event().wait()\n", "10",
+                 "probe timed out after 10 s", marks=pytest.mark.long),
 ], ids=["crash", "hang"])
 def test_devices_survives_a_broken_framework(tmp_path: Path, body: str, timeout: str,
                                              reason: str, hetbench) -> None:

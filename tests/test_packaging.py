@@ -118,6 +118,7 @@ workers = [ { device = "cpu" }, { device = "cpu", slowdown = 2.0 } ]
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_users_repository_is_studied_with_hetbench_installed_from_its_wheel(
         tmp_path: Path, spawn: Spawn) -> None:
     """A scratch project with its own analysis/, workloads/ and harness/ packages and a

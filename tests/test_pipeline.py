@@ -255,6 +255,7 @@ pipeline = { micro_batches = 2, split = [2, 1], wave_bound = 1 }
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_dead_stage_ends_the_run_keeping_its_records_and_stops_every_process(
         tmp_path, write_suite, spawn):
     """wsp (servers started by the launcher): stage 1 of virtual worker 0 is killed."""

@@ -115,6 +115,7 @@ workers = [ { device = "cpu" }, { device = "cpu" } ]
 
 
 @needs_tensorflow
+@pytest.mark.long
 def test_a_dead_ps_server_fails_the_run_and_stops_every_other(tmp_path: Path,
                                                                write_suite) -> None:
     out = tmp_path / "out"
