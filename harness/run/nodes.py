@@ -218,7 +218,11 @@ class Nodes:
                            f"{_first_line(exc)}") from None
 
     def _stuck(self, why: str) -> None:
-        self._unanswered = f"node 0 ({self.place.master_addr}) stopped answering: {why}"
+        """A call timed out: no other is tried (NodeLost, or on node 0 an error at once)."""
+        where = f"{self.place.master_addr}:{self.place.master_port}"
+        self._unanswered = (f"the launch's store ({where}) stopped answering: {why}"
+                            if self.place.coordinator else
+                            f"node 0 ({self.place.master_addr}) stopped answering: {why}")
 
     # -- lockstep ---------------------------------------------------------------------------
 
