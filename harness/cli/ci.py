@@ -36,6 +36,7 @@ from typing import Any
 from hetbench.harness.cli import arguments
 from hetbench.harness.cli.compare import add_statistics_arguments, report, settings_from
 from hetbench.harness.run.jobcheck import check_jobs
+from hetbench.harness.run.nodes import CLOSE_MARGIN_S
 from hetbench.harness.spec.builtin import builtin_text
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import SuiteSpec, load_suite
@@ -97,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     worktree = Path(tempfile.mkdtemp(prefix="hetbench-base-"))
     git(repo, "worktree", "add", "--detach", "--force", str(worktree), commit)
     failed_launches = 0
+    # on a signal, a launch gets as long as its slowest run may take to close
+    close_wait_s = max(children.CLOSE_WAIT_S,
+                       max(r.timeout_s for r in suite.runs) + CLOSE_MARGIN_S + 60)
     try:
         trees = {"base": worktree, "current": repo}
         if users is None:
@@ -112,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             order = SIDES if i % 2 == 0 else SIDES[::-1]
             for side in order:
                 code = run_side(side, trees[side], files[side], out, i, rounds,
-                                own_code=users is None)
+                                own_code=users is None, close_wait_s=close_wait_s)
                 failed_launches += side == "current" and code != 0
     finally:
         git(repo, "worktree", "remove", "--force", str(worktree), check=False)
@@ -270,7 +274,7 @@ sys.exit(1 if any(r.status != "completed" for r in results) else 0)
 
 
 def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds: int,
-             own_code: bool = True) -> int:
+             own_code: bool = True, close_wait_s: float = children.CLOSE_WAIT_S) -> int:
     """One launch of the suite with the side's code (`own_code`: the tree's hetbench; else
     the installed hetbench on the tree's jobs); its output goes to a log. Returns the
     launch's exit status (0: every run completed)."""
@@ -286,8 +290,8 @@ def run_side(side: str, tree: Path, suite_file: Path, out: Path, i: int, rounds:
                str(out / side), "own" if own_code else "installed"]
     with open(log, "w") as f:  # a signal goes on to the launch, which closes its run
         code = children.run_and_wait(command, f"the {side} side's launch",
-                                     f"hetbench recover {out / side}", cwd=tree, env=env,
-                                     stdout=f, stderr=subprocess.STDOUT,
+                                     f"hetbench recover {out / side}", close_wait_s,
+                                     cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
     say(f"round {i + 1}/{rounds} {side:<7} exit {code}  {time.monotonic() - start:5.1f} s  "
         f"[{log}]")

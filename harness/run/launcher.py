@@ -226,7 +226,13 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         if seat is None:
             result = close_run(run_dir, run, status, reason, repeat, dropped)
         else:
-            result = seat.close(run_dir, run, repeat, status, reason, raised, dropped)
+            try:
+                result = seat.close(run_dir, run, repeat, status, reason, raised, dropped)
+            except NodeLost as lost:
+                if not isinstance(raised, KeyboardInterrupt):
+                    raise
+                # this host's share is closed; the interrupt stays what ends the launcher
+                print(f"hetbench: {lost}", file=sys.stderr, flush=True)
     if raised is not None:
         raise raised
     if held:  # a Ctrl-C or SIGTERM during the closing: the suite stops now

@@ -46,10 +46,10 @@ from hetbench.harness.system import interfaces, procfs, services
 BEAT_S = 0.5
 STALE_S = 5.0  # no heartbeat for this long: the node stopped answering
 POLL_S = 0.1
-# one store operation at most this long (a file handed over: more, by its size), and a
-# run's closing across hosts at most its timeout_s + CLOSE_MARGIN_S
+# one store operation at most this long (a file handed over: until the closing's
+# deadline, however slow the link), and a run's closing across hosts at most its
+# timeout_s + CLOSE_MARGIN_S
 STORE_CALL_S = 2 * STALE_S
-SEND_FLOOR_BYTES_PER_S = 1_000_000
 CLOSE_MARGIN_S = 30.0
 # the files a node sends to node 0: its workers' parts and logs, nothing else
 SENT_FILE = re.compile(r"(parts|logs)/[A-Za-z0-9_.-]+")
@@ -72,6 +72,10 @@ class Place:
     @property
     def coordinator(self) -> bool:
         return self.node_rank == 0
+
+
+class StoreSilent(RuntimeError):
+    """A store call got no answer in time (on node 0: the launch's own store)."""
 
 
 class StoppedElsewhere(KeyboardInterrupt):
@@ -206,11 +210,11 @@ class Nodes:
         """A store operation, at most `within_s` (default STORE_CALL_S); node 0 gone (its
         server with it), or silent, is NodeLost."""
         if self._unanswered is not None:  # a call still waits in the socket: no other
-            if self.place.coordinator:
-                raise TimeoutError(self._unanswered)
             raise NodeLost(self._unanswered)
         try:
             return _within(STORE_CALL_S if within_s is None else within_s, op, self._stuck)
+        except StoreSilent:  # on every node: the store is given up on (self._stuck)
+            raise NodeLost(str(self._unanswered)) from None
         except Exception as exc:  # noqa: BLE001 - c10d raises DistError and RuntimeError
             if self.place.coordinator:  # its own store: a fault of this launcher
                 raise
@@ -218,7 +222,7 @@ class Nodes:
                            f"{_first_line(exc)}") from None
 
     def _stuck(self, why: str) -> None:
-        """A call timed out: no other is tried (NodeLost, or on node 0 an error at once)."""
+        """A call timed out: no other is tried (NodeLost at once)."""
         where = f"{self.place.master_addr}:{self.place.master_port}"
         self._unanswered = (f"the launch's store ({where}) stopped answering: {why}"
                             if self.place.coordinator else
@@ -332,10 +336,12 @@ class Nodes:
 
     # -- a run's end ------------------------------------------------------------------------
 
-    def report(self, run: int, status: str, reason: str, share: Path) -> None:
+    def report(self, run: int, status: str, reason: str, share: Path,
+               deadline: float | None = None) -> None:
         """This node's end of run `run` (node k > 0): its logs, and after a failure its
         flushed parts (rank 0 gathered the records of a run that completed), then how its
-        workers ended."""
+        workers ended. A file is sent within the closing's `deadline` (monotonic): a
+        slow link may take long, a store that answers nothing not forever."""
         names = []
         parts = sorted(share.glob("parts/*")) if status != "completed" else []
         for path in parts + sorted(share.glob("logs/*")):
@@ -344,7 +350,7 @@ class Nodes:
                 data = path.read_bytes()
                 self._call(lambda n=name, d=data: self.store.set(
                     f"run/{run}/file/{self.place.node_rank}/{n}", d),
-                    within_s=STORE_CALL_S + len(data) / SEND_FLOOR_BYTES_PER_S)
+                    within_s=max(STORE_CALL_S, (deadline or 0) - time.monotonic()))
                 names.append(name)
         self.publish(f"run/{run}/done/{self.place.node_rank}",
                      {"status": status, "reason": reason, "files": names})
@@ -360,10 +366,9 @@ class Nodes:
         reports: dict[int, dict[str, Any]] = {}
         while pending:
             if deadline is not None and time.monotonic() > deadline:
-                for k in sorted(pending):
+                for k in sorted(pending):  # (it may still answer: not `lost`)
                     reports[k] = {"status": "lost", "reason": f"node {k} did not hand its "
                                   "records over in time"}
-                    self.lost.add(k)
                 break
             for k in sorted(pending):
                 if (done := self.read(f"run/{run}/done/{k}")) is not None:
@@ -438,7 +443,7 @@ class Seat:
         if not nodes.place.coordinator:
             if lost:
                 return RunResult(run, repeat, run_dir, status, reason)
-            nodes.report(index, status, reason, run_dir)
+            nodes.report(index, status, reason, run_dir, deadline)
             closed = nodes.await_key(f"run/{index}/closed", deadline)
             _write_share(run_dir, nodes.place.node_rank, closed["status"], closed["reason"])
             return RunResult(run, repeat, run_dir, closed["status"], closed["reason"])
@@ -458,7 +463,7 @@ def close_deadline_s(run: RunSpec) -> float:
 
 def _within(seconds: float, op: Callable[[], Any], stuck: Callable[[str], None]) -> Any:
     """op() in a thread of its own, waited for at most `seconds`: then `stuck(why)` and
-    TimeoutError (the thread is left in its socket; the process exits without joining it:
+    StoreSilent (the thread is left in its socket; the process exits without joining it:
     exits.py). c10d's TCPStore client is not bounded by its own timeout against a peer
     that answers nothing without closing its socket: measured here, a get from a
     SIGSTOPped server's store with a 3 s timeout still waited after 40 s. A signal during
@@ -473,20 +478,23 @@ def _within(seconds: float, op: Callable[[], Any], stuck: Callable[[str], None])
             box["error"] = exc
 
     thread = threading.Thread(target=call, name="hetbench-store-call", daemon=True)
-    thread.start()
     deadline = time.monotonic() + seconds
     interrupt: KeyboardInterrupt | None = None
-    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
-        try:
-            thread.join(left)
-        except KeyboardInterrupt as exc:  # held until the call is out of the socket
+    while True:
+        try:  # a signal anywhere here is held until the call is out of the socket
+            if thread.ident is None:
+                thread.start()
+            while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+                thread.join(left)
+            break
+        except KeyboardInterrupt as exc:
             interrupt = interrupt or exc
     if thread.is_alive():
         stuck(f"no answer within {seconds:g} s")
     if interrupt is not None:
         raise interrupt
     if thread.is_alive():
-        raise TimeoutError(f"no answer within {seconds:g} s")
+        raise StoreSilent(f"no answer within {seconds:g} s")
     if "error" in box:
         raise box["error"]
     return box["value"]

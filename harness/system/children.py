@@ -12,7 +12,8 @@ a terminal.
 While hetbench waits, a second signal ends the wait: the command's group is killed, its
 flushed records stay where they are, and hetbench names the `hetbench recover` command
 that closes what it left `running`. A command that does not end within the wait is
-treated alike.
+treated alike. The command dies with hetbench (PR_SET_PDEATHSIG), even by a SIGKILL that
+reaches hetbench's group alone.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from hetbench.harness.system import procfs, signals
+from hetbench.harness.system import orphans, procfs, signals
 
-# long enough for a launcher to stop its workers (launcher.TERMINATE_GRACE_S), write the
-# run's steps.parquet and hand another host's records over (nodes.CLOSE_DEADLINE_S)
-CLOSE_WAIT_S = 120.0
+# by default: long enough for a launcher to stop its workers, write its run's steps.parquet
+# and wait for the other hosts (at most the run's timeout_s + nodes.CLOSE_MARGIN_S); a
+# caller that knows the runs passes their own bound (`close_wait_s`)
+CLOSE_WAIT_S = 300.0
 KILLED_WAIT_S = 10.0  # for the kernel to reap a killed group
 LEFT_GRACE_S = 5.0  # for what the command left running to end on SIGTERM
 POLL_S = 0.1
@@ -44,33 +46,48 @@ def run_and_wait(command: Sequence[str], what: str, recover: str,
     that `recover` (a command line) closes the runs it left behind."""
     if "stdin" not in popen and _terminal(sys.stdin):
         popen["stdin"] = subprocess.DEVNULL
-    proc = subprocess.Popen(list(command), process_group=0, **popen)
+    proc: subprocess.Popen[Any] | None = None
     try:
+        # it dies with hetbench even by SIGKILL (a CI runner's, to hetbench's group)
+        proc = subprocess.Popen(list(command), process_group=0,
+                                preexec_fn=orphans.die_with_parent, **popen)
         code = proc.wait()
+        _end_group(proc)
+        return code
     except KeyboardInterrupt as interrupt:
+        if proc is not None:
+            _close_after(interrupt, proc, what, recover, close_wait_s)
+        raise interrupt from None
+    except BaseException:  # an error of ours: nothing is left behind
+        if proc is not None:
+            _signal_group(proc, signal.SIGKILL)
+            _reap(proc)
+        raise
+
+
+def _close_after(interrupt: KeyboardInterrupt, proc: subprocess.Popen[Any], what: str,
+                 recover: str, close_wait_s: float) -> None:
+    """The interrupt passed on to the command's group, and the wait for it to close; a
+    second signal anywhere in here ends the wait."""
+    deadline = time.monotonic() + close_wait_s
+    try:
         _signal_group(proc, signals.number(interrupt))
         print(f"\nhetbench: {signals.describe(interrupt)}: passed on to {what}; waiting up to "
               f"{close_wait_s:g} s for it to close its runs (a second Ctrl-C stops waiting)",
               file=sys.stderr, flush=True)
-        try:
-            # its leader may end first (a shell's `wait`): what it started closes on
-            _wait_for_group(proc, time.monotonic() + close_wait_s)
-            print(f"hetbench: {what} ended (exit status {proc.poll()})", file=sys.stderr,
-                  flush=True)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt) as cut:
-            waited = ("stopped waiting" if isinstance(cut, KeyboardInterrupt)
-                      else f"{what} did not end within {close_wait_s:g} s")
-            print(f"hetbench: {waited}: killed it; the records it flushed stay, and "
-                  f"`{recover}` closes the runs it left running", file=sys.stderr, flush=True)
-            _signal_group(proc, signal.SIGKILL)
-            _reap(proc)
-        raise interrupt from None
-    except BaseException:  # an error of ours: nothing is left behind
-        _signal_group(proc, signal.SIGKILL)
-        _reap(proc)
-        raise
-    _end_group(proc)
-    return code
+        # its leader may end first (a shell's `wait`): what it started closes on
+        _wait_for_group(proc, deadline)
+        print(f"hetbench: {what} ended (exit status {proc.poll()})", file=sys.stderr,
+              flush=True)
+        return
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as cut:
+        waited = ("stopped waiting" if isinstance(cut, KeyboardInterrupt)
+                  else f"{what} did not end within {close_wait_s:g} s")
+    _signal_group(proc, signal.SIGKILL)
+    _reap(proc)
+    with signals.held():  # said once the group is gone, whatever else arrives
+        print(f"hetbench: {waited}: killed it; the records it flushed stay, and "
+              f"`{recover}` closes the runs it left running", file=sys.stderr, flush=True)
 
 
 def _wait_for_group(proc: subprocess.Popen[Any], deadline: float) -> None:
@@ -84,7 +101,7 @@ def _wait_for_group(proc: subprocess.Popen[Any], deadline: float) -> None:
 
 def _end_group(proc: subprocess.Popen[Any]) -> None:
     """What the command left running in its group when it ended (a child it did not wait
-    for) gets SIGTERM, then SIGKILL after LEFT_GRACE_S."""
+    for) gets SIGTERM, then SIGKILL after LEFT_GRACE_S (at once on a signal meanwhile)."""
     if not procfs.group_members(proc.pid):
         return
     _signal_group(proc, signal.SIGTERM)
@@ -92,6 +109,9 @@ def _end_group(proc: subprocess.Popen[Any]) -> None:
         _wait_for_group(proc, time.monotonic() + LEFT_GRACE_S)
     except subprocess.TimeoutExpired:
         _signal_group(proc, signal.SIGKILL)
+    except KeyboardInterrupt:
+        _signal_group(proc, signal.SIGKILL)
+        raise
 
 
 def _reap(proc: subprocess.Popen[Any]) -> None:

@@ -44,8 +44,12 @@ def alive(pid: int, started: int) -> bool:
 def group_members(group: int) -> list[int]:
     """The processes of process group `group` that have not exited (no zombie): a group
     outlives its leader while a process of it runs."""
-    members = []
-    for entry in Path("/proc").iterdir():
+    members: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc (not Linux): nothing it can tell
+        return members
+    for entry in entries:
         if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None \
                 and len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
             members.append(int(entry.name))
