@@ -193,7 +193,9 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     for remedy in candidates:
         if _same_as_recorded(remedy, found[0]):
             continue
-        reason = why_not(remedy.run) or (refusal(remedy.run) if refusal else "")
+        # a user's own loop is no suite's run: what it cannot run, `refusal` says
+        checked = "" if remedy.run.is_loop else why_not(remedy.run)
+        reason = checked or (refusal(remedy.run) if refusal else "")
         if reason:
             refused.append(Refused(remedy.label, reason))
         else:
@@ -259,6 +261,8 @@ def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> R
     """ps-sync on `servers` servers with the model's fully connected tail on the last
     (its layers' shares of the time, the activations entering it and its share of the
     parameters from `shape`), or why there is none."""
+    if recorded.is_loop:
+        return "a user's own loop exchanges its gradients by all-reduce (Session.backward)"
     # a job's tail is its last layer (Job.layers; the job check refuses what cannot be)
     fc_layers = (lambda size: 1) if recorded.is_job else get_workload(recorded.workload).fc_layers
     if fc_layers is None:

@@ -8,8 +8,10 @@ room's folder: the checkout imports as the installed package does, with no insta
 `hetbench ci` base worktree runs its own code that way).
 
 The public API: `hetbench.Job`, what a factory named by a suite's `workload =
-"package.module:factory"` returns (hetbench.workloads.job), and `hetbench.open_data`, a
-local folder or file of data as a Dataset for it (hetbench.workloads.folders).
+"package.module:factory"` returns (hetbench.workloads.job); `hetbench.open_data`, a
+local folder or file of data as a Dataset for it (hetbench.workloads.folders); and
+`hetbench.join`, a rank of a user's own torchrun loop joining its job, per-device slices
+and records (hetbench.harness.userloop.session).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from hetbench.harness import __version__
+from hetbench.harness.spec.errors import UsageError  # what the public API raises
 
-__all__ = ["Job", "__version__", "open_data"]
+__all__ = ["Job", "UsageError", "__version__", "join", "open_data"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from hetbench.workloads.folders import open_data
 
         return open_data
+    if name == "join":
+        from hetbench.harness.userloop.session import join
+
+        return join
     raise AttributeError(f"module 'hetbench' has no attribute {name!r}")

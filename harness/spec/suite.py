@@ -69,7 +69,7 @@ from hetbench.harness.spec.profiling import (
     profile_from_dict,
     step_window,
 )
-from hetbench.harness.spec.workers import WorkerSpec, parse_workers
+from hetbench.harness.spec.workers import WorkerSpec, parse_workers, worker_from_dict
 from hetbench.harness.system.testbed import Link
 from hetbench.workloads import DATASETS, WORKLOADS, get_workload
 from hetbench.workloads.data import sample_count
@@ -140,11 +140,19 @@ class RunSpec:
     # a job's BatchNorm layers: statistics of each worker's slice ("slice", as DDP takes
     # them), or of the global batch ("global": harness/training/batchnorm.py)
     batchnorm: str = "slice"
+    # a user's own loop (hetbench.join, harness/userloop/): the script that ran it, absolute;
+    # None for a run hetbench's own loop took
+    script: str | None = None
 
     @property
     def is_job(self) -> bool:
         """The workload is a user's job named by import path (hetbench.workloads.job)."""
         return self.project is not None
+
+    @property
+    def is_loop(self) -> bool:
+        """The run is a user's own loop (hetbench.join): its script took the steps."""
+        return self.script is not None
 
     @property
     def world_size(self) -> int:
@@ -548,12 +556,6 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     def tuples(d: dict[str, Any]) -> dict[str, Any]:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
-    def worker(w: dict[str, Any]) -> WorkerSpec:
-        at = w.get("slowdown_at")
-        return WorkerSpec(**{**tuples(w), "slowdown_at": tuple(tuple(p) for p in at)
-                             if at else None,
-                             "jitter": tuple(w["jitter"]) if w.get("jitter") else None})
-
     target = data.get("target")
     data = dict(data)
     strategy = data.pop("strategy", None)  # run.json written before aggregators
@@ -566,7 +568,7 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "keep_freed_memory": data.get("keep_freed_memory", False),
         "aggregator": AggregatorSpec(**tuples(aggregator)),
         "partition": PartitionSpec(**tuples(data["partition"])),
-        "workers": tuple(worker(w) for w in data["workers"]),
+        "workers": tuple(worker_from_dict(w) for w in data["workers"]),
         "optimizer": OptimizerSpec(**data.get("optimizer", {})),
         "target": TargetSpec(**target) if target else None,
         "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,

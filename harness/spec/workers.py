@@ -139,6 +139,14 @@ def parse_workers(raw: Any, framework: str, where: str) -> tuple[WorkerSpec, ...
     return tuple(workers)
 
 
+def worker_from_dict(data: dict[str, Any]) -> WorkerSpec:
+    """The inverse of dataclasses.asdict(WorkerSpec) (JSON turns tuples into lists)."""
+    cores, at, jitter = data.get("cores"), data.get("slowdown_at"), data.get("jitter")
+    return WorkerSpec(**{**data, "cores": None if cores is None else tuple(cores),
+                         "slowdown_at": tuple(tuple(p) for p in at) if at else None,
+                         "jitter": tuple(jitter) if jitter else None})
+
+
 def parse_cores(raw: Any, where: str) -> tuple[int, ...] | None:
     """Distinct CPU numbers. Whether this host has them is asked before a run starts
     (hetbench.harness.run.launcher.check_devices): the suite still parses on a smaller machine."""

@@ -1,0 +1,209 @@
+"""What a user's own loop runs as, checked before anything starts: `hetbench.join`'s
+arguments, this process's place in the job (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and
+the workers `hetbench launch` describes (HETBENCH_WORKERS: a suite's worker tables, one per
+rank). Every refusal names the call and the argument (UsageError). Imports no framework.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.partition.policies import POLICIES
+from hetbench.harness.spec.aggregators import AggregatorSpec
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.fields import MAX_STEPS, integer, number, valid_name
+from hetbench.harness.spec.partitions import PartitionSpec, parse_partition
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.spec.workers import WorkerSpec, parse_workers
+
+WORKERS_VARIABLE = "HETBENCH_WORKERS"  # JSON: a list of worker tables, one per rank
+REDUCTIONS = ("mean", "sum")
+LOOP_DATASET = "loop"  # RunSpec.dataset of a user's loop: its data is the script's
+JOIN = "hetbench.join"
+
+
+@dataclass(frozen=True)
+class Place:
+    """This process in the job, as torchrun (or `hetbench launch`) says."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """hetbench.join's arguments, checked."""
+
+    global_batch: int
+    loss_reduction: str
+    partition: PartitionSpec
+    suite: str
+    run: str
+    out: Path
+    seed: int
+    warmup_steps: int
+    timeout_s: float
+    counters_every: int
+
+
+def place(environ: Mapping[str, str]) -> Place:
+    """RANK, WORLD_SIZE and LOCAL_RANK; a script started alone is rank 0 of 1."""
+    values = {}
+    for name, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", None)):
+        raw = environ.get(name)
+        if raw is None:
+            values[name] = default
+            continue
+        try:
+            values[name] = int(raw)
+        except ValueError:
+            raise UsageError(f"{JOIN}: {name}", f"{raw!r} is not a whole number (set by "
+                             "torchrun)") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    if world is None or world < 1 or rank is None or not 0 <= rank < world:
+        raise UsageError(f"{JOIN}: RANK", f"{rank} is not a rank of WORLD_SIZE={world}")
+    local = values["LOCAL_RANK"]
+    return Place(rank, world, rank if local is None else local)
+
+
+def parse(place: Place, global_batch: Any, loss_reduction: Any, partition: Any, suite: Any,
+          run: Any, out: Any, seed: Any, warmup_steps: Any, timeout_s: Any,
+          counters_every: Any) -> LoopConfig:
+    """The arguments of `hetbench.join`, each refused with its name and what is allowed."""
+    batch = integer(global_batch, f"{JOIN}(global_batch)", minimum=place.world_size,
+                    maximum=10**9)
+    if loss_reduction not in REDUCTIONS:
+        declared = "not declared" if loss_reduction is None else f"{loss_reduction!r}"
+        raise UsageError(f"{JOIN}(loss_reduction)", f"{declared}: say how your loss reduces "
+                         "over a batch, 'mean' (torch's default) or 'sum', so that each "
+                         "rank's gradient is weighted by its slice")
+    policy = parse_partition(partition_table(partition), place.world_size, batch,
+                             f"{JOIN}(partition)")
+    if policy.may_leave_out:
+        raise UsageError(f"{JOIN}(partition)", "a rank with an empty slice (a 0 size, "
+                         "leave_out) is not supported in your own loop yet: every rank "
+                         "computes a slice of at least one sample")
+    if policy.policy == "profiled" or (policy.adaptive and policy.initial == "profiled"):
+        if policy.profile_steps < 2:
+            raise UsageError(f"{JOIN}(partition).profile_steps", f"{policy.profile_steps}: "
+                             "at least 2 in your own loop (the slices are timed in the job, "
+                             "the first step at a size left out)")
+    script = script_path()
+    return LoopConfig(
+        global_batch=batch, loss_reduction=loss_reduction, partition=policy,
+        suite=valid_name(suite if suite is not None else name_of(script),
+                         f"{JOIN}(suite)"),
+        run=valid_name(run if run is not None else policy.policy, f"{JOIN}(run)"),
+        out=Path(out) if isinstance(out, str | Path) else _refuse_out(out),
+        seed=integer(seed, f"{JOIN}(seed)", minimum=0, maximum=2**31 - 1),
+        warmup_steps=integer(warmup_steps, f"{JOIN}(warmup_steps)", minimum=0,
+                             maximum=MAX_STEPS),
+        timeout_s=number(timeout_s, f"{JOIN}(timeout_s)", minimum=0.0, maximum=86400.0,
+                         strict=True),
+        counters_every=integer(counters_every, f"{JOIN}(counters_every)", minimum=1,
+                               maximum=MAX_STEPS))
+
+
+def partition_table(raw: Any) -> Any:
+    """A policy's name, a list of slice sizes, or a suite's partition table."""
+    if isinstance(raw, str):
+        if raw not in POLICIES:
+            raise UsageError(f"{JOIN}(partition)", f"unknown policy {raw!r}: allowed: "
+                             f"{', '.join(POLICIES)}, a list of slice sizes or a table")
+        return {"policy": raw}
+    if isinstance(raw, list | tuple):
+        return {"policy": "sizes", "sizes": list(raw)}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    raise UsageError(f"{JOIN}(partition)", f"a {type(raw).__name__}: give a policy's name "
+                     f"({', '.join(POLICIES)}), a list of slice sizes or a table")
+
+
+def _refuse_out(raw: Any) -> Path:
+    raise UsageError(f"{JOIN}(out)", f"a {type(raw).__name__}: give a folder's path")
+
+
+def script_path() -> Path:
+    """The script the job runs (torchrun's, or python's, first argument)."""
+    return Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else Path.cwd()
+
+
+def name_of(script: Path) -> str:
+    """A script's file name as a suite's name: its stem, with what a name may not hold
+    made '-'."""
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in script.stem)
+    return name.strip("-_") or "loop"
+
+
+def launched_workers(place: Place, environ: Mapping[str, str]) -> tuple[WorkerSpec, ...] | None:
+    """The workers `hetbench launch` describes (HETBENCH_WORKERS), one per rank; None where
+    the variable is not set."""
+    raw = environ.get(WORKERS_VARIABLE)
+    if raw is None:
+        return None
+    try:
+        tables = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(WORKERS_VARIABLE, f"not JSON ({exc.msg})") from None
+    workers = parse_workers(tables, "pytorch", WORKERS_VARIABLE)
+    if len(workers) != place.world_size:
+        raise UsageError(WORKERS_VARIABLE, f"{len(workers)} workers for WORLD_SIZE="
+                         f"{place.world_size}: one table per rank")
+    for rank, worker in enumerate(workers):
+        if worker.framework != "pytorch":
+            raise UsageError(f"{WORKERS_VARIABLE}[{rank}].framework", "a user's loop is "
+                             "PyTorch: allowed: 'pytorch'")
+    return workers
+
+
+def own_worker(place: Place, device: str | None, default_device: str, threads: int,
+               launched: tuple[WorkerSpec, ...] | None) -> WorkerSpec:
+    """This rank's worker: as launched, else its device (the argument, else cuda:LOCAL_RANK
+    where torch sees that GPU, else cpu) and the threads torch uses."""
+    if launched is not None:
+        worker = launched[place.rank]
+        if device is not None and device != worker.device:
+            raise UsageError(f"{JOIN}(device)", f"{device!r}, but {WORKERS_VARIABLE} gives "
+                             f"rank {place.rank} {worker.device!r}: leave device unset")
+        return worker
+    checked = parse_workers([{"device": device or default_device}], "pytorch",
+                            f"{JOIN}(device)")[0]
+    return replace(checked, threads=threads)
+
+
+def loop_run(config: LoopConfig, workers: tuple[WorkerSpec, ...], steps: int, lr: float,
+             ) -> RunSpec:
+    """The RunSpec a user's loop records: its readers (report, simulate, advise) take it as
+    any run's. Its exchange is an all-reduce of the weighted gradient sums in lockstep:
+    the 'torch' aggregator's."""
+    script = script_path()
+    return RunSpec(
+        name=config.run, framework="pytorch", workload=script.name, dataset=LOOP_DATASET,
+        steps=steps, warmup_steps=config.warmup_steps, global_batch=config.global_batch,
+        lr=lr, seed=config.seed, partition=config.partition, workers=workers,
+        timeout_s=config.timeout_s, counters_every=config.counters_every,
+        aggregator=AggregatorSpec(name="torch"), script=str(script))
+
+
+def environment_device(place: Place, cuda_devices: int) -> str:
+    """The default device of a rank: its local GPU where there is one, else the CPU."""
+    return f"cuda:{place.local_rank}" if place.local_rank < cuda_devices else "cpu"
+
+
+def refuse_for_loop(run: RunSpec) -> str:
+    """Why a user's own loop cannot run as `run` asks ('' where it can): its exchange is
+    Session.backward's all-reduce in lockstep, on every rank's slice."""
+    if run.aggregator.name != "torch":
+        return (f"aggregator {run.aggregator.name!r}: a user's own loop exchanges its "
+                "gradients by all-reduce in Session.backward ('torch')")
+    if run.pipeline is not None or run.placement is not None:
+        return "a user's own loop holds the whole model on every rank: no pipeline, no placement"
+    if run.partition.may_leave_out:
+        return "a rank with an empty slice is not supported in a user's own loop yet"
+    return ""

@@ -1,0 +1,445 @@
+"""`hetbench.join`: a rank of a user's torchrun job joins it, and its `Session` gives the
+user's loop what it uses (the model on its device with rank 0's parameters, this rank's
+slices of each global batch) and takes what it must (`Session.backward(loss)` in place of
+`loss.backward()`), recording every step into a standard run directory.
+
+The gradients are the global batch's, exactly, whatever the slices: rank i's loss over its
+n_i samples is weighted by n_i / N (reduction 'mean') or 1 ('sum') before its backward, and
+the weighted gradients are summed over the ranks in one all-reduce, the weighted loss with
+them (the step's global loss at no extra collective). The ranks meet over gloo (any rank on
+the CPU), the exchange over NCCL where every rank is a GPU.
+
+A step's marks (collector.PHASES), none timed by the user: begin when the loop asks the
+loader for a batch; load when torch's DataLoader gave it; to_device once on the rank's
+device; forward when `backward(loss)` is called (the model's forward and the loss);
+backward; pack (ready: the weighted gradients in the buffer); allreduce (reduced); unpack
+(the gradients back in `.grad`); apply when the last optimizer's `step()` returned (what
+the loop does in between, clipping say, is in it). What the loop does after its optimizers
+and before the next batch (a scheduler, logging) is between steps, as the loop's gap.
+A rank's emulated slowdown (`hetbench launch`'s workers) stretches its compute phases as in
+hetbench's own loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+from hetbench.harness.exchange import Exchange, Holds, comm
+from hetbench.harness.loop import lifecycle
+from hetbench.harness.loop.counters import Counters
+from hetbench.harness.loop.job import JobData
+from hetbench.harness.loop.timer import StepTimer
+from hetbench.harness.records import collector, rundir
+from hetbench.harness.records.collector import RecordWriter
+from hetbench.harness.spec.emulation import Stretcher
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.spec.workers import WorkerSpec, worker_from_dict
+from hetbench.harness.system.environment import git_commit
+from hetbench.harness.userloop import config
+from hetbench.harness.userloop.batches import SliceLoader, slice_batches, to_device
+from hetbench.harness.userloop.slicing import Slicing
+
+BACKWARD = "Session.backward"
+MARKS_BEFORE_FORWARD = 3  # begin, load, to_device
+MARKS_EXCHANGED = 8  # ... forward, backward, pack, allreduce, unpack
+
+
+def join(*, global_batch: int, loss_reduction: str | None = None,
+         partition: Any = "equal", device: str | None = None, suite: str | None = None,
+         run: str | None = None, out: str | Path = "results", seed: int = 0,
+         warmup_steps: int = 2, timeout_s: float = 120.0, counters_every: int = 8
+         ) -> Session:
+    """Join the torchrun job this process is a rank of (RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT; a script started alone is a job of one) and return its Session.
+
+    `global_batch`: the samples of one step over all ranks. `loss_reduction`: how the
+    loss given to `Session.backward` reduces over a batch, 'mean' or 'sum'. `partition`:
+    the slices, a policy's name ('equal', 'profiled', 'proportional', 'model'), a list of
+    sizes, or a suite's partition table. `device`: this rank's (default: its LOCAL_RANK's
+    GPU where torch sees one, else the CPU; `hetbench launch` sets each rank's). The run
+    directory is `out/suite/run-r<repeat>-<time>/` (suite: the script's name, run: the
+    policy's). Every wait has `timeout_s`."""
+    environ = os.environ
+    place = config.place(environ)
+    checked = config.parse(place, global_batch, loss_reduction, partition, suite, run, out,
+                           seed, warmup_steps, timeout_s, counters_every)
+    launched = config.launched_workers(place, environ)
+    import torch
+
+    default = config.environment_device(place, torch.cuda.device_count())
+    worker = config.own_worker(place, device, default, torch.get_num_threads(), launched)
+    _check_device(worker.device, torch.cuda.device_count())
+    if launched is not None:  # as hetbench's own workers are set up
+        if worker.cores:
+            os.sched_setaffinity(0, worker.cores)
+        torch.set_num_threads(worker.threads)
+    _join_group(place, checked.timeout_s, environ)
+    return Session(checked, place, worker)
+
+
+def _check_device(device: str, cuda_devices: int) -> None:
+    if device.startswith("cuda") and int(device.split(":")[1]) >= cuda_devices:
+        raise UsageError(f"{config.JOIN}(device)", f"{device!r}, but torch sees "
+                         f"{cuda_devices} GPU(s) on this host")
+
+
+def _join_group(place: config.Place, timeout_s: float, environ: Any) -> None:
+    """The job's default group, over gloo (a GPU rank's exchange gets an NCCL group of its
+    own where every rank is a GPU); one the script made itself is used as it is."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        if dist.get_world_size() != place.world_size:
+            raise UsageError(config.JOIN, f"the script's process group has "
+                             f"{dist.get_world_size()} ranks, WORLD_SIZE={place.world_size}")
+        return
+    timeout = timedelta(seconds=timeout_s)
+    if place.world_size == 1 and "MASTER_ADDR" not in environ:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
+        return
+    address = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
+    try:
+        dist.init_process_group("gloo", init_method="env://", rank=place.rank,
+                                world_size=place.world_size, timeout=timeout)
+    except (RuntimeError, ValueError, TimeoutError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(config.JOIN, f"rank {place.rank} of {place.world_size} did not "
+                         f"meet the others at {address} within {timeout_s:g} s "
+                         f"(timeout_s): {first}") from None
+
+
+class Session:
+    """One rank's part of a user's loop: `prepare`, `backward` each step, `finish`. Used
+    as a context manager, a loop that raises closes the run as failed (interrupted on
+    Ctrl-C), its records kept."""
+
+    def __init__(self, loop: config.LoopConfig, place: config.Place, worker: WorkerSpec
+                 ) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.config, self.place, self.rank = loop, place, place.rank
+        self.device = torch.device(worker.device)
+        # collectives of the default group: on the host over gloo, on the GPU under NCCL
+        self.host = torch.device("cpu") if dist.get_backend() == "gloo" else self.device
+        self.workers = self._every_worker(worker)
+        self.worker = worker
+        self.exchange_group: Any = None
+        self.exchange_device = self.host
+        if all(w.is_cuda for w in self.workers) and dist.get_backend() == "gloo" \
+                and dist.is_nccl_available():
+            self.exchange_group = dist.new_group(backend="nccl")
+            self.exchange_device = self.device
+        self.backend = "nccl" if self.exchange_device.type == "cuda" else "gloo"
+        self.run: RunSpec | None = None
+        self.run_dir: Path | None = None
+        self.closed = False
+        self.steps_done = 0
+        self._step: int | None = None  # the step open in the loop
+        self._exchanged = False
+        atexit.register(self._at_exit)
+
+    def _every_worker(self, mine: WorkerSpec) -> tuple[WorkerSpec, ...]:
+        """Every rank's worker, in rank order, on every rank (rank 0's gathered, as JSON)."""
+        gathered = comm.gather_bytes(json.dumps(dataclasses.asdict(mine)).encode(), self.host)
+        payload = json.dumps([json.loads(g) for g in gathered]) if gathered else ""
+        tables = json.loads(comm.broadcast_bytes(payload.encode(), self.host))
+        return tuple(worker_from_dict(t) for t in tables)
+
+    # -- prepare -------------------------------------------------------------------------
+
+    def prepare(self, model: Any, optimizer: Any, data: Any) -> tuple[Any, Any, SliceLoader]:
+        """The model on this rank's device with rank 0's parameters and buffers, the
+        optimizer (or list of optimizers) watched for its steps, and the loader of this
+        rank's slices of `data` (a map-style Dataset, or a DataLoader over one). Returns
+        (model, optimizer, loader) for the loop to use."""
+        import torch
+
+        if self.run is not None:
+            raise UsageError("Session.prepare", "called twice: one model, its optimizers "
+                             "and one data set per session")
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise UsageError("Session.prepare(model)", "a DistributedDataParallel: give the "
+                             "module itself (model.module); hetbench exchanges the weighted "
+                             "gradients in Session.backward")
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError("Session.prepare(model)", f"a {type(model).__name__}: give a "
+                             "torch.nn.Module")
+        optimizers = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
+        for opt in optimizers:
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise UsageError("Session.prepare(optimizer)", f"a {type(opt).__name__}: "
+                                 "give a torch.optim.Optimizer or a list of them")
+        cfg = self.config
+        batches, order, data_kind = slice_batches(data, cfg.global_batch, cfg.seed,
+                                                  cfg.timeout_s)
+        model.to(self.device)
+        self._share_first_rank(model)
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        for opt in optimizers:
+            opt.register_step_pre_hook(self._before_optimizer_step)
+            opt.register_step_post_hook(self._after_optimizer_step)
+        self.batches = batches
+        lr = float(optimizers[0].param_groups[0].get("lr", 0.0)) if optimizers else 0.0
+        run = config.loop_run(cfg, self.workers, 0, lr)
+        self.run = run
+        self.run_dir = self._prepare_run_dir(run)
+        from hetbench.adapters.pytorch import TorchAdapter
+        from hetbench.workloads.job import fingerprint
+
+        dataset = batches.dataset
+        self.info = lifecycle.describe(
+            run, self.rank, self.worker, TorchAdapter.versions(),
+            JobData(data_kind, fingerprint(dataset)), sum(p.numel() for p in self.params))
+        self.described = self._describe(model, optimizers, data, dataset, data_kind)
+        self.clock_start = lifecycle.start(self.run_dir, self.info, self.host)
+        self.slicing = Slicing(run, self.rank, self.host, self.run_dir)
+        self.writer = RecordWriter(collector.part_path(self.run_dir, self.rank))
+        self.counters = Counters(cfg.counters_every)
+        self.stretch = Stretcher(self.worker.slowdown_for(0))
+        synchronize = torch.cuda.synchronize if self.device.type == "cuda" else None
+        self.timer = StepTimer(self.stretch, synchronize)
+        self.exchange_record = Exchange(Holds.SUMS, cfg.global_batch, None)
+        comm.barrier()  # every rank starts its first step together
+        loader = SliceLoader(order.steps_per_epoch, self._next_batch,
+                             lambda: self.steps_done, self._close_step)
+        return model, optimizer, loader
+
+    def _share_first_rank(self, model: Any) -> None:
+        """Rank 0's parameters and buffers on every rank (a model built from a seed each
+        rank did not share starts the same everywhere)."""
+        import torch.distributed as dist
+
+        for tensor in [*model.parameters(), *model.buffers()]:
+            shared = tensor.detach() if tensor.device == self.host else tensor.detach().cpu()
+            dist.broadcast(shared, src=0)
+            if shared is not tensor:
+                tensor.data.copy_(shared)
+
+    def _prepare_run_dir(self, run: RunSpec) -> Path:
+        """Rank 0 makes the run directory; every rank learns its path."""
+        name = ""
+        if self.rank == 0:
+            suite_dir = self.config.out / self.config.suite
+            name = str(rundir.prepare_run_dir(self.config.out, self.config.suite, run,
+                                              rundir.next_repeat(suite_dir)))
+        path = Path(comm.broadcast_bytes(name.encode(), self.host).decode())
+        (path / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _describe(self, model: Any, optimizers: Sequence[Any], data: Any, dataset: Any,
+                  data_kind: str) -> dict[str, Any]:
+        """What the manifest's `loop` says of the user's job."""
+        import torch
+
+        script = config.script_path()
+        norms = (torch.nn.modules.batchnorm._BatchNorm,)
+        return {
+            "script": str(script), "argv": sys.argv[1:], "git": git_commit(script.parent),
+            "model": type(model).__qualname__,
+            "parameters": sum(p.numel() for p in self.params),
+            # each trained tensor's elements, in the exchange's order (advise's placements)
+            "tensors": [p.numel() for p in self.params],
+            "batchnorm": [n for n, m in model.named_modules() if isinstance(m, norms)],
+            "dropout": [n for n, m in model.named_modules()
+                        if isinstance(m, torch.nn.modules.dropout._DropoutNd)],
+            "optimizers": [type(o).__qualname__ for o in optimizers],
+            "loss_reduction": self.config.loss_reduction,
+            "data": {"type": data_kind, "samples": len(dataset),
+                     "loader_workers": getattr(data, "num_workers", 0)},
+            "exchange": "weighted gradients all-reduced in Session.backward",
+        }
+
+    # -- each step ------------------------------------------------------------------------
+
+    def _next_batch(self, step: int, last: int) -> Any:
+        """The loop asks for step `step`'s batch: the previous step is recorded, this
+        one's slices decided, and it begins."""
+        self._close_step()
+        self.slicing.before(step)
+        self._step, self._exchanged = step, False
+        worker = self.worker
+        if worker.varies:
+            self.stretch.extra = worker.factor_at(step, self.config.seed, self.rank) - 1.0
+        self._stretched_before = self.stretch.total_ns
+        self.counters.start()
+        timer = self.timer
+        timer.begin()
+        self._bounds = lo, hi = self.slicing.bounds()
+        batch = self.batches.get(step, lo, hi, last)
+        timer.end(perf_counter_ns())
+        batch = to_device(batch, self.device)
+        timer.end(perf_counter_ns())
+        return batch
+
+    def backward(self, loss: Any) -> None:
+        """In place of `loss.backward()`: this rank's loss over its slice, weighted to the
+        global batch's, backward, and the gradients summed over every rank. The
+        parameters' `.grad` then hold the global batch's gradient, as a textbook loop over
+        the whole batch would have it."""
+        import torch
+
+        marks = self.timer.marks if self._step is not None else []
+        if len(marks) != MARKS_BEFORE_FORWARD:
+            if self._exchanged:
+                raise UsageError(BACKWARD, f"called twice in step {self._step}: one "
+                                 "backward per batch (several, accumulating gradients, are "
+                                 "not supported yet)")
+            raise UsageError(BACKWARD, "outside a step: call it on the loss of a batch the "
+                             "session's loader gave")
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise UsageError(f"{BACKWARD}(loss)", f"{shape}: a scalar is needed, reduced "
+                             f"over the slice as hetbench.join(loss_reduction="
+                             f"{self.config.loss_reduction!r}) declares")
+        timer = self.timer
+        timer.end(perf_counter_ns())  # forward: the model and the loss
+        lo, hi = self._bounds
+        weight = ((hi - lo) / self.config.global_batch
+                  if self.config.loss_reduction == "mean" else 1.0)
+        scaled = loss * weight
+        scaled.backward()
+        timer.end(perf_counter_ns())
+        self._local_loss = float(loss.detach())
+        flat = self._pack(scaled.detach())
+        timer.end(perf_counter_ns())  # ready
+        self._compute_cpu = self.counters.compute_cpu()
+        comm.allreduce_sum(flat) if self.exchange_group is None else \
+            torch.distributed.all_reduce(flat, group=self.exchange_group)
+        timer.end(perf_counter_ns())  # reduced
+        self._loss = self._unpack(flat)
+        timer.end(perf_counter_ns())
+        self._exchanged = True
+
+    def _pack(self, scaled_loss: Any) -> Any:
+        """One buffer: every trained parameter's gradient (zeros where it has none), then
+        whether it has one (so a parameter no rank's slice reached keeps no gradient, as in
+        a textbook loop), then the weighted loss."""
+        import torch
+
+        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(
+            p.numel(), dtype=p.dtype, device=p.device) for p in self.params]
+        has = torch.tensor([p.grad is not None for p in self.params], dtype=grads[0].dtype,
+                           device=grads[0].device) if grads else torch.zeros(0)
+        flat = torch.cat([*grads, has, scaled_loss.reshape(1).to(has.dtype)])
+        return flat.to(self.exchange_device)
+
+    def _unpack(self, flat: Any) -> float:
+        """The summed gradients back in `.grad` (views of the buffer on the parameter's
+        device); the global loss."""
+        offset, count = 0, len(self.params)
+        has = flat[flat.numel() - 1 - count:flat.numel() - 1]
+        for p, reached in zip(self.params, has.tolist(), strict=True):
+            n = p.numel()
+            if reached:
+                grad = flat[offset:offset + n].view_as(p)
+                p.grad = grad if grad.device == p.device and grad.dtype == p.dtype \
+                    else grad.to(device=p.device, dtype=p.dtype)
+            offset += n
+        return float(flat[-1])
+
+    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._step is not None and not self._exchanged:
+            raise UsageError(f"{type(optimizer).__name__}.step()", f"before the exchange of "
+                             f"step {self._step}: call session.backward(loss) in place of "
+                             "loss.backward(), so that the gradients are the global batch's")
+
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._step is None or not self._exchanged:
+            return
+        marks = self.timer.marks
+        if len(marks) == MARKS_EXCHANGED:
+            self.timer.end(perf_counter_ns())  # apply
+        else:  # another optimizer of the same step: apply ends with the last one
+            marks[-1] = perf_counter_ns()
+
+    def _close_step(self) -> None:
+        """The open step recorded; a step the loop left before its backward took no step
+        and leaves no record."""
+        step = self._step
+        if step is None:
+            return
+        self._step = None
+        if not self._exchanged:
+            return
+        marks = self.timer.marks
+        if len(marks) == MARKS_EXCHANGED:  # no optimizer stepped: nothing applied
+            marks.append(marks[-1])
+        lo, hi = self._bounds
+        parts = (self.rank, step, hi - lo, lo, marks,
+                 self.stretch.total_ns - self._stretched_before, self._compute_cpu,
+                 self._loss, self._local_loss, self.counters.take(), self.exchange_record)
+        self.writer.append(parts)
+        self.steps_done = step + 1
+        self.slicing.measured(step, hi - lo, parts)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def finish(self) -> Path:
+        """Every rank, after the loop: the records go to rank 0, which writes the completed
+        run directory (steps.parquet, the trace, params.npz, the manifest with the loop's
+        script, arguments and commit). Returns the run directory."""
+        if self.run is None or self.run_dir is None:
+            raise UsageError("Session.finish", "before Session.prepare: nothing was run")
+        if self.closed:
+            return self.run_dir
+        self._close_step()
+        self.writer.close()
+        run = dataclasses.replace(self.run, steps=self.steps_done)
+        parameters = ({name: p.detach().cpu().numpy() for name, p in
+                       self.model.named_parameters()} if self.rank == 0 else None)
+        closing = {"partition_history": self.slicing.state.partition_history,
+                   "standalone": [], "aggregator": {}, "loop": self.described,
+                   "run": run.to_dict()}
+        lifecycle.finish(run, self.run_dir, self.host, self.info, self.clock_start,
+                         self.writer.records(), parameters, self.backend, closing)
+        self.closed = True
+        atexit.unregister(self._at_exit)
+        return self.run_dir
+
+    def close(self, status: str, reason: str) -> None:
+        """The run ended badly here: this rank's records flushed and its reason left, rank 0
+        closes the run directory with every record flushed on this host."""
+        if self.closed or self.run is None or self.run_dir is None:
+            return
+        self.closed = True
+        atexit.unregister(self._at_exit)
+        try:
+            self.writer.close()
+            collector.error_path(self.run_dir, self.rank).write_text(reason + "\n")
+        except OSError:
+            pass
+        if self.rank == 0:
+            rundir.close_run(self.run_dir, dataclasses.replace(self.run, steps=self.steps_done),
+                             status, reason)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> None:
+        if kind is None:
+            if self.run is not None:
+                self.finish()
+            return
+        if issubclass(kind, KeyboardInterrupt):
+            self.close("interrupted", "interrupted by a signal")
+        else:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self.close("failed", f"worker {self.rank}: {kind.__name__}: {first}")
+
+    def _at_exit(self) -> None:
+        if self.run is not None and not self.closed:
+            self.close("failed", f"worker {self.rank}: the script ended without "
+                       "Session.finish()")

@@ -1,0 +1,348 @@
+"""A user's own training loop under torchrun, converted to hetbench (`hetbench.join`):
+its slices, exact gradients, records, and its run directory read by report, simulate and
+advise; every bad input refused with the call and the argument named."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from hetbench.harness.records.results import load_run
+from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.userloop import config
+from tests.conftest import REPO, Spawn
+
+SCRIPT = REPO / "tests" / "fixtures" / "own_loop" / "train.py"
+SLOWED = json.dumps([{"device": "cpu"}, {"device": "cpu", "slowdown": 3.0}])
+
+
+def _script_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("own_loop_train", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def textbook(steps: int, global_batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The script's model, optimizer, clipping and scheduler over whole global batches in
+    one process: the batches in the order hetbench documents (a permutation per epoch from
+    numpy's default_rng([seed, epoch]), cut in order), the loss the batch's mean."""
+    train = _script_module()
+    data = train.make_data()
+    model = train.make_model()
+    optimizer, scheduler = train.make_optimizer(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per_epoch = len(data) // global_batch
+    for step in range(steps):
+        epoch, offset = divmod(step, per_epoch)
+        order = np.random.default_rng([seed, epoch]).permutation(len(data))
+        index = torch.as_tensor(order[offset * global_batch:(offset + 1) * global_batch])
+        inputs, targets = data.tensors[0][index], data.tensors[1][index]
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    return {name: p.detach().numpy() for name, p in model.named_parameters()}
+
+
+def torchrun(spawn: Spawn, out: Path, *args: str, workers: str | None = SLOWED,
+             ranks: int = 2) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env.pop(config.WORKERS_VARIABLE, None)
+    if workers is not None:
+        env[config.WORKERS_VARIABLE] = workers
+    return spawn.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+         "--nproc-per-node", str(ranks), str(SCRIPT), "--out", str(out), *args],
+        capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)
+
+
+def only_run(out: Path, suite: str = "train") -> Path:
+    (run_dir,) = list((out / suite).glob("*-r0-*"))
+    return run_dir
+
+
+@pytest.mark.slow
+def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
+        tmp_path: Path, spawn: Spawn) -> None:
+    out = tmp_path / "out"
+    done = torchrun(spawn, out, "--steps", "20", "--partition", "40", "24")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = only_run(out)
+    run = load_run(run_dir)
+    assert run.status == "completed"
+    # the parameters after 20 steps on slices of 40 and 24: the whole batch's loop's
+    params = np.load(run_dir / "params.npz")
+    expected = textbook(20, 64)
+    assert sorted(params.files) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-6, err_msg=name)
+    steps = run.steps.sort_values(["rank", "step"])
+    assert len(steps) == 40 and sorted(steps["step"].unique()) == list(range(20))
+    assert steps.groupby("rank")["batch_size"].unique().map(list).tolist() == [[40], [24]]
+    assert steps.groupby("rank")["slice_start"].first().tolist() == [0, 40]
+    # every phase a mark in order, the instants between them
+    for phase in ("load", "forward", "backward", "allreduce", "apply"):
+        assert (steps[f"{phase}_ns"] >= 0).all(), phase
+    assert (steps["forward_ns"] > 0).all() and (steps["backward_ns"] > 0).all()
+    assert (steps["begin_ns"] <= steps["ready_ns"]).all()
+    assert (steps["ready_ns"] <= steps["reduced_ns"]).all()
+    assert (steps["reduced_ns"] <= steps["end_ns"]).all()
+    # rank 1's compute stretched to 3x: twice its own compute again, rank 0's not at all
+    stretched = steps.groupby("rank")["stretch_ns"].sum()
+    assert stretched[0] == 0 and stretched[1] > 0
+    # one global loss per step on both ranks, each rank's own beside it
+    by_step = steps.pivot(index="step", columns="rank", values="loss")
+    np.testing.assert_allclose(by_step[0], by_step[1])
+    manifest = run.manifest
+    assert manifest["run"]["steps"] == 20 and manifest["run"]["script"] == str(SCRIPT)
+    loop = manifest["loop"]
+    assert loop["argv"] == ["--out", str(out), "--steps", "20", "--partition", "40", "24"]
+    assert loop["loss_reduction"] == "mean" and loop["optimizers"] == ["SGD"]
+    assert loop["data"] == {"type": "TensorDataset", "samples": 512, "loader_workers": 0}
+    assert [w["slowdown"] for w in manifest["workers"]] == [1.0, 3.0]
+    # the run directory reads as any run's: report (the slowed rank the straggler),
+    # simulate and advise
+    report = spawn.run([sys.executable, "-m", "hetbench.harness.cli.main", "report",
+                             str(out / "train"), "--format", "json", "--no-figures"],
+                            capture_output=True, text=True, timeout=180)
+    assert report.returncode == 0, report.stderr[-2000:]
+    stragglers = (out / "train" / "report" / "report.md").read_text().split(
+        "Stragglers (ready last):")[1].split("\n\n")[1]
+    shares = {int(row.split("|")[1]): float(row.split("|")[3])
+              for row in stragglers.splitlines()[2:]}
+    assert shares[1] >= 0.9 and shares[0] <= 0.1, stragglers
+    simulate = spawn.run(
+        [sys.executable, "-m", "hetbench.harness.cli.main", "simulate", str(out / "train"),
+         "--mix", "rank0:2,rank1:2", "--scheme", "bsp", "--out", str(tmp_path / "sim"),
+         "--no-figures"], capture_output=True, text=True, timeout=180)
+    assert simulate.returncode == 0, simulate.stderr[-2000:]
+    (summary,) = list((tmp_path / "sim" / "simulate").glob("summary-*.csv"))
+    assert pd.read_csv(summary)["workers"].tolist() == [4]
+    advise = spawn.run(
+        [sys.executable, "-m", "hetbench.harness.cli.main", "advise", str(out / "train"),
+         "--out", str(tmp_path / "advice"), "--no-figures"],
+        capture_output=True, text=True, timeout=180)
+    assert advise.returncode == 0, advise.stderr[-2000:]
+    advice = (tmp_path / "advice" / "advice.md").read_text()
+    assert "partition profiled" in advice and "ps-sync: aggregator 'ps-sync'" in advice
+    assert not (tmp_path / "advice" / "advised.toml").exists()
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["profiled", "proportional"])
+def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
+        tmp_path: Path, spawn: Spawn, policy: str) -> None:
+    out = tmp_path / "out"
+    done = torchrun(spawn, out, "--steps", "20", "--partition", policy)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = only_run(out)
+    run = load_run(run_dir)
+    history = run.manifest["partition_history"]
+    # profiled: equal for 5 steps, then by time per sample, then by the fitted lines;
+    # proportional: equal, then by throughput every 10 steps
+    assert [h["step"] for h in history] == ([0, 5, 10] if policy == "profiled" else [0, 10])
+    assert history[0]["sizes"] == [32, 32]
+    final = history[-1]["sizes"]
+    assert sum(final) == 64 and final[1] < final[0]
+    steps = run.steps
+    last = steps[steps["step"] == 19].sort_values("rank")
+    assert last["batch_size"].tolist() == final
+    assert last["slice_start"].tolist() == [0, final[0]]
+    params = np.load(run_dir / "params.npz")
+    for name, value in textbook(20, 64).items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-6, err_msg=name)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_rank_alone_is_told_where_it_waited_for_the_others(tmp_path: Path,
+                                                             spawn: Spawn) -> None:
+    port = free_port()
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    done = spawn.run([sys.executable, "-c", "import hetbench\n"
+                      "hetbench.join(global_batch=8, loss_reduction='mean', timeout_s=2)"],
+                     capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert done.returncode != 0
+    assert (f"hetbench.join: rank 0 of 2 did not meet the others at 127.0.0.1:{port} "
+            "within 2 s (timeout_s)") in done.stderr
+
+
+# -- bad input: refused before anything runs, the call and the argument named --------------
+
+ALONE = config.Place(0, 2, 0)
+
+
+def parsed(**overrides: Any) -> config.LoopConfig:
+    arguments: dict[str, Any] = {
+        "global_batch": 64, "loss_reduction": "mean", "partition": "equal", "suite": None,
+        "run": None, "out": "results", "seed": 0, "warmup_steps": 2, "timeout_s": 120.0,
+        "counters_every": 8}
+    return config.parse(ALONE, **{**arguments, **overrides})
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"loss_reduction": None}, "hetbench.join(loss_reduction): not declared: say how your "
+                               "loss reduces over a batch, 'mean'"),
+    ({"loss_reduction": "none"}, "hetbench.join(loss_reduction): 'none': say how"),
+    ({"partition": [40, 20]}, "hetbench.join(partition).sizes: sum 60 must equal "
+                              "global_batch 64"),
+    ({"partition": [64]}, "hetbench.join(partition).sizes: must be a list of 2"),
+    ({"partition": "fastest"}, "hetbench.join(partition): unknown policy 'fastest': "
+                               "allowed: equal"),
+    ({"partition": 3}, "hetbench.join(partition): a int: give a policy's name"),
+    ({"partition": [64, 0]}, "hetbench.join(partition): a rank with an empty slice"),
+    ({"partition": {"policy": "model", "leave_out": True}},
+     "hetbench.join(partition): a rank with an empty slice"),
+    ({"partition": {"policy": "profiled", "profile_steps": 1}},
+     "hetbench.join(partition).profile_steps: 1: at least 2 in your own loop"),
+    ({"global_batch": 1}, "hetbench.join(global_batch): 1 is below the minimum 2"),
+    ({"global_batch": "64"}, "hetbench.join(global_batch)"),
+    ({"suite": "my suite"}, "hetbench.join(suite)"),
+    ({"timeout_s": 0}, "hetbench.join(timeout_s)"),
+])
+def test_bad_arguments_are_refused_naming_the_argument(overrides: dict[str, Any],
+                                                       message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        parsed(**overrides)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "hetbench.join: RANK: 'x' is not a whole number"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "hetbench.join: RANK: 2 is not a rank of WORLD_SIZE=2"),
+])
+def test_a_bad_place_in_the_job_is_refused(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        config.place(environ)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(("workers", "message"), [
+    ("[{", "HETBENCH_WORKERS: not JSON"),
+    ('[{"device": "cpu"}]', "HETBENCH_WORKERS: 1 workers for WORLD_SIZE=2"),
+    ('[{"device": "cpu"}, {"slowdown": 0.5}]', "HETBENCH_WORKERS[1].slowdown"),
+    ('[{"device": "cpu"}, {"framework": "mxnet"}]', "HETBENCH_WORKERS[1].framework"),
+])
+def test_bad_launched_workers_are_refused(workers: str, message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        config.launched_workers(ALONE, {config.WORKERS_VARIABLE: workers})
+    assert message in str(refused.value)
+
+
+# -- a job of one rank, in this process: the session's own refusals ------------------------
+
+
+@pytest.fixture
+def alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A session of a job of one rank (no torchrun), closed and its group ended after."""
+    import torch.distributed as dist
+
+    import hetbench
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 config.WORKERS_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT)])
+    session = hetbench.join(global_batch=8, loss_reduction="mean", out=tmp_path / "out")
+    try:
+        yield session
+    finally:
+        session.close("failed", "the test ended")
+        dist.destroy_process_group()
+
+
+def model_and_data(samples: int = 32) -> tuple[Any, Any, Any]:
+    train = _script_module()
+    model = train.make_model()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), \
+        torch.utils.data.Subset(train.make_data(), range(samples))
+
+
+def test_a_job_of_one_rank_leaves_a_completed_run(alone: Any) -> None:
+    model, optimizer, data = model_and_data()
+    model, optimizer, loader = alone.prepare(model, optimizer, data)
+    assert len(loader) == 4
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for epoch in range(2):
+        for step, (inputs, targets) in enumerate(loader):
+            assert len(inputs) == 8
+            alone.backward(loss_fn(model(inputs), targets))
+            optimizer.step()
+            optimizer.zero_grad()
+            if epoch == 1 and step == 1:
+                break  # a pass left early: its steps so far are recorded
+    run_dir = alone.finish()
+    run = load_run(run_dir)
+    assert run.status == "completed" and run.manifest["run"]["steps"] == 6
+    assert run.steps["step"].tolist() == list(range(6))
+    assert run.steps["batch_size"].tolist() == [8] * 6
+
+
+class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        return iter(range(100))
+
+
+def test_data_that_cannot_be_sliced_is_refused(alone: Any) -> None:
+    model, optimizer, data = model_and_data()
+    with pytest.raises(UsageError, match=r"Session.prepare\(data\): Stream is an "
+                                         "IterableDataset: its samples have no index"):
+        alone.prepare(model, optimizer, Stream())
+    with pytest.raises(UsageError, match=r"Session.prepare\(data\): 4 samples, fewer than "
+                                         r"one global batch \(8"):
+        alone.prepare(model, optimizer, torch.utils.data.Subset(data, range(4)))
+
+
+def test_a_model_already_wrapped_in_ddp_is_refused(alone: Any) -> None:
+    model, optimizer, data = model_and_data()
+    wrapped = torch.nn.parallel.DistributedDataParallel(model)
+    with pytest.raises(UsageError, match=r"Session.prepare\(model\): a "
+                                         "DistributedDataParallel: give the module itself"):
+        alone.prepare(wrapped, optimizer, data)
+
+
+def test_a_loop_that_skips_the_exchange_or_misuses_backward_is_stopped(alone: Any) -> None:
+    model, optimizer, data = model_and_data()
+    model, optimizer, loader = alone.prepare(model, optimizer, data)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    with pytest.raises(UsageError, match=r"Session.prepare: called twice"):
+        alone.prepare(model, optimizer, data)
+    inputs, targets = next(iter(loader))
+    with pytest.raises(UsageError, match=r"Session.backward: outside a step"):
+        alone.backward(loss_fn(model(inputs), targets))
+    batches = iter(loader)
+    inputs, targets = next(batches)
+    with pytest.raises(UsageError, match=r"Session.backward\(loss\): \(8, 4\): a scalar is "
+                                         "needed"):
+        alone.backward(model(inputs))
+    loss_fn(model(inputs), targets).backward()  # the textbook call, not the session's
+    with pytest.raises(UsageError, match=r"SGD.step\(\): before the exchange of step 0: "
+                                         r"call session.backward\(loss\)"):
+        optimizer.step()
+    inputs, targets = next(batches)
+    alone.backward(loss_fn(model(inputs), targets))
+    with pytest.raises(UsageError, match=r"Session.backward: called twice in step 1"):
+        alone.backward(loss_fn(model(inputs), targets))
