@@ -193,9 +193,7 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     for remedy in candidates:
         if _same_as_recorded(remedy, found[0]):
             continue
-        # a user's own loop is no suite's run: what it cannot run, `refusal` says
-        checked = "" if remedy.run.is_loop else why_not(remedy.run)
-        reason = checked or (refusal(remedy.run) if refusal else "")
+        reason = why_not(remedy.run) or (refusal(remedy.run) if refusal else "")
         if reason:
             refused.append(Refused(remedy.label, reason))
         else:
@@ -262,7 +260,7 @@ def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> R
     (its layers' shares of the time, the activations entering it and its share of the
     parameters from `shape`), or why there is none."""
     if recorded.is_loop:
-        return "a user's own loop exchanges its gradients by all-reduce (Session.backward)"
+        return "a user's own loop exchanges its gradients by all-reduce (hetbench.join)"
     # a job's tail is its last layer (Job.layers; the job check refuses what cannot be)
     fc_layers = (lambda size: 1) if recorded.is_job else get_workload(recorded.workload).fc_layers
     if fc_layers is None:

@@ -19,6 +19,7 @@ import torch
 
 from hetbench.harness.records.results import load_run
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import load_suite
 from hetbench.harness.userloop import config
 from tests.conftest import REPO, Spawn
 
@@ -140,8 +141,11 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
         capture_output=True, text=True, timeout=180)
     assert advise.returncode == 0, advise.stderr[-2000:]
     advice = (tmp_path / "advice" / "advice.md").read_text()
-    assert "partition profiled" in advice and "ps-sync: aggregator 'ps-sync'" in advice
-    assert not (tmp_path / "advice" / "advised.toml").exists()
+    assert "partition profiled" in advice and "ps-sync: aggregator: 'ps-sync'" in advice
+    # the advised suite runs the same script with the same arguments
+    advised = load_suite(str(tmp_path / "advice" / "advised.toml"))
+    assert {(r.script, r.args) for r in advised.runs} == {
+        (str(SCRIPT), ("--out", str(out), "--steps", "20", "--partition", "40", "24"))}
 
 
 
@@ -217,7 +221,7 @@ def parsed(**overrides: Any) -> config.LoopConfig:
     ({"partition": {"policy": "model", "leave_out": True}},
      "hetbench.join(partition): a rank with an empty slice"),
     ({"partition": {"policy": "profiled", "profile_steps": 1}},
-     "hetbench.join(partition).profile_steps: 1: at least 2 in your own loop"),
+     "hetbench.join(partition).profile_steps: 1: at least 2 in a user's own loop"),
     ({"global_batch": 1}, "hetbench.join(global_batch): 1 is below the minimum 2"),
     ({"global_batch": "64"}, "hetbench.join(global_batch)"),
     ({"suite": "my suite"}, "hetbench.join(suite)"),
@@ -271,7 +275,8 @@ def alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         yield session
     finally:
         session.close("failed", "the test ended")
-        dist.destroy_process_group()
+        if dist.is_initialized():  # finish() ended the group it began
+            dist.destroy_process_group()
 
 
 def model_and_data(samples: int = 32) -> tuple[Any, Any, Any]:
@@ -346,3 +351,167 @@ def test_a_loop_that_skips_the_exchange_or_misuses_backward_is_stopped(alone: An
     alone.backward(loss_fn(model(inputs), targets))
     with pytest.raises(UsageError, match=r"Session.backward: called twice in step 1"):
         alone.backward(loss_fn(model(inputs), targets))
+
+
+# -- hetbench launch: the script as a suite's runs -------------------------------------------
+
+CONFIG = """
+[suite]
+name = "study"
+
+[defaults]
+global_batch = 64
+workers = [{}, { slowdown = 3.0 }]
+
+[[runs]]
+name = "equal"
+
+[[runs]]
+name = "profiled"
+partition = { policy = "profiled", profile_steps = 3 }
+"""
+
+
+def hetbench(spawn: Spawn, *words: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return spawn.run([sys.executable, "-m", "hetbench.harness.cli.main", *words],
+                     capture_output=True, text=True, timeout=240, cwd=cwd,
+                     env={k: v for k, v in os.environ.items()
+                          if k not in ("RANK", "WORLD_SIZE", config.WORKERS_VARIABLE)})
+
+
+@pytest.mark.slow
+def test_launch_runs_the_script_as_each_run_of_the_config_says(tmp_path: Path,
+                                                               spawn: Spawn) -> None:
+    (tmp_path / "study.toml").write_text(CONFIG)
+    done = hetbench(spawn, "launch", "study.toml", "--out", "out", "--no-figures", "--",
+                    "python", str(SCRIPT), "--steps", "12", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "script train.py --steps 12, batch 64, profiled" in done.stdout
+    expected = textbook(12, 64)
+    for name in ("equal", "profiled"):
+        (run_dir,) = list((tmp_path / "out" / "study").glob(f"{name}-r0-*"))
+        run = load_run(run_dir)
+        assert run.status == "completed", run.manifest["reason"]
+        assert run.manifest["run"]["script"] == str(SCRIPT)
+        assert run.manifest["run"]["args"] == ["--steps", "12"]
+        assert run.manifest["run"]["steps"] == 12
+        assert [w["slowdown"] for w in run.manifest["workers"]] == [1.0, 3.0]
+        # the ranks ran in the run's own network namespace and TMPDIR, as hetbench's own
+        assert run.manifest["network"].startswith("private")
+        assert {"rank0.log", "rank1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
+        params = np.load(run_dir / "params.npz")
+        for key, value in expected.items():
+            np.testing.assert_allclose(params[key], value, rtol=0, atol=1e-6, err_msg=key)
+    history = run.manifest["partition_history"]
+    assert [h["step"] for h in history] == [0, 3, 6] and history[-1]["sizes"][1] < 32
+
+
+@pytest.mark.slow
+def test_a_script_that_fails_leaves_its_run_failed_with_its_records(tmp_path: Path,
+                                                                    spawn: Spawn) -> None:
+    (tmp_path / "study.toml").write_text(CONFIG)
+    done = hetbench(spawn, "launch", "study.toml", "-k", "equal", "--out", "out",
+                    "--no-figures", "--", str(SCRIPT), "--steps", "12", "--fail-at", "5",
+                    cwd=tmp_path)
+    assert done.returncode == 1
+    (run_dir,) = list((tmp_path / "out" / "study").glob("equal-r0-*"))
+    run = load_run(run_dir)
+    assert run.status == "failed"
+    assert "RuntimeError: the script failed at step 5" in run.manifest["reason"]
+    assert sorted(run.steps["step"].unique()) == list(range(5))  # every step it took
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('script = "missing.py"', "runs[0].script: "),
+    ('script = "train.py"\nworkload = "mlp"', "runs[0].workload: not for a script's run: "
+                                               "the script builds its model"),
+    ('script = "train.py"\nsteps = 20', "runs[0].steps: not for a script's run"),
+    ('script = "train.py"\naggregator = "ps-sync"', "runs[0].aggregator: 'ps-sync': a "
+                                                      "user's own loop exchanges"),
+    ('script = "train.py"\nargs = "--steps 3"', "runs[0].args: must be a list of strings"),
+    ('args = ["--steps"]', "runs[0].args: only with `script`"),
+    ('script = "train.py"\npartition = { policy = "sizes", sizes = [64, 0] }',
+     "runs[0].partition: a rank with an empty slice"),
+    ('script = "train.py"\nworkers = [{}, { framework = "mxnet" }]',
+     "runs[0].workers[1].framework: a script's run is PyTorch's"),
+])
+def test_a_bad_script_run_is_refused_by_the_suite_check(tmp_path: Path, table: str,
+                                                        message: str) -> None:
+    (tmp_path / "train.py").write_text("")
+    suite = tmp_path / "suite.toml"
+    workers = "" if "workers" in table else "workers = [{}, {}]\n"
+    suite.write_text(f'[suite]\nname = "s"\n[[runs]]\nname = "r"\nglobal_batch = 64\n'
+                     f'{workers}{table}\n')
+    with pytest.raises(UsageError) as refused:
+        load_suite(str(suite))
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    ([], "hetbench: error: command: missing: hetbench launch CONFIG -- [python] SCRIPT"),
+    (["--", "python"], "hetbench: error: command: missing"),
+    (["--", "nowhere.py"], "hetbench: error: command: nowhere.py: no such file"),
+    (["--", "-m", "pkg.train"], "hetbench: error: command: '-m': give the script's path"),
+])
+def test_launch_without_a_script_says_so(tmp_path: Path, spawn: Spawn, words: list[str],
+                                         message: str) -> None:
+    (tmp_path / "study.toml").write_text(CONFIG)
+    done = hetbench(spawn, "launch", "study.toml", *words, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_launch_refuses_a_config_that_names_its_own_script(tmp_path: Path,
+                                                           spawn: Spawn) -> None:
+    (tmp_path / "study.toml").write_text(CONFIG.replace('name = "equal"',
+                                                        'name = "equal"\nscript = "x.py"'))
+    done = hetbench(spawn, "launch", "study.toml", "--", str(SCRIPT), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "hetbench: error: runs[0].script: the command after `--` of hetbench launch " \
+           "gives the script" in done.stderr
+
+
+# -- the how-to's example: a DDP script converted ------------------------------------------
+
+EXAMPLE = REPO / "examples" / "own_loop"
+
+
+def changed_lines() -> list[str]:
+    """The converted script's diff against the DDP one, code only: '+' and '-' lines."""
+    import difflib
+
+    def code(name: str) -> list[str]:
+        lines = (EXAMPLE / name).read_text().splitlines()
+        return lines[lines.index("import argparse"):]
+
+    return [line for line in difflib.unified_diff(code("ddp_train.py"), code("train.py"),
+                                                  lineterm="", n=0)
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+
+
+def test_the_howto_shows_the_whole_change_and_it_is_under_ten_lines() -> None:
+    changed = changed_lines()
+    written = [line for line in changed if line.startswith("+")]
+    assert len(written) <= 10, written
+    howto = (REPO / "docs" / "howto" / "own-loop.md").read_text()
+    block = howto.split("```diff\n")[1].split("```")[0]
+    assert [line for line in block.splitlines() if line[:1] in "+-"] == changed
+    assert (f"{len(written)} lines written and "
+            f"{len(changed) - len(written)} removed") in howto
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["ddp_train.py", "train.py"])
+def test_the_example_scripts_train_under_torchrun(tmp_path: Path, spawn: Spawn,
+                                                  script: str) -> None:
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env.pop(config.WORKERS_VARIABLE, None)
+    done = spawn.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                      "--nnodes", "1", "--nproc-per-node", "2", str(EXAMPLE / script),
+                      "--steps", "6"], capture_output=True, text=True, timeout=240, env=env,
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = list((tmp_path / "results" / "train").glob("equal-r0-*"))
+    assert len(recorded) == (script == "train.py")
+    if recorded:
+        assert load_run(recorded[0]).steps["step"].nunique() == 6

@@ -17,6 +17,7 @@ any framework: the modules read below import no framework (DESIGN.md, Principles
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import os
 import sys
@@ -642,6 +643,33 @@ def job_markdown() -> str:
         "would shadow it, and the suite check names it.", ""])
 
 
+LOOP_SOURCE = ROOT / "harness" / "userloop" / "session.py"
+LOOP_API = (("join", None), ("prepare", "Session"), ("backward", "Session"),
+            ("finish", "Session"))
+
+
+def loop_markdown() -> str:
+    """hetbench.join and the Session's methods a loop calls: their signatures and docstrings
+    read from the source with ast (importing it would load torch)."""
+    tree = ast.parse(LOOP_SOURCE.read_text())
+    found: dict[tuple[str, str | None], ast.FunctionDef] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[(node.name, None)] = node
+        if isinstance(node, ast.ClassDef):
+            found.update({(item.name, node.name): item for item in node.body
+                          if isinstance(item, ast.FunctionDef)})
+    parts = [f"Generated from `{LOOP_SOURCE.relative_to(ROOT)}`.", ""]
+    for name, owner in LOOP_API:
+        node = found[(name, owner)]
+        arguments = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
+        returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+        title = f"hetbench.{name}" if owner is None else f"{owner}.{name}"
+        parts += [f"### `{title}`", "", "```python", f"{title}({arguments}){returns}", "```",
+                  "", ast.get_docstring(node) or "", ""]
+    return "\n".join(parts)
+
+
 # ---------------------------------------------------------------------------------------
 # mkdocs events
 
@@ -652,6 +680,7 @@ MARKERS: dict[str, Callable[[], str]] = {
     "<!-- hetbench:catalogue -->": catalogue_markdown,
     "<!-- hetbench:results-format -->": results_markdown,
     "<!-- hetbench:job -->": job_markdown,
+    "<!-- hetbench:loop -->": loop_markdown,
 }
 _expanded: set[str] = set()
 

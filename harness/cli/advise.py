@@ -24,7 +24,6 @@ from hetbench.harness.run.jobcheck import CHECK_TIMEOUT_S, LayerProfiling, check
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import load_suite
 from hetbench.harness.spec.tables import run_table, suite_text
-from hetbench.harness.userloop.config import refuse_for_loop
 from hetbench.workloads import build_spec, get_workload
 from hetbench.workloads.data import load_dataset
 from hetbench.workloads.models import builder
@@ -91,10 +90,6 @@ def run(args: argparse.Namespace) -> int:
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
     recorded, manifest = job["recorded"], job["fitted"][0][0]
-    if args.verify and recorded.is_loop:
-        raise UsageError("--verify", f"the recorded job is a user's own loop "
-                         f"({recorded.script}): hetbench cannot run its script as a suite's "
-                         "run; run the advised suite's partitions in the script")
     made = job_now(recorded) if recorded.is_job else None
     ranked, found, refused = advice_fit.ranked_remedies(
         job, target, model, args.repeats, layer_shape(recorded, made),
@@ -103,21 +98,15 @@ def run(args: argparse.Namespace) -> int:
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
     suite_path = out / f"{SUITE}.toml"
-    if not recorded.is_loop:  # a suite's runs cannot take a user's script's steps (yet)
-        _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
+    _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
     print(advice_report.table(ranked, target))
     measured = verify(suite_path, out, target, args.no_figures) if args.verify else None
     if measured is not None:
         ranked = ranked.merge(measured, on="remedy", how="left")
-    advice_report.write_advice(out, ranked, refused, job, target,
-                               None if recorded.is_loop else SUITE, chosen,
+    advice_report.write_advice(out, ranked, refused, job, target, SUITE, chosen,
                                args.repeats, args.top, model)
-    if recorded.is_loop:
-        print(f"\nadvice: {out / 'advice.md'} (a user's own loop: try a remedy's partition "
-              f"in its hetbench.join(partition=...))")
-    else:
-        print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
-              f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
+    print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
+          f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
     return 1 if args.verify and measured is None else 0
 
 
@@ -143,8 +132,6 @@ def job_refusal(run: Any, manifest: dict[str, Any], made: dict[str, Any] | str |
     """For a job, why the job check would refuse a remedy's run ('' where it would not),
     from what the job check says of the job now (`made`: job_now's), else what the recorded
     run's manifest says of it: what `hetbench run` of the advised suite checks."""
-    if run.is_loop:
-        return refuse_for_loop
     if not run.is_job:
         return None
     described = made if isinstance(made, dict) else manifest.get("job") or {}

@@ -16,6 +16,8 @@ CLI = "hetbench.harness.cli."
 # subcommand -> module with add_arguments(parser) and run(args) -> exit status
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": (CLI + "run", "run a benchmark suite (default: the built-in 'quick')"),
+    "launch": (CLI + "launch", "run your own training script (one that calls "
+               "hetbench.join) as a suite's runs: hetbench launch CONFIG -- train.py ARGS"),
     "init": (CLI + "init", "a starter suite for your own model: hetbench init pkg.module:make"),
     "suites": (CLI + "suites", "the built-in suites, a line each; one as TOML to copy"),
     "compare": (CLI + "compare", "BASE vs CURRENT runs: regressed, improved, unchanged?"),

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class StepProgress:
     """A tqdm bar fed absolute step counts (the launcher reads them from the part files)."""
 
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
+    def __init__(self, total: int | None, label: str, enabled: bool) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=label, unit="step", disable=not enabled,
@@ -78,7 +78,9 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     from hetbench.harness.records.results import writable_folder
     from hetbench.harness.run.launcher import check_open_files
 
-    suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs))
+    suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs,
+                                             getattr(args, "script", None),
+                                             getattr(args, "script_args", ())))
     check_open_files()
     place = hosts.place(args, suite)
     if place is None:
@@ -110,9 +112,10 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
 
     def on_start(run_spec: Any, repeat: int) -> None:
         workers = ", ".join(_worker_text(w) for w in run_spec.workers)
-        print(f"\n== [{clock.started(total)}] {run_spec.name} (repeat {repeat}): "
-              f"{run_spec.framework} "
-              f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps, "
+        what = (f"script {' '.join([Path(run_spec.script).name, *run_spec.args])}"
+                if run_spec.is_loop else f"{run_spec.framework} {run_spec.workload}/"
+                f"{run_spec.dataset}, {run_spec.steps} steps")
+        print(f"\n== [{clock.started(total)}] {run_spec.name} (repeat {repeat}): {what}, "
               f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
               f"{run_spec.aggregator.name}; {workers}", flush=True)
         if (demand := core_load(run_spec))["oversubscribed"]:
@@ -125,7 +128,9 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
     results = run_suite(
         suite, args.out, skip_unavailable=args.skip_unavailable, on_start=on_start,
         on_end=print_result if holder else print_share,
-        progress_factory=lambda r: StepProgress(r.steps, r.name, show_progress),
+        # a script's run takes as many steps as its script does: counted, no total
+        progress_factory=lambda r: StepProgress(None if r.is_loop else r.steps, r.name,
+                                                show_progress),
         gpu_counts=gpu_counts, nodes=nodes,
     )
     collected.extend(results)

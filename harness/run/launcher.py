@@ -35,6 +35,7 @@ from hetbench.harness.records.rundir import (
 )
 from hetbench.harness.run.nodes import Nodes, Seat, prepare_share, record_share_tmp
 from hetbench.harness.spec.errors import DeviceUnavailable, NodeLost, UsageError
+from hetbench.harness.spec.loops import RUN_DIR_VARIABLE
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
 from hetbench.harness.spec.workers import cpu_list
 from hetbench.harness.system import interfaces, procfs, signals
@@ -125,6 +126,26 @@ def worker_environment(run: RunSpec, rank: int, port: int, seat: Seat | None = N
     return env
 
 
+def worker_command(run: RunSpec, run_dir: Path) -> list[str]:
+    """What each worker process runs: hetbench's own loop, or a script's run's script
+    under this Python (as torchrun starts it), which joins through hetbench.join."""
+    if run.script is not None:
+        return [sys.executable, run.script, *run.args]
+    return [sys.executable, "-m", "hetbench.harness.loop.worker", "--run-dir", str(run_dir)]
+
+
+def script_environment(run: RunSpec, rank: int, run_dir: Path) -> dict[str, str]:
+    """What a script's worker is told beyond a worker's: the run directory its session
+    records into (its run.json says the run), and its threads before torch starts them
+    (hetbench's own worker sets them itself before any framework import)."""
+    if run.script is None:
+        return {}
+    threads = str(run.workers[rank].threads)
+    return {RUN_DIR_VARIABLE: str(run_dir),
+            **{name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                          "OPENBLAS_NUM_THREADS")}}
+
+
 def skip_run(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, reason: str,
              launch: str | None = None) -> RunResult:
     run_dir = prepare_run_dir(out, suite.name, run, repeat, suite_info(suite), launch)
@@ -188,10 +209,11 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         for rank in ranks:
             with open(logs / f"rank{rank}.log", "wb") as log:
                 procs[rank] = subprocess.Popen(
-                    services.worker_command([sys.executable, "-m", "hetbench.harness.loop.worker",
-                                             "--run-dir", str(run_dir)]),
+                    services.worker_command(worker_command(run, run_dir)),
                     env=services.environment(worker_environment(run, rank, port, seat)
-                                             | services.env), stdout=log,
+                                             | services.env | script_environment(run, rank,
+                                                                                 run_dir)),
+                    stdout=log,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 )
         sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs.values()),

@@ -34,7 +34,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.spec import aggregators, jobs, pipelines
+from hetbench.harness.spec import aggregators, jobs, loops, pipelines
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.builtin import builtin_suites, builtin_text
 from hetbench.harness.spec.errors import UsageError, listed
@@ -48,6 +48,7 @@ from hetbench.harness.spec.fields import (
     MAX_TARGET_LOSS,
     MAX_TIMEOUT_S,
     PIPE_TIMEOUT_S,
+    At,
     boolean,
     check_keys,
     choice,
@@ -143,6 +144,7 @@ class RunSpec:
     # a user's own loop (hetbench.join, harness/userloop/): the script that ran it, absolute;
     # None for a run hetbench's own loop took
     script: str | None = None
+    args: tuple[str, ...] = ()  # the script's arguments
 
     @property
     def is_job(self) -> bool:
@@ -224,6 +226,9 @@ class Overrides:
     repeats: int | None = None
     steps: int | None = None
     runs: str | None = None  # only the runs whose name matches (a glob, else a substring)
+    # `hetbench launch CONFIG -- SCRIPT ARGS`: every run a script's run of SCRIPT (absolute)
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
 
 
 def load_suite(name_or_path: str, overrides: Overrides | None = None) -> SuiteSpec:
@@ -273,6 +278,16 @@ def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
         runs = kept
     if overrides.steps is not None:
         runs = [{**r, "steps": overrides.steps} for r in runs]
+    if overrides.script is not None:
+        defaults = data.get("defaults", {})
+        for where, table_ in [("defaults", defaults if isinstance(defaults, dict) else {}),
+                              *((f"runs[{i}]", r) for i, r in enumerate(runs))]:
+            for key in ("script", "args"):
+                if key in table_:
+                    raise UsageError(f"{where}.{key}", "the command after `--` of hetbench "
+                                     "launch gives the script and its arguments: remove it")
+        runs = [{**r, "script": overrides.script, "args": list(overrides.script_args)}
+                for r in runs]
     return {**data, "suite": suite, "runs": runs}
 
 
@@ -424,9 +439,12 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     framework = choice(values["framework"], FRAMEWORKS, at("framework"))
     global_batch = integer(values["global_batch"], at("global_batch"), minimum=1,
                            maximum=MAX_GLOBAL_BATCH)
-    steps = integer(values["steps"], at("steps"), minimum=1, maximum=MAX_STEPS)
+    script_run = values["script"] is not None
+    # a script's run takes the steps its script takes: 0 until it has ended
+    steps = 0 if script_run else integer(values["steps"], at("steps"), minimum=1,
+                                         maximum=MAX_STEPS)
     warmup = integer(values["warmup_steps"], at("warmup_steps"), minimum=0, maximum=MAX_STEPS)
-    if warmup >= steps:
+    if warmup >= steps and not script_run:
         raise UsageError(at("warmup_steps"), f"{warmup} must be below steps ({steps})")
     workers = parse_workers(values.get("workers"), framework, at("workers"))
     if global_batch < len(workers):
@@ -446,6 +464,11 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     on_failure = choice(values["on_worker_failure"], ON_WORKER_FAILURE, at("on_worker_failure"))
     aggregators.check_on_worker_failure(aggregator, on_failure, at)
     set_keys = set(raw) | set(defaults)
+    if script_run:
+        return _script_run(values, set_keys, folder or Path.cwd(), at, workers, partition,
+                           aggregator, warmup, global_batch)
+    if "args" in set_keys:
+        raise UsageError(at("args"), "only with `script` (the arguments of a script's run)")
     job = jobs.is_job_workload(values["workload"])
     if job:
         workload = jobs.parse_job(values, set_keys, framework, at)
@@ -538,6 +561,27 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     )
 
 
+def _script_run(values: dict[str, Any], set_keys: set[str], folder: Path, at: At,
+                workers: tuple[WorkerSpec, ...], partition: PartitionSpec,
+                aggregator: AggregatorSpec, warmup: int, global_batch: int) -> RunSpec:
+    """A run whose steps a user's script takes (harness/spec/loops.py)."""
+    script, script_args = loops.parse_script(values, set_keys, folder, at)
+    loops.check_script_run(workers, partition, aggregator, at)
+    return RunSpec(
+        name=valid_name(values["name"], at("name")), framework="pytorch",
+        workload=Path(script).name, dataset=loops.LOOP_DATASET, steps=0, warmup_steps=warmup,
+        global_batch=global_batch, lr=0.0, seed=integer(values["seed"], at("seed"), minimum=0,
+                                                        maximum=MAX_SEED),
+        partition=partition, workers=workers,
+        timeout_s=number(values["timeout_s"], at("timeout_s"), minimum=1.0,
+                         maximum=MAX_TIMEOUT_S),
+        keep_freed_memory=False,  # the script's allocator is its own
+        counters_every=integer(values["counters_every"], at("counters_every"), minimum=1,
+                               maximum=MAX_STEPS),
+        trace_steps=trace_window(values["trace_steps"], at("trace_steps")),
+        aggregator=aggregator, script=script, args=script_args)
+
+
 INTERFACE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,15}")  # Linux: IFNAMSIZ, 16 with the NUL
 
 
@@ -574,6 +618,7 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
         "loader": LoaderSpec(**data["loader"]) if data.get("loader") else None,
         "pipeline": pipeline_from_dict(data.get("pipeline")),
         "profile": profile_from_dict(data.get("profile")),
+        "args": tuple(data.get("args", ())),
         "trace_steps": tuple(data["trace_steps"]) if isinstance(data.get("trace_steps"), list)
         else data.get("trace_steps", RunSpec.trace_steps),
     })

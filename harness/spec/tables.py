@@ -15,6 +15,7 @@ from typing import Any
 
 from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
 from hetbench.harness.spec.loaders import LoaderSpec
+from hetbench.harness.spec.loops import SCRIPT_DECIDES
 from hetbench.harness.spec.optimizers import OptimizerSpec
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.pipelines import PipelineSpec
@@ -36,12 +37,18 @@ def run_table(run: RunSpec) -> dict[str, Any]:
             continue
         if key == "dataset" and run.is_job:  # the factory's own data: no suite key
             continue
+        if run.is_loop and key in SCRIPT_DECIDES:  # the script's own
+            continue
         if key == "eval_every" and value == 0:
             continue
         out[key] = f"{value[0]}-{value[1]}" if key == "trace_steps" and isinstance(
             value, tuple) else value
     if run.project is not None:  # absolute: the table may be written to another folder
         out["project"] = run.project
+    if run.script is not None:  # absolute, as `project`
+        out["script"] = run.script
+        if run.args:
+            out["args"] = list(run.args)
     out["workers"] = [_worker(w, run.framework) for w in run.workers]
     if partition := _changed(run.partition, PartitionSpec()):
         out["partition"] = partition

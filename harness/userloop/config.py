@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.harness.partition.policies import POLICIES
+from hetbench.harness.spec import loops
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.fields import MAX_STEPS, integer, number, valid_name
@@ -23,7 +24,6 @@ from hetbench.harness.spec.workers import WorkerSpec, parse_workers
 
 WORKERS_VARIABLE = "HETBENCH_WORKERS"  # JSON: a list of worker tables, one per rank
 REDUCTIONS = ("mean", "sum")
-LOOP_DATASET = "loop"  # RunSpec.dataset of a user's loop: its data is the script's
 JOIN = "hetbench.join"
 
 
@@ -78,25 +78,15 @@ def parse(place: Place, global_batch: Any, loss_reduction: Any, partition: Any, 
     """The arguments of `hetbench.join`, each refused with its name and what is allowed."""
     batch = integer(global_batch, f"{JOIN}(global_batch)", minimum=place.world_size,
                     maximum=10**9)
-    if loss_reduction not in REDUCTIONS:
-        declared = "not declared" if loss_reduction is None else f"{loss_reduction!r}"
-        raise UsageError(f"{JOIN}(loss_reduction)", f"{declared}: say how your loss reduces "
-                         "over a batch, 'mean' (torch's default) or 'sum', so that each "
-                         "rank's gradient is weighted by its slice")
+    reduction = checked_reduction(loss_reduction)
     policy = parse_partition(partition_table(partition), place.world_size, batch,
                              f"{JOIN}(partition)")
-    if policy.may_leave_out:
-        raise UsageError(f"{JOIN}(partition)", "a rank with an empty slice (a 0 size, "
-                         "leave_out) is not supported in your own loop yet: every rank "
-                         "computes a slice of at least one sample")
-    if policy.policy == "profiled" or (policy.adaptive and policy.initial == "profiled"):
-        if policy.profile_steps < 2:
-            raise UsageError(f"{JOIN}(partition).profile_steps", f"{policy.profile_steps}: "
-                             "at least 2 in your own loop (the slices are timed in the job, "
-                             "the first step at a size left out)")
+    if why := loops.loop_refusal(loops.EXCHANGE, False, False, policy):
+        raise UsageError(f"{JOIN}(partition)", why)
+    loops.check_profile_steps(policy, f"{JOIN}(partition)")
     script = script_path()
     return LoopConfig(
-        global_batch=batch, loss_reduction=loss_reduction, partition=policy,
+        global_batch=batch, loss_reduction=reduction, partition=policy,
         suite=valid_name(suite if suite is not None else name_of(script),
                          f"{JOIN}(suite)"),
         run=valid_name(run if run is not None else policy.policy, f"{JOIN}(run)"),
@@ -108,6 +98,25 @@ def parse(place: Place, global_batch: Any, loss_reduction: Any, partition: Any, 
                          strict=True),
         counters_every=integer(counters_every, f"{JOIN}(counters_every)", minimum=1,
                                maximum=MAX_STEPS))
+
+
+def checked_reduction(loss_reduction: Any) -> str:
+    if loss_reduction not in REDUCTIONS:
+        declared = "not declared" if loss_reduction is None else f"{loss_reduction!r}"
+        raise UsageError(f"{JOIN}(loss_reduction)", f"{declared}: say how your loss reduces "
+                         "over a batch, 'mean' (torch's default) or 'sum', so that each "
+                         "rank's gradient is weighted by its slice")
+    return str(loss_reduction)
+
+
+def launched_config(run: RunSpec, suite: str, out: Path, loss_reduction: Any) -> LoopConfig:
+    """A launch's run as the session's configuration: everything the launch's, but the
+    loss's reduction, which only the script knows."""
+    return LoopConfig(global_batch=run.global_batch,
+                      loss_reduction=checked_reduction(loss_reduction),
+                      partition=run.partition, suite=suite, run=run.name, out=out,
+                      seed=run.seed, warmup_steps=run.warmup_steps, timeout_s=run.timeout_s,
+                      counters_every=run.counters_every)
 
 
 def partition_table(raw: Any) -> Any:
@@ -184,26 +193,15 @@ def loop_run(config: LoopConfig, workers: tuple[WorkerSpec, ...], steps: int, lr
     the 'torch' aggregator's."""
     script = script_path()
     return RunSpec(
-        name=config.run, framework="pytorch", workload=script.name, dataset=LOOP_DATASET,
+        name=config.run, framework="pytorch", workload=script.name, dataset=loops.LOOP_DATASET,
         steps=steps, warmup_steps=config.warmup_steps, global_batch=config.global_batch,
         lr=lr, seed=config.seed, partition=config.partition, workers=workers,
         timeout_s=config.timeout_s, counters_every=config.counters_every,
-        aggregator=AggregatorSpec(name="torch"), script=str(script))
+        aggregator=AggregatorSpec(name=loops.EXCHANGE), script=str(script),
+        args=tuple(sys.argv[1:]))
 
 
 def environment_device(place: Place, cuda_devices: int) -> str:
     """The default device of a rank: its local GPU where there is one, else the CPU."""
     return f"cuda:{place.local_rank}" if place.local_rank < cuda_devices else "cpu"
 
-
-def refuse_for_loop(run: RunSpec) -> str:
-    """Why a user's own loop cannot run as `run` asks ('' where it can): its exchange is
-    Session.backward's all-reduce in lockstep, on every rank's slice."""
-    if run.aggregator.name != "torch":
-        return (f"aggregator {run.aggregator.name!r}: a user's own loop exchanges its "
-                "gradients by all-reduce in Session.backward ('torch')")
-    if run.pipeline is not None or run.placement is not None:
-        return "a user's own loop holds the whole model on every rank: no pipeline, no placement"
-    if run.partition.may_leave_out:
-        return "a rank with an empty slice is not supported in a user's own loop yet"
-    return ""

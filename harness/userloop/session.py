@@ -40,10 +40,12 @@ from hetbench.harness.loop.job import JobData
 from hetbench.harness.loop.timer import StepTimer
 from hetbench.harness.records import collector, rundir
 from hetbench.harness.records.collector import RecordWriter
+from hetbench.harness.spec import loops
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.spec.suite import RunSpec, run_from_dict
 from hetbench.harness.spec.workers import WorkerSpec, worker_from_dict
+from hetbench.harness.system import orphans
 from hetbench.harness.system.environment import git_commit
 from hetbench.harness.userloop import config
 from hetbench.harness.userloop.batches import SliceLoader, slice_batches, to_device
@@ -71,6 +73,8 @@ def join(*, global_batch: int, loss_reduction: str | None = None,
     policy's). Every wait has `timeout_s`."""
     environ = os.environ
     place = config.place(environ)
+    if (prepared := environ.get(loops.RUN_DIR_VARIABLE)) is not None:
+        return _join_launch(Path(prepared), place, global_batch, loss_reduction, partition)
     checked = config.parse(place, global_batch, loss_reduction, partition, suite, run, out,
                            seed, warmup_steps, timeout_s, counters_every)
     launched = config.launched_workers(place, environ)
@@ -83,8 +87,45 @@ def join(*, global_batch: int, loss_reduction: str | None = None,
         if worker.cores:
             os.sched_setaffinity(0, worker.cores)
         torch.set_num_threads(worker.threads)
-    _join_group(place, checked.timeout_s, environ)
-    return Session(checked, place, worker)
+    began = _join_group(place, checked.timeout_s, environ)
+    return Session(checked, place, worker, owns_group=began)
+
+
+def _join_launch(run_dir: Path, place: config.Place, global_batch: Any,
+                 loss_reduction: Any, partition: Any) -> Session:
+    """A rank that hetbench's launcher started (a script's run: `hetbench launch`, or a
+    suite's run with `script`): the run, its workers and its slices are the launch's (its
+    run.json), the loss's reduction the script's; the rank joins the store rank 0 serves
+    in the run's own network namespace, as hetbench's own workers do."""
+    import torch
+
+    data = json.loads((run_dir / rundir.RUN_FILE).read_text())
+    run = run_from_dict(data["run"])
+    checked = config.launched_config(run, data["suite"], run_dir.parent.parent, loss_reduction)
+    if place.world_size != run.world_size:
+        raise UsageError("WORLD_SIZE", f"{place.world_size}, but run {run.name!r} has "
+                         f"{run.world_size} workers")
+    if place.rank == 0 and (global_batch != run.global_batch or partition != "equal"):
+        print(f"hetbench.join: run {run.name!r} of the launch sets global_batch "
+              f"{run.global_batch} and partition {run.partition.policy!r} (the script's "
+              f"{global_batch} and {partition!r} are not used)", file=sys.stderr, flush=True)
+    worker = run.workers[place.rank]
+    if worker.cores:
+        os.sched_setaffinity(0, worker.cores)
+    torch.set_num_threads(worker.threads)
+    orphans.follow_launcher()  # no rank outlives its launcher
+    try:
+        comm.init(place.rank, place.world_size, "gloo", run.timeout_s, worker.device)
+    except (RuntimeError, ValueError, TimeoutError) as exc:
+        raise UsageError(config.JOIN, _not_met(place, run.timeout_s, os.environ, exc)) from None
+    return Session(checked, place, worker, launched=(run, run_dir))
+
+
+def _not_met(place: config.Place, timeout_s: float, environ: Any, exc: BaseException) -> str:
+    address = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (f"rank {place.rank} of {place.world_size} did not meet the others at {address} "
+            f"within {timeout_s:g} s (timeout_s): {first}")
 
 
 def _check_device(device: str, cuda_devices: int) -> None:
@@ -93,30 +134,28 @@ def _check_device(device: str, cuda_devices: int) -> None:
                          f"{cuda_devices} GPU(s) on this host")
 
 
-def _join_group(place: config.Place, timeout_s: float, environ: Any) -> None:
+def _join_group(place: config.Place, timeout_s: float, environ: Any) -> bool:
     """The job's default group, over gloo (a GPU rank's exchange gets an NCCL group of its
-    own where every rank is a GPU); one the script made itself is used as it is."""
+    own where every rank is a GPU); one the script made itself is used as it is. Whether
+    it began one."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         if dist.get_world_size() != place.world_size:
             raise UsageError(config.JOIN, f"the script's process group has "
                              f"{dist.get_world_size()} ranks, WORLD_SIZE={place.world_size}")
-        return
+        return False
     timeout = timedelta(seconds=timeout_s)
     if place.world_size == 1 and "MASTER_ADDR" not in environ:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
-        return
-    address = f"{environ.get('MASTER_ADDR', '?')}:{environ.get('MASTER_PORT', '?')}"
+        return True
     try:
         dist.init_process_group("gloo", init_method="env://", rank=place.rank,
                                 world_size=place.world_size, timeout=timeout)
     except (RuntimeError, ValueError, TimeoutError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(config.JOIN, f"rank {place.rank} of {place.world_size} did not "
-                         f"meet the others at {address} within {timeout_s:g} s "
-                         f"(timeout_s): {first}") from None
+        raise UsageError(config.JOIN, _not_met(place, timeout_s, environ, exc)) from None
+    return True
 
 
 class Session:
@@ -124,16 +163,20 @@ class Session:
     as a context manager, a loop that raises closes the run as failed (interrupted on
     Ctrl-C), its records kept."""
 
-    def __init__(self, loop: config.LoopConfig, place: config.Place, worker: WorkerSpec
+    def __init__(self, loop: config.LoopConfig, place: config.Place, worker: WorkerSpec,
+                 launched: tuple[RunSpec, Path] | None = None, owns_group: bool = True
                  ) -> None:
         import torch
         import torch.distributed as dist
 
         self.config, self.place, self.rank = loop, place, place.rank
+        # a launch's run and the directory its launcher prepared (and closes if it fails)
+        self.launched = launched
+        self.owns_group = owns_group
         self.device = torch.device(worker.device)
         # collectives of the default group: on the host over gloo, on the GPU under NCCL
         self.host = torch.device("cpu") if dist.get_backend() == "gloo" else self.device
-        self.workers = self._every_worker(worker)
+        self.workers = launched[0].workers if launched else self._every_worker(worker)
         self.worker = worker
         self.exchange_group: Any = None
         self.exchange_device = self.host
@@ -193,9 +236,12 @@ class Session:
             opt.register_step_post_hook(self._after_optimizer_step)
         self.batches = batches
         lr = float(optimizers[0].param_groups[0].get("lr", 0.0)) if optimizers else 0.0
-        run = config.loop_run(cfg, self.workers, 0, lr)
+        if self.launched is not None:
+            run, self.run_dir = dataclasses.replace(self.launched[0], lr=lr), self.launched[1]
+        else:
+            run = config.loop_run(cfg, self.workers, 0, lr)
+            self.run_dir = self._prepare_run_dir(run)
         self.run = run
-        self.run_dir = self._prepare_run_dir(run)
         from hetbench.adapters.pytorch import TorchAdapter
         from hetbench.workloads.job import fingerprint
 
@@ -407,7 +453,16 @@ class Session:
                          self.writer.records(), parameters, self.backend, closing)
         self.closed = True
         atexit.unregister(self._at_exit)
+        self._end_group()
         return self.run_dir
+
+    def _end_group(self) -> None:
+        """The process groups join began, ended: gloo's threads left to the interpreter's
+        exit can abort it (harness/system/exits.py). A group the script began stays."""
+        import torch.distributed as dist
+
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
 
     def close(self, status: str, reason: str) -> None:
         """The run ended badly here: this rank's records flushed and its reason left, rank 0
@@ -421,7 +476,7 @@ class Session:
             collector.error_path(self.run_dir, self.rank).write_text(reason + "\n")
         except OSError:
             pass
-        if self.rank == 0:
+        if self.rank == 0 and self.launched is None:  # a launch's run: its launcher closes it
             rundir.close_run(self.run_dir, dataclasses.replace(self.run, steps=self.steps_done),
                              status, reason)
 
