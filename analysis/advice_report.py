@@ -113,10 +113,10 @@ def short(text: str, width: int) -> str:
 
 
 def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any],
-                 target: dict[str, Any] | None, suite: str, chosen: list[str],
+                 target: dict[str, Any] | None, suite: str | None, chosen: list[str],
                  repeats: int, top: int, model: dict[str, Any] | None) -> None:
     """advice.md, advice.csv and figures/advice.png in `out`: `chosen` the runs of the
-    advised suite (`suite`.toml), `repeats` the simulated repeats
+    advised suite (`suite`.toml; None: none written), `repeats` the simulated repeats
     of each remedy, `top` the remedies explained."""
     from hetbench.analysis.advisor import UNVALIDATED, explain
     from hetbench.analysis.figures import advice_figure
@@ -143,7 +143,8 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
     lines += [f"{i}. " + explain(row, recorded) for i, (_, row) in enumerate(
         advised.head(top).iterrows(), start=1)]
     lines += ["", "## Ranking", "", markdown(ranked), "",
-              f"The advised suite ({suite}.toml) runs: {', '.join(chosen)}.", ""]
+              f"The advised suite ({suite}.toml) runs: {', '.join(chosen)}." if suite else
+              "An imported job: no suite is written, its remedies are predictions.", ""]
     if "measured_s" in ranked:
         v = verdict(ranked)
         lines += ["## Verified", "",

@@ -193,7 +193,9 @@ def remedies(recorded: RunSpec, scheme: Scheme, sizes: tuple[int, ...] | None,
     for remedy in candidates:
         if _same_as_recorded(remedy, found[0]):
             continue
-        reason = why_not(remedy.run) or (refusal(remedy.run) if refusal else "")
+        # an imported job is predicted, never run: no suite check to pass
+        checked = "" if remedy.run.is_imported else why_not(remedy.run)
+        reason = checked or (refusal(remedy.run) if refusal else "")
         if reason:
             refused.append(Refused(remedy.label, reason))
         else:
@@ -261,6 +263,8 @@ def _fc_on_server(recorded: RunSpec, shape: LayerShape | str, servers: int) -> R
     parameters from `shape`), or why there is none."""
     if recorded.is_loop:
         return "a user's own loop exchanges its gradients by all-reduce (hetbench.join)"
+    if recorded.is_imported:
+        return "an imported job: its model's layers are not known"
     # a job's tail is its last layer (Job.layers; the job check refuses what cannot be)
     fc_layers = (lambda size: 1) if recorded.is_job else get_workload(recorded.workload).fc_layers
     if fc_layers is None:

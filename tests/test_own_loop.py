@@ -150,6 +150,30 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
 
 
 @pytest.mark.slow
+def test_torchrun_stopped_leaves_the_run_interrupted_with_its_records(tmp_path: Path,
+                                                                      spawn: Spawn) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+           config.WORKERS_VARIABLE: SLOWED}
+    job = spawn([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes",
+                 "1", "--nproc-per-node", "2", str(SCRIPT), "--out", str(out), "--steps",
+                 "100000"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("train/*/parts/rank0.bin")) or \
+            list(out.glob("train/*/parts/rank0.bin"))[0].stat().st_size == 0:
+        assert time.monotonic() < deadline and job.poll() is None, "no step recorded"
+        time.sleep(0.2)
+    job.send_signal(signal.SIGTERM)  # torchrun passes it on to its ranks
+    job.wait(timeout=120)
+    run = load_run(only_run(out))
+    assert run.status == "interrupted" and run.manifest["reason"] == "interrupted by SIGTERM"
+    assert run.steps["step"].nunique() >= 1 and set(run.steps["rank"]) == {0, 1}
+
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["profiled", "proportional"])
 def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
         tmp_path: Path, spawn: Spawn, policy: str) -> None:

@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
     model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
     recorded, manifest = job["recorded"], job["fitted"][0][0]
+    if recorded.is_imported and args.verify:
+        raise UsageError("--verify", "the job was imported from its traces: hetbench cannot "
+                         "run it or its remedies")
     made = job_now(recorded) if recorded.is_job else None
     ranked, found, refused = advice_fit.ranked_remedies(
         job, target, model, args.repeats, layer_shape(recorded, made),
@@ -98,15 +101,21 @@ def run(args: argparse.Namespace) -> int:
     chosen = _advised(ranked, args.top)
     by_name = {r.name: r for r in found}
     suite_path = out / f"{SUITE}.toml"
-    _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
+    if not recorded.is_imported:  # an imported job's remedies are predictions only
+        _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
     print(advice_report.table(ranked, target))
     measured = verify(suite_path, out, target, args.no_figures) if args.verify else None
     if measured is not None:
         ranked = ranked.merge(measured, on="remedy", how="left")
-    advice_report.write_advice(out, ranked, refused, job, target, SUITE, chosen,
+    advice_report.write_advice(out, ranked, refused, job, target,
+                               None if recorded.is_imported else SUITE, chosen,
                                args.repeats, args.top, model)
-    print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
-          f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
+    if recorded.is_imported:
+        print(f"\nadvice: {out / 'advice.md'} (an imported job: no suite, its remedies are "
+              "predictions)")
+    else:
+        print(f"\nadvice: {out / 'advice.md'}; suite: {suite_path}"
+              f"{'' if args.verify else f' (run it: hetbench run {suite_path} --out {out})'}")
     return 1 if args.verify and measured is None else 0
 
 
@@ -121,6 +130,8 @@ def tensor_sizes(run: Any, manifest: dict[str, Any]) -> tuple[int, ...] | None:
     the parameter servers cut (for the placements: hetbench.harness.partition.shards): a
     built-in workload's from its spec, a job's as its manifest recorded them (None where a
     run recorded before them)."""
+    if run.is_imported:
+        return None
     if run.is_job or run.is_loop:
         tensors = (manifest.get("job") or manifest.get("loop") or {}).get("tensors")
         return None if tensors is None else tuple(int(n) for n in tensors)
@@ -180,9 +191,9 @@ def layer_shape(run: Any, made: dict[str, Any] | str | None = None) -> Any:
         return "one worker: no virtual worker of 2 or more stages"
     if any(w.framework != "pytorch" for w in run.workers):
         return "virtual workers run PyTorch stages only; the recorded job is not PyTorch's"
-    if run.is_loop:
-        return ("a user's own loop: its script holds the model, whose layers hetbench "
-                "cannot cut into stages")
+    if run.is_loop or run.is_imported:
+        return (f"{'a user' if run.is_loop else 'an imported job'}'s model is not here: "
+                "hetbench cannot cut its layers into stages")
     profiling = _profiling(run)
     if run.is_job:
         made = job_now(run) if made is None else made

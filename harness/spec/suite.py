@@ -92,6 +92,9 @@ class TargetSpec:
         return value >= self.value if self.higher_is_better else value <= self.value
 
 
+IMPORTED_DATASET = "trace"  # RunSpec.dataset of a job imported from its profiler traces
+
+
 @dataclass(frozen=True)
 class RunSpec:
     name: str
@@ -150,6 +153,12 @@ class RunSpec:
     def is_job(self) -> bool:
         """The workload is a user's job named by import path (hetbench.workloads.job)."""
         return self.project is not None
+
+    @property
+    def is_imported(self) -> bool:
+        """The run is a job's profiler traces, imported (hetbench import): nothing here can
+        run it again."""
+        return self.dataset == IMPORTED_DATASET
 
     @property
     def is_loop(self) -> bool:

@@ -197,6 +197,7 @@ def loop_run(config: LoopConfig, workers: tuple[WorkerSpec, ...], steps: int, lr
         steps=steps, warmup_steps=config.warmup_steps, global_batch=config.global_batch,
         lr=lr, seed=config.seed, partition=config.partition, workers=workers,
         timeout_s=config.timeout_s, counters_every=config.counters_every,
+        keep_freed_memory=False,  # the script's allocator is its own
         aggregator=AggregatorSpec(name=loops.EXCHANGE), script=str(script),
         args=tuple(sys.argv[1:]))
 

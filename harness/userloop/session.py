@@ -26,6 +26,7 @@ import atexit
 import dataclasses
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
@@ -73,6 +74,7 @@ def join(*, global_batch: int, loss_reduction: str | None = None,
     policy's). Every wait has `timeout_s`."""
     environ = os.environ
     place = config.place(environ)
+    _stop_on_sigterm()
     if (prepared := environ.get(loops.RUN_DIR_VARIABLE)) is not None:
         return _join_launch(Path(prepared), place, global_batch, loss_reduction, partition)
     checked = config.parse(place, global_batch, loss_reduction, partition, suite, run, out,
@@ -89,6 +91,18 @@ def join(*, global_batch: int, loss_reduction: str | None = None,
         torch.set_num_threads(worker.threads)
     began = _join_group(place, checked.timeout_s, environ)
     return Session(checked, place, worker, owns_group=began)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (how torchrun and hetbench's launcher stop the ranks when one failed) raised
+    as KeyboardInterrupt, so that the session closes its run with its records, as Ctrl-C
+    does; a handler the script installed is left alone."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _join_launch(run_dir: Path, place: config.Place, global_batch: Any,
@@ -489,7 +503,7 @@ class Session:
                 self.finish()
             return
         if issubclass(kind, KeyboardInterrupt):
-            self.close("interrupted", "interrupted by a signal")
+            self.close("interrupted", f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}")
         else:
             first = str(exc).splitlines()[0] if str(exc) else ""
             self.close("failed", f"worker {self.rank}: {kind.__name__}: {first}")
