@@ -265,7 +265,9 @@ def print_result(result: Any) -> None:
     print(f"   {summary['steps']} steps after warm-up: {summary['samples_per_s']:.0f} samples/s, "
           f"mean step {summary['mean_step_ms']:.2f} ms, compute {summary['compute_share']:.0%}"
           f" / communication {summary['comm_share']:.0%} / idle {summary['idle_fraction']:.1%}"
-          f" of worker time; partition {history[0].get('sizes')}")
+          f" of worker time; partition {history[0].get('sizes')}"
+          + (f" -> {history[-1].get('sizes')} ({len(history) - 1} change(s))"
+             if len(history) > 1 else ""))
     if (held_out := _held_out_line(data)) is not None:
         print(held_out)
     if (profiled := _profile_line(data)) is not None:
