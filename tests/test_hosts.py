@@ -192,6 +192,54 @@ def test_a_suite_across_two_hosts_trains_as_one_host_does(tmp_path: Path, spawn:
                                            err_msg=f"{name}: {key}")
 
 
+# a user's own script across the hosts (hetbench launch; tests/test_own_loop.py's script)
+LOOP_CONFIG = """
+[suite]
+name = "loop"
+repeats = 1
+
+[[runs]]
+name = "across"
+global_batch = 64
+timeout_s = 30
+partition = { policy = "sizes", sizes = [40, 24] }
+workers = [ { threads = 1 }, { threads = 1, slowdown = 2.0, node = 1 } ]
+"""
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_script_launched_across_two_hosts_trains_the_textbook_parameters(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """`hetbench launch --nnodes 2` on each host: the script's ranks on both hosts meet
+    in rank 0's store on node 0, node 1's share keeps its parts, node 0 holds the run, and
+    the parameters are the loop over whole batches'."""
+    from tests.test_own_loop import SCRIPT, textbook
+
+    config = tmp_path / "loop.toml"
+    config.write_text(LOOP_CONFIG)
+    with Testbed(2, {1: Link(rate="100mbit")}) as bed:
+        nodes = [spawn(bed.command(rank, hetbench_command(
+            "launch", str(config), "--nnodes", "2", "--node-rank", str(rank),
+            "--master-addr", bed.host(0).address, "--master-port", "29400",
+            "--out", str(tmp_path / f"node{rank}"), "--no-progress", "--no-figures", "--",
+            str(SCRIPT), "--steps", "12")), cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in nodes]
+        tag = bed.tag
+    assert leftovers(tag) == []
+    assert [p.returncode for p in nodes] == [0, 0], [e[0][-2000:] + e[1][-2000:] for e in ends]
+    (run_dir,) = list((tmp_path / "node0" / "loop").glob("across-r0-*"))
+    meta = manifest(run_dir)
+    assert (meta["status"], meta["rows"]) == ("completed", 24), meta["reason"]
+    assert [w["node"] for w in meta["workers"]] == [0, 1]
+    assert meta["run"]["script"] == str(SCRIPT) and meta["run"]["steps"] == 12
+    share = tmp_path / "node1" / "loop" / run_dir.name / "nodes" / "1"
+    assert (share / "parts" / "rank1.bin").stat().st_size > 0
+    with np.load(run_dir / "params.npz") as got:
+        for key, want in textbook(12, 64).items():
+            np.testing.assert_allclose(got[key], want, rtol=0, atol=1e-6, err_msg=key)
+
 NATIVE_SUITE = """
 [suite]
 name = "hosts"

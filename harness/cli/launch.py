@@ -3,8 +3,9 @@ that calls `hetbench.join`) run as each run of CONFIG says, as torchrun would st
 process per worker under this Python, each told its rank, its device, threads, cores and
 emulated slowdown, the run's global batch and slices, in the run's own network namespace,
 watched, stopped and closed as any run of `hetbench run` (a suite whose runs set `script`
-and `args` is the same). CONFIG is a suite without workloads: its runs' workers,
-partitions, global batches, seeds and repeats; the script brings its model, data and loop
+and `args` is the same), on one host or across hosts (the same command on each, as
+`run`). CONFIG is a suite without workloads: its runs' workers, partitions, global
+batches, seeds and repeats; the script brings its model, data and loop
 (harness/spec/loops.py).
 """
 
@@ -15,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from hetbench.harness.cli import arguments, hosts
+from hetbench.harness.cli import arguments
 from hetbench.harness.cli import run as run_command
 from hetbench.harness.spec.errors import UsageError
 
@@ -38,6 +39,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-figures", action="store_true",
                         help="draw no figures at the end (`hetbench figures` draws them later)")
+    run_command.add_host_arguments(parser)  # given before CONFIG, or between it and `--`
 
 
 def split_options(args: argparse.Namespace) -> list[str]:
@@ -76,8 +78,7 @@ def script_and_args(command: list[str]) -> tuple[str, tuple[str, ...]]:
 
 def run(args: argparse.Namespace) -> int:
     script, script_args = script_and_args(split_options(args))
-    on_one_host = argparse.Namespace(
-        **vars(args), suite=args.config, steps=None, skip_unavailable=False, nnodes=1,
-        node_rank=None, master_addr=None, master_port=None, join_timeout=hosts.JOIN_TIMEOUT_S,
-        script=script, script_args=script_args)
-    return run_command.run_and_collect(on_one_host, [])
+    as_run = argparse.Namespace(**vars(args), suite=args.config, steps=None,
+                                skip_unavailable=False, script=script,
+                                script_args=script_args)
+    return run_command.run_and_collect(as_run, [])

@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-figures", action="store_true",
                         help="draw no figures at the end (about 10 s on two cores; "
                         "`hetbench figures` draws them later)")
+    add_host_arguments(parser)
+
+
+def add_host_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of a run across hosts (`run`, `launch`)."""
     group = parser.add_argument_group(
         "across hosts", "run the same command on every host (docs/howto/multi-host.md); "
         "under srun, absent flags are read from SLURM's environment")

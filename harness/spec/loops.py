@@ -35,7 +35,6 @@ SCRIPT_DECIDES = {
     "virtual_workers": "every rank holds the whole model",
     "pipeline": "every rank holds the whole model",
     "placement": "its exchange is an all-reduce", "profile": "not for a script's run (yet)",
-    "interface": "a script's run is on one host (yet)",
     "on_worker_failure": "a script's ranks fail together",
 }
 
@@ -60,14 +59,12 @@ def parse_script(values: dict[str, Any], set_keys: set[str], folder: Path, at: A
 
 def check_script_run(workers: tuple[WorkerSpec, ...], partition: PartitionSpec,
                      aggregator: AggregatorSpec, at: At) -> None:
-    """What a script's run cannot be: another framework, another host, another exchange,
-    a rank with no slice."""
+    """What a script's run cannot be: another framework, its own loader workers, another
+    exchange."""
     for i, worker in enumerate(workers):
         if worker.framework != "pytorch":
             raise UsageError(at(f"workers[{i}].framework"), "a script's run is PyTorch's "
                              "(hetbench.join): allowed: 'pytorch'")
-        if worker.node != 0:
-            raise UsageError(at(f"workers[{i}].node"), "a script's run is on one host (yet)")
         if worker.loader_workers is not None:
             raise UsageError(at(f"workers[{i}].loader_workers"), "the script's DataLoader "
                              "has its own workers")
@@ -79,15 +76,14 @@ def check_script_run(workers: tuple[WorkerSpec, ...], partition: PartitionSpec,
 
 def loop_refusal(aggregator: str, pipeline: bool, placement: bool,
                  partition: PartitionSpec) -> str:
-    """Why a user's own loop cannot run so ('' where it can)."""
+    """Why a user's own loop cannot run so ('' where it can). A rank left out (an empty
+    slice) can: it still runs the loop's body, on a shadow slice weighted 0
+    (harness/userloop/session.py)."""
     if aggregator != EXCHANGE:
         return (f"{aggregator!r}: a user's own loop exchanges its gradients by all-reduce "
                 f"in Session.backward (allowed: {EXCHANGE!r})")
     if pipeline or placement:
         return "a user's own loop holds the whole model on every rank: no pipeline, no placement"
-    if partition.may_leave_out:
-        return ("a rank with an empty slice (a 0 size, leave_out) is not supported in a "
-                "user's own loop yet: every rank computes a slice of at least one sample")
     return ""
 
 

@@ -6,8 +6,10 @@ slices of each global batch) and takes what it must (`Session.backward(loss)` in
 The gradients are the global batch's, exactly, whatever the slices: rank i's loss over its
 n_i samples is weighted by n_i / N (reduction 'mean') or 1 ('sum') before its backward, and
 the weighted gradients are summed over the ranks in one all-reduce, the weighted loss with
-them (the step's global loss at no extra collective). The ranks meet over gloo (any rank on
-the CPU), the exchange over NCCL where every rank is a GPU.
+them (the step's global loss at no extra collective). A rank left out (an empty slice)
+runs the loop's body on a shadow slice weighted 0, so its optimizers and scheduler stay in
+step with the others'. The ranks meet over gloo (any rank on the CPU), the exchange over
+NCCL where every rank is a GPU.
 
 A step's marks (collector.PHASES), none timed by the user: begin when the loop asks the
 loader for a batch; load when torch's DataLoader gave it; to_device once on the rank's
@@ -265,7 +267,9 @@ class Session:
             JobData(data_kind, fingerprint(dataset)), sum(p.numel() for p in self.params))
         self.described = self._describe(model, optimizers, data, dataset, data_kind)
         self.clock_start = lifecycle.start(self.run_dir, self.info, self.host)
-        self.slicing = Slicing(run, self.rank, self.host, self.run_dir)
+        # a slice's BatchNorm statistics need two samples: no slice (nor shadow) of one
+        self.shadow = 2 if self.described["batchnorm"] else 1
+        self.slicing = Slicing(run, self.rank, self.host, self.run_dir, self.shadow)
         self.writer = RecordWriter(collector.part_path(self.run_dir, self.rank))
         self.counters = Counters(cfg.counters_every)
         self.stretch = Stretcher(self.worker.slowdown_for(0))
@@ -338,7 +342,9 @@ class Session:
         timer = self.timer
         timer.begin()
         self._bounds = lo, hi = self.slicing.bounds()
-        batch = self.batches.get(step, lo, hi, last)
+        # a rank left out still runs the loop's body (its optimizers and scheduler keep it
+        # in step): on a shadow slice, the global batch's first samples, weighted 0
+        batch = self.batches.get(step, *((lo, hi) if hi > lo else (0, self.shadow)), last)
         timer.end(perf_counter_ns())
         batch = to_device(batch, self.device)
         timer.end(perf_counter_ns())
@@ -368,11 +374,11 @@ class Session:
         timer.end(perf_counter_ns())  # forward: the model and the loss
         lo, hi = self._bounds
         weight = ((hi - lo) / self.config.global_batch
-                  if self.config.loss_reduction == "mean" else 1.0)
+                  if self.config.loss_reduction == "mean" or hi == lo else 1.0)
         scaled = loss * weight
         scaled.backward()
         timer.end(perf_counter_ns())
-        self._local_loss = float(loss.detach())
+        self._local_loss = float(loss.detach()) if hi > lo else float("nan")
         flat = self._pack(scaled.detach())
         timer.end(perf_counter_ns())  # ready
         self._compute_cpu = self.counters.compute_cpu()

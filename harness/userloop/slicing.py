@@ -10,7 +10,9 @@ policy, decided between steps, every rank the same.
   left out: it pays once for what the next ones reuse) and the slices at which the lines
   end together, fixed from there on. These steps train as any other.
 - `proportional`, `model` (adaptive): hetbench's Repartitioning over the same windows as
-  in hetbench's own loop, from `initial` slices (equal, or profiled as above).
+  in hetbench's own loop, from `initial` slices (equal, or profiled as above); `model`'s
+  `leave_out` may give a rank an empty slice, which then measures nothing (the session
+  runs it on a shadow slice weighted 0).
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ class Slicing:
     """The sizes of each step's slices (`bounds`): what each step measured kept
     (`measured`), the slices decided as a step begins (`before`, on every rank together)."""
 
-    def __init__(self, run: RunSpec, rank: int, device: Any, run_dir: Path) -> None:
+    def __init__(self, run: RunSpec, rank: int, device: Any, run_dir: Path,
+                 min_slice: int = 1) -> None:
         self.run, self.rank, self.device, self.run_dir = run, rank, device, run_dir
+        self.min_slice = min_slice  # the model's: 2 where BatchNorm takes a slice's statistics
         policy = run.partition
         self.state = PartitionState()
         self.probing = policy.policy == "profiled" or (policy.adaptive
@@ -80,6 +84,8 @@ class Slicing:
         """Step `step` is recorded (`parts`: collector.timed_record's arguments): what it
         measured is kept for the next decision (no collective)."""
         marks = parts[collector.TIMED_MARKS]
+        if size == 0:  # left out: its shadow slice measures nothing of what a slice costs
+            return
         if self.probing:
             if step % self.run.partition.profile_steps:  # the first step at a size left out
                 self.probes[step // self.run.partition.profile_steps].append(
@@ -107,14 +113,14 @@ class Slicing:
         if phase == 0:
             self.first_points = points
             self._set(step, profiled_sizes(self.run.global_batch,
-                                           [(0.0, t / n) for n, t in points]),
+                                           [(0.0, t / n) for n, t in points], self.min_slice),
                       "time per sample at equal slices "
                       f"{[round(t / n / 1e6, 4) for n, t in points]} ms")
             return
         lines = [solo_line([first, second])
                  for first, second in zip(self.first_points, points, strict=True)]
         self.probing = False
-        self._set(step, profiled_sizes(self.run.global_batch, lines),
+        self._set(step, profiled_sizes(self.run.global_batch, lines, self.min_slice),
                   "lines a + b*n through two slices' median compute (ms, ms/sample) "
                   f"{[(round(a / 1e6, 3), round(b / 1e6, 4)) for a, b in lines]}")
         if self.run.partition.adaptive:
@@ -130,7 +136,8 @@ class Slicing:
         self.state.partition_history[-1]["reason"] += \
             f", then adaptive ({self.run.partition.policy})"
         return Repartitioning(self.run, self.rank, self.device, self.state,
-                              make_repartitioner(self.run, lines), None, self.run_dir, [])
+                              make_repartitioner(self.run, lines, self.min_slice), None,
+                              self.run_dir, [])
 
     def _write_log(self) -> None:
         if self.rank == 0:  # a run that fails later keeps its partition's changes
