@@ -11,7 +11,7 @@ The public API: `hetbench.Job`, what a factory named by a suite's `workload =
 "package.module:factory"` returns (hetbench.workloads.job); `hetbench.open_data`, a
 local folder or file of data as a Dataset for it (hetbench.workloads.folders); and
 `hetbench.join`, a rank of a user's own torchrun loop joining its job, per-device slices
-and records (hetbench.harness.userloop.session).
+and records (hetbench.harness.userloop.joining).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
 
         return open_data
     if name == "join":
-        from hetbench.harness.userloop.session import join
+        from hetbench.harness.userloop.joining import join
 
         return join
     raise AttributeError(f"module 'hetbench' has no attribute {name!r}")

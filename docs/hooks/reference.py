@@ -643,7 +643,8 @@ def job_markdown() -> str:
         "would shadow it, and the suite check names it.", ""])
 
 
-LOOP_SOURCE = ROOT / "harness" / "userloop" / "session.py"
+LOOP_SOURCES = (ROOT / "harness" / "userloop" / "joining.py",
+                ROOT / "harness" / "userloop" / "session.py")
 LOOP_API = (("join", None), ("prepare", "Session"), ("backward", "Session"),
             ("finish", "Session"))
 
@@ -651,15 +652,16 @@ LOOP_API = (("join", None), ("prepare", "Session"), ("backward", "Session"),
 def loop_markdown() -> str:
     """hetbench.join and the Session's methods a loop calls: their signatures and docstrings
     read from the source with ast (importing it would load torch)."""
-    tree = ast.parse(LOOP_SOURCE.read_text())
     found: dict[tuple[str, str | None], ast.FunctionDef] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            found[(node.name, None)] = node
-        if isinstance(node, ast.ClassDef):
-            found.update({(item.name, node.name): item for item in node.body
-                          if isinstance(item, ast.FunctionDef)})
-    parts = [f"Generated from `{LOOP_SOURCE.relative_to(ROOT)}`.", ""]
+    for source in LOOP_SOURCES:
+        for node in ast.parse(source.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                found[(node.name, None)] = node
+            if isinstance(node, ast.ClassDef):
+                found.update({(item.name, node.name): item for item in node.body
+                              if isinstance(item, ast.FunctionDef)})
+    names = " and ".join(f"`{s.relative_to(ROOT)}`" for s in LOOP_SOURCES)
+    parts = [f"Generated from {names}.", ""]
     for name, owner in LOOP_API:
         node = found[(name, owner)]
         arguments = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
