@@ -152,6 +152,7 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_torchrun_stopped_leaves_the_run_interrupted_with_its_records(tmp_path: Path,
                                                                       spawn: Spawn) -> None:
     import signal
@@ -222,6 +223,7 @@ def test_a_rank_left_out_stays_in_step_and_adds_nothing(tmp_path: Path, spawn: S
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_model_policy_leaves_out_a_rank_that_only_slows_the_others(
         tmp_path: Path, spawn: Spawn) -> None:
     out = tmp_path / "out"
@@ -467,6 +469,7 @@ def test_launch_runs_the_script_as_each_run_of_the_config_says(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_script_that_fails_leaves_its_run_failed_with_its_records(tmp_path: Path,
                                                                     spawn: Spawn) -> None:
     (tmp_path / "study.toml").write_text(CONFIG)
@@ -559,6 +562,7 @@ def test_the_howto_shows_the_whole_change_and_it_is_under_ten_lines() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("script", ["ddp_train.py", "train.py"])
 def test_the_example_scripts_train_under_torchrun(tmp_path: Path, spawn: Spawn,
                                                   script: str) -> None:
