@@ -57,12 +57,15 @@ workers = [ {{ device = "cpu", slowdown = 20.0 }},
 
 # Worker 1 is left out for the whole run, which lasts a few times timeout_s: its wait
 # for the first member's word is kept alive. (Slowed 24x, mostly asleep: at 12x a quiet
-# host ran it in 1.99 s, under the test's two timeouts.)
+# host ran 300 steps in 1.99 s: at 24x, 600 steps last ~8 s there, over the test's two
+# timeouts. The word comes between steps, so one step longer than the timeout ends the
+# wait: at 1 s, this host's stalls (one ~50 ms step took 1.8 s) failed the run in 2 of 4
+# clean-clone CI runs of 11-29.)
 [[runs]]
 name = "out-longer-than-the-timeout"
-timeout_s = 1.0
-steps = 300
-eval_every = 300
+timeout_s = 3.0
+steps = 600
+eval_every = 600
 partition = {{ policy = "sizes", sizes = [{BATCH}, 0] }}
 workers = [ {{ device = "cpu", slowdown = 24.0 }}, {{ device = "cpu" }} ]
 """
