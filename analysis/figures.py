@@ -170,20 +170,7 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
     paths: list[Path] = []
     compute = per_run_frame(runs, compute_frame)
     if len(compute):
-        # panels share their axes: runs are read against each other
-        grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
-                           linewidth=0.8, **_facets(compute))
-        grid.set_axis_labels("step", "compute time per batch (ms)")
-        grid.set_titles("{col_name}", size=8)
-        grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
-        paths += _save(grid.figure, out, "compute_per_step")
-
-        grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
-                           **_facets(compute))
-        grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
-        grid.set_titles("{col_name}", size=8)
-        grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
-        paths += _save(grid.figure, out, "idle_ecdf")
+        paths += _compute_figures(compute, out, scope)
 
     phases = per_run_frame(runs, phase_frame)
     if len(phases):
@@ -213,23 +200,7 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
         grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
         paths += _save(grid.figure, out, "slices_per_step")
 
-    table = runs_table(runs)
-    if len(table) and table["compute_cv_max"].notna().any():
-        import matplotlib.pyplot as plt
-
-        figure, ax = plt.subplots(figsize=(7, 3.2))
-        # a group is one configuration (a run of a suite) and its points are its repeats:
-        # runs that differ in anything (the partition too) are never pooled
-        several = table["suite"].nunique() > 1
-        table["group"] = ((table["suite"] + ": " if several else "") + table["run"]
-                          + "\n" + table["devices"])
-        sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
-        sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
-        ax.set_xlabel("run, devices (each point: one repeat)")
-        ax.set_ylabel("largest worker CV of compute time")
-        ax.tick_params(axis="x", labelsize=7)
-        ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
-        paths += _save(figure, out, "cv_by_group")
+    paths += _cv_figure(runs_table(runs), out, scope)
 
     from hetbench.analysis.convergence import curves
 
@@ -248,6 +219,50 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) ->
     paths += batch_table_figure(runs, out, scope)
     paths += heatmap_figure(runs, out, scope, evals)
     return paths
+
+
+def _compute_figures(compute: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each worker's compute time per step, and the ECDF of its idle time."""
+    import seaborn as sns
+
+    paths: list[Path] = []
+    # panels share their axes: runs are read against each other
+    grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
+                       linewidth=0.8, **_facets(compute))
+    grid.set_axis_labels("step", "compute time per batch (ms)")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
+    paths += _save(grid.figure, out, "compute_per_step")
+
+    grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
+                       **_facets(compute))
+    grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
+    paths += _save(grid.figure, out, "idle_ecdf")
+    return paths
+
+
+def _cv_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """The largest worker CV of compute time, each configuration's repeats as points."""
+    if not (len(table) and table["compute_cv_max"].notna().any()):
+        return []
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    figure, ax = plt.subplots(figsize=(7, 3.2))
+    # a group is one configuration (a run of a suite) and its points are its repeats:
+    # runs that differ in anything (the partition too) are never pooled
+    several = table["suite"].nunique() > 1
+    table["group"] = ((table["suite"] + ": " if several else "") + table["run"]
+                      + "\n" + table["devices"])
+    sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
+    sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
+    ax.set_xlabel("run, devices (each point: one repeat)")
+    ax.set_ylabel("largest worker CV of compute time")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
+    return _save(figure, out, "cv_by_group")
 
 
 def _panels(count: int, width: float, height: float, **kwargs: Any) -> tuple[Any, list[Any]]:

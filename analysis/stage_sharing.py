@@ -73,80 +73,103 @@ def run_waves(stages: Sequence[Stage], work: np.ndarray, factor: np.ndarray,
     slowdown; `link_ns[p]` the time to send stage p's output to the next stage (and its
     gradient back). Returns each stage's wave begin, end and busy time (its ops, emulated
     stretch included), each (waves, stages), ns."""
-    waves, count = work.shape[0], len(stages)
-    orders = [schedule(kind, s.index, s.stages, micro_batches) for s in stages]
-    position = {(s.group, s.index): p for p, s in enumerate(stages)}
-    begin, end = np.full((waves, count), np.nan), np.full((waves, count), np.nan)
-    busy = np.zeros((waves, count))
-    done: dict[tuple[int, int, int, int], float] = {}  # (stage, wave, op, mb) -> when
-    wave = [0] * count
-    step = [0] * count  # the next op's index in the stage's order
-    waiting: set[int] = set(range(count))
-    running: dict[int, _Running] = {}
-    sleeping: list[tuple[float, int, float]] = []  # (wakes at, stage, op began), a heap
-    now = 0.0
+    waves = _Waves(stages, work, factor, link_ns, kind, micro_batches, cores, gate)
+    while waves.waiting or waves.running or waves.sleeping:
+        waves.advance()
+    return waves.begin, waves.end, waves.busy
 
-    def ready_at(p: int) -> float | None:
+
+class _Waves:
+    """The state of run_waves' event loop: each stage's wave and next op, the ops running
+    (sharing the cores), stretched (sleeping out their emulated slowdown) or done."""
+
+    def __init__(self, stages: Sequence[Stage], work: np.ndarray, factor: np.ndarray,
+                 link_ns: Sequence[float], kind: str, micro_batches: int,
+                 cores: float | None, gate: WaveGate) -> None:
+        self.stages, self.work, self.factor, self.link_ns = stages, work, factor, link_ns
+        self.cores, self.gate = cores, gate
+        self.waves, count = work.shape[0], len(stages)
+        self.orders = [schedule(kind, s.index, s.stages, micro_batches) for s in stages]
+        self.position = {(s.group, s.index): p for p, s in enumerate(stages)}
+        self.begin = np.full((self.waves, count), np.nan)
+        self.end = np.full((self.waves, count), np.nan)
+        self.busy = np.zeros((self.waves, count))
+        self.done: dict[tuple[int, int, int, int], float] = {}  # (stage, wave, op, mb) -> when
+        self.wave = [0] * count
+        self.step = [0] * count  # the next op's index in the stage's order
+        self.waiting: set[int] = set(range(count))
+        self.running: dict[int, _Running] = {}
+        self.sleeping: list[tuple[float, int, float]] = []  # (wakes at, stage, op began): heap
+        self.now = 0.0
+
+    def ready_at(self, p: int) -> float | None:
         """When stage p's next op may start (None: its input is not computed yet)."""
-        s, k = stages[p], wave[p]
-        if step[p] == 0:
-            at = gate(p, k, end)
+        s, k = self.stages[p], self.wave[p]
+        if self.step[p] == 0:
+            at = self.gate(p, k, self.end)
             if np.isnan(at):
                 return None
         else:
-            at = now
-        op, mb = orders[p][step[p]]
+            at = self.now
+        op, mb = self.orders[p][self.step[p]]
         if op == FORWARD and s.index > 0:
-            source = position[(s.group, s.index - 1)]
-            sent = done.get((source, k, FORWARD, mb))
+            source = self.position[(s.group, s.index - 1)]
+            sent = self.done.get((source, k, FORWARD, mb))
             if sent is None:
                 return None
-            at = max(at, sent + link_ns[source])
+            at = max(at, sent + self.link_ns[source])
         elif op == BACKWARD and s.index < s.stages - 1:
-            sent = done.get((position[(s.group, s.index + 1)], k, BACKWARD, mb))
+            sent = self.done.get((self.position[(s.group, s.index + 1)], k, BACKWARD, mb))
             if sent is None:
                 return None
-            at = max(at, sent + link_ns[p])
+            at = max(at, sent + self.link_ns[p])
         return at
 
-    while waiting or running or sleeping:
-        starts = {p: ready_at(p) for p in waiting}
+    def advance(self) -> None:
+        """Start every op that may start now, then move time to the next event: an op's
+        real work done, its stretch slept out, or an op able to start."""
+        starts = {p: self.ready_at(p) for p in self.waiting}
         for p, at in starts.items():
-            if at is not None and at <= now:
-                waiting.discard(p)
-                if step[p] == 0:
-                    begin[wave[p], p] = now
-                op = orders[p][step[p]][0]
-                running[p] = _Running(float(work[wave[p], p, op]), now,
-                                      float(factor[wave[p], p]))
-        threads = sum(stages[p].threads for p in running)
+            if at is not None and at <= self.now:
+                self.waiting.discard(p)
+                if self.step[p] == 0:
+                    self.begin[self.wave[p], p] = self.now
+                op = self.orders[p][self.step[p]][0]
+                self.running[p] = _Running(float(self.work[self.wave[p], p, op]), self.now,
+                                           float(self.factor[self.wave[p], p]))
+        threads = sum(self.stages[p].threads for p in self.running)
+        cores = self.cores
         rate = 1.0 if cores is None or threads <= cores else cores / threads
-        speed = {p: rate if stages[p].threads else 1.0 for p in running}
-        finish = {p: now + r.left / speed[p] for p, r in running.items()}
-        times = [*finish.values(), *(t for t, _, _ in sleeping[:1])]
-        times += [at for p, at in starts.items() if p in waiting and at is not None]
+        speed = {p: rate if self.stages[p].threads else 1.0 for p in self.running}
+        finish = {p: self.now + r.left / speed[p] for p, r in self.running.items()}
+        times = [*finish.values(), *(t for t, _, _ in self.sleeping[:1])]
+        times += [at for p, at in starts.items() if p in self.waiting and at is not None]
         if not times:
             raise RuntimeError("pipeline stages wait on each other: no op can start")
         then = min(times)
-        for p, r in running.items():
-            r.left -= (then - now) * speed[p]
-        now = then
+        for p, r in self.running.items():
+            r.left -= (then - self.now) * speed[p]
+        self.now = then
         # done: the ops whose end is now (compared as instants: the work left after the
         # subtraction can be a rounding error above 0)
-        for p in [p for p, at in finish.items() if at <= now]:
-            r = running.pop(p)
-            heapq.heappush(sleeping, (now + (r.factor - 1.0) * (now - r.began), p, r.began))
-        while sleeping and sleeping[0][0] <= now:
-            _, p, began = heapq.heappop(sleeping)
-            op, mb = orders[p][step[p]]
-            done[(p, wave[p], op, mb)] = now
-            busy[wave[p], p] += now - began
-            step[p] += 1
-            if step[p] == len(orders[p]):
-                end[wave[p], p] = now
-                step[p] = 0
-                wave[p] += 1
-                if wave[p] == waves:
+        for p in [p for p, at in finish.items() if at <= self.now]:
+            r = self.running.pop(p)
+            heapq.heappush(self.sleeping,
+                           (self.now + (r.factor - 1.0) * (self.now - r.began), p, r.began))
+        self.wake()
+
+    def wake(self) -> None:
+        """Ops whose stretch has been slept out are done: each stage's next op, or wave."""
+        while self.sleeping and self.sleeping[0][0] <= self.now:
+            _, p, began = heapq.heappop(self.sleeping)
+            op, mb = self.orders[p][self.step[p]]
+            self.done[(p, self.wave[p], op, mb)] = self.now
+            self.busy[self.wave[p], p] += self.now - began
+            self.step[p] += 1
+            if self.step[p] == len(self.orders[p]):
+                self.end[self.wave[p], p] = self.now
+                self.step[p] = 0
+                self.wave[p] += 1
+                if self.wave[p] == self.waves:
                     continue
-            waiting.add(p)
-    return begin, end, busy
+            self.waiting.add(p)

@@ -115,6 +115,38 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
                "ctx_involuntary", "ctx_voluntary", "rss_growth_bytes"]
     if steps.empty or not instrumented(steps):
         return pd.DataFrame(columns=columns)
+    d, has_cpu = _row_signals(steps, slowdown, manifest)
+    host = [c for c in ("others_cores", "steal_cores") if c in d]  # sampled, local runs
+    clock = ["cpu_mhz"] if "cpu_mhz" in d else []
+    medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
+                                 "ctx_involuntary", *host, *clock,
+                                 *(f"{p}_ns" for p in COMPUTE_PHASES)]].median()
+    per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
+    straggler = d["step"].map(per_step["straggler"])
+    # the others' natural load per sample in each step: the straggler's at its peers' pace
+    per_sample = d["load_ns"] / (d["batch_size"] * d["factor"]).where(d["batch_size"] > 0)
+    peers_load = per_sample.where(d["rank"] != straggler).groupby(d["step"]).median()
+    s = d[d["rank"] == straggler].reset_index(drop=True)
+    s["lead_ms"] = s["step"].map(per_step["lead_ms"])
+    m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
+
+    parts, compute_excess = _compute_parts(s, m, host, clock)
+    # the input pipeline's usual wait beyond its peers', outside the compute excess (its
+    # typical compute holds it): no more than this step's gap to them
+    expected_load = s["step"].map(peers_load).fillna(np.inf) * s["batch_size"] * s["factor"]
+    gap = s["load_ns"] - expected_load
+    parts["load"] = np.minimum(gap, m["load_ns"] - expected_load).clip(lower=0).fillna(0.0)
+    # the exchange's excess, outside compute: all of it explained by the slower link
+    parts["network"] = s["network_ns"]
+    excess = compute_excess + parts["network"] + parts["load"]
+    return _straggler_rows(s, m, parts, excess, has_cpu)[columns]
+
+
+def _row_signals(steps: pd.DataFrame, slowdown: Mapping[int, float] | None,
+                 manifest: dict[str, Any] | None) -> tuple[pd.DataFrame, bool]:
+    """Every row's signals (after warm-up, complete steps): its typical compute, its CPU time
+    on and off the CPU, its emulated factor and the stretch's overshoot, the RSS growth;
+    and whether CPU time was recorded."""
     # Only the columns read below, sorted for the per-worker RSS difference: sorting the
     # whole frame was a third of the 1M-record analysis.
     derived = with_derived(steps)
@@ -150,22 +182,15 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     d["factor"] = factor_of_row
     natural = d["compute_ns"] - d["stretch_ns"]
     d["overshoot_ns"] = (d["stretch_ns"] - (factor_of_row - 1.0) * natural).clip(lower=0)
+    return d, has_cpu
 
-    host = [c for c in ("others_cores", "steal_cores") if c in d]  # sampled, local runs
-    clock = ["cpu_mhz"] if "cpu_mhz" in d else []
-    medians = d.groupby("rank")[["compute_ns", "gc_ns", "off_cpu_ns", "cpu_ns", "overshoot_ns",
-                                 "ctx_involuntary", *host, *clock,
-                                 *(f"{p}_ns" for p in COMPUTE_PHASES)]].median()
-    per_step = (step_metrics(steps) if per_step is None else per_step).set_index("step")
-    straggler = d["step"].map(per_step["straggler"])
-    # the others' natural load per sample in each step: the straggler's at its peers' pace
-    per_sample = d["load_ns"] / (d["batch_size"] * d["factor"]).where(d["batch_size"] > 0)
-    peers_load = per_sample.where(d["rank"] != straggler).groupby(d["step"]).median()
-    s = d[d["rank"] == straggler].reset_index(drop=True)
-    s["lead_ms"] = s["step"].map(per_step["lead_ms"])
-    m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
+
+def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: list[str]
+                   ) -> tuple[pd.DataFrame, pd.Series]:
+    """Each straggler row's compute excess over its typical compute, and that excess split
+    over the compute causes (capped at it, `unexplained` the rest); `m` holds each row's
+    worker's medians."""
     factor = s["factor"]
-
     compute_excess = (s["compute_ns"] - s["typical_ns"]).clip(lower=0)
     gc_part = (s["gc_ns"] - m["gc_ns"]).clip(lower=0)
     off = (s["off_cpu_ns"] - m["off_cpu_ns"]).clip(lower=0).fillna(0)
@@ -197,15 +222,12 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     scale = np.where(total > compute_excess, compute_excess / total.where(total > 0, 1.0), 1.0)
     parts = parts.mul(scale, axis=0)
     parts["unexplained"] = (compute_excess - parts.sum(axis=1)).clip(lower=0)
-    # the input pipeline's usual wait beyond its peers', outside the compute excess (its
-    # typical compute holds it): no more than this step's gap to them
-    expected_load = s["step"].map(peers_load).fillna(np.inf) * s["batch_size"] * factor
-    gap = s["load_ns"] - expected_load
-    parts["load"] = np.minimum(gap, m["load_ns"] - expected_load).clip(lower=0).fillna(0.0)
-    # the exchange's excess, outside compute: all of it explained by the slower link
-    parts["network"] = s["network_ns"]
-    excess = compute_excess + parts["network"] + parts["load"]
+    return parts, compute_excess
 
+
+def _straggler_rows(s: pd.DataFrame, m: pd.DataFrame, parts: pd.DataFrame,
+                    excess: pd.Series, has_cpu: bool) -> pd.DataFrame:
+    """attribute's table from the straggler rows, their medians and their causes' parts."""
     phase_excess = pd.DataFrame({p: s[f"{p}_ns"] - m[f"{p}_ns"] for p in COMPUTE_PHASES})
     out = pd.DataFrame({
         "step": s["step"], "rank": s["rank"], "lead_ms": s["lead_ms"],
@@ -223,7 +245,7 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     if not has_cpu:  # without CPU time, off- and on-CPU delays cannot be told apart
         out[["interference_ms", "frequency_ms", "preempted_ms", "off_cpu_ms",
              "on_cpu_ms"]] = np.nan
-    return out.sort_values("step").reset_index(drop=True)[columns]
+    return out.sort_values("step").reset_index(drop=True)
 
 
 def cause_shares(attribution: pd.DataFrame) -> pd.DataFrame:

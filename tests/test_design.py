@@ -1,5 +1,5 @@
 """docs/DESIGN.md stays true to the tree: every path and module it names exists, and its
-table of harness/'s rooms lists every module of each room and no other."""
+tables of harness/'s and analysis/'s rooms list every module of each room and no other."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ MODULE = re.compile(rf"(?<![\w.])(hetbench\.(?:{ROOMS})(?:\.\w+)*)")
 # a room's module named without `hetbench.`: no longer an import name (issue 56)
 BARE_MODULE = re.compile(rf"`((?:{ROOMS})\.\w+(?:\.\w+)*)")
 ROOM_ROW = re.compile(r"^\| `(\w+)/` \| [^|]+ \| (.+) \|$", re.M)
+ANALYSIS_ROW = re.compile(r"^\| `analysis/(\w+)/` \| [^|]+ \| (.+) \|$", re.M)
 
 
 def named_paths(text: str) -> set[str]:
@@ -62,19 +63,26 @@ def test_design_names_modules_by_their_import_name() -> None:
     assert not bare, f"DESIGN.md names modules without `hetbench.`: {bare}"
 
 
-def test_the_rooms_table_lists_each_room_exactly() -> None:
-    rows = dict(ROOM_ROW.findall(DESIGN.read_text()))
-    rooms = sorted(p.name for p in (REPO / "harness").iterdir()
+def rooms_listed(rows: dict[str, str], top: str) -> None:
+    rooms = sorted(p.name for p in (REPO / top).iterdir()
                    if p.is_dir() and (p / "__init__.py").exists())
     assert sorted(rows) == rooms
     for room, cell in rows.items():
         listed = set(re.findall(r"`(\w+\.py)`", cell))
-        present = {p.name for p in (REPO / "harness" / room).glob("*.py")} - {"__init__.py"}
+        present = {p.name for p in (REPO / top / room).glob("*.py")} - {"__init__.py"}
         if room != "exchange":  # the exchange's __init__ holds its Protocol: listed
             listed.discard("__init__.py")
         else:
             present.add("__init__.py")
         assert listed == present, (room, sorted(listed ^ present))
+
+
+def test_the_rooms_table_lists_each_room_exactly() -> None:
+    rooms_listed(dict(ROOM_ROW.findall(DESIGN.read_text())), "harness")
+
+
+def test_the_analysis_rooms_table_lists_each_room_exactly() -> None:
+    rooms_listed(dict(ANALYSIS_ROW.findall(DESIGN.read_text())), "analysis")
 
 
 def test_the_checks_catch_a_wrong_name(tmp_path: Path) -> None:

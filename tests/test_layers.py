@@ -160,3 +160,49 @@ def test_the_lazy_import_check_flags_a_light_one(tmp_path: Path,
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("lazy",))
     assert light_imports_inside_functions(tmp_path, ("lazy",)) == ["lazy/user.py:2"]
+
+
+# analysis/ in rooms (issue 59): a reader finds a module by its room's job
+ANALYSIS = REPO / "analysis"
+MAX_MODULES_PER_FOLDER = 10
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(folder: Path, limit: int) -> list[str]:
+    """`path:line name (N lines)` of each function (or method) longer than `limit` lines."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(folder.parent)}:{node.lineno} "
+                                 f"{node.name} ({lines} lines)")
+    return found
+
+
+def crowded_folders(folder: Path, limit: int) -> list[str]:
+    """Each folder under `folder` (itself too) holding more than `limit` modules."""
+    return [f"{d.relative_to(folder.parent)}: {count}"
+            for d in [folder, *sorted(p for p in folder.rglob("*") if p.is_dir())]
+            if (count := len([m for m in d.glob("*.py") if m.name != "__init__.py"])) > limit]
+
+
+def test_analysis_is_in_rooms_of_short_functions() -> None:
+    assert crowded_folders(ANALYSIS, MAX_MODULES_PER_FOLDER) == []
+    assert long_functions(ANALYSIS, MAX_FUNCTION_LINES) == []
+    rooms = [p for p in ANALYSIS.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert rooms and all(ast.get_docstring(ast.parse((p / "__init__.py").read_text()))
+                         for p in rooms), "each room's __init__ says what it owns"
+
+
+def test_the_shape_checks_catch_a_long_function_and_a_crowded_folder(tmp_path: Path) -> None:
+    room = tmp_path / "room"
+    room.mkdir()
+    (room / "long.py").write_text("def f():\n" + "    x = 1\n" * 5)
+    for i in range(3):
+        (room / f"m{i}.py").write_text("")
+    assert long_functions(room, 6) == []
+    assert long_functions(room, 5) == ["room/long.py:1 f (6 lines)"]
+    assert crowded_folders(room, 4) == []
+    assert crowded_folders(room, 3) == ["room: 4"]

@@ -1,0 +1,128 @@
+"""Do two trees analyse the same recorded runs to the same outputs? (issue 59's check that a
+restructuring of analysis/ changes no number.)
+
+    python benchmarks/analysis_same.py RESULTS --base REV [--keep DIR]
+
+RESULTS is a results folder holding recorded suites (quick, sync, pipeline: `hetbench run
+NAME --out RESULTS`). Each tree, REV's (a temporary `git worktree`, its own code on
+PYTHONPATH, as `hetbench ci` runs a base) and the working tree's, runs on copies of the same
+runs: `report` (the summary as text and JSON, report.md and the figures' names), `compare`
+of two runs, `paper` (table.md, table.tex), `simulate` (the table it prints) and `advise`
+(advice.md, the suite it writes), and `report` of tests/fixtures/legacy (a run written by an
+old hetbench). Paths are replaced by placeholders and durations ("took 3.1 s") masked; every
+other byte must be the same. Prints each output that differs with its first differing
+lines, and exits 1 if any does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 900
+# wall-clock durations a command prints about itself: not outputs of the analysis
+DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|min)\b(?= elapsed| to draw| \(figures)"
+                      r"|\btook \d+(?::\d+)*(?:\.\d+)?\s?\w*")
+
+
+def commands(runs: Path, out: Path) -> dict[str, list[str]]:
+    """Each output's name and the command that writes it (into `out`, or to stdout)."""
+    suites = [str(runs / name) for name in ("quick", "sync", "pipeline") if (runs / name).is_dir()]
+    quick = sorted((runs / "quick").glob("hetero-equal-r0-*"))[:1]
+    profiled = sorted((runs / "quick").glob("hetero-profiled-r0-*"))[:1]
+    found: dict[str, list[str]] = {}
+    for suite in suites:
+        name = Path(suite).name
+        found[f"report-{name}.txt"] = ["report", suite, "--out", str(out / f"report-{name}")]
+        found[f"report-{name}.json"] = ["report", suite, "--no-figures", "--format", "json",
+                                        "--out", str(out / f"report-{name}-json")]
+    if quick and profiled:
+        found["compare.json"] = ["compare", str(quick[0]), str(profiled[0]), "--json", "--all"]
+        found["simulate.txt"] = ["simulate", str(quick[0]), "--seed", "1", "--no-figures",
+                                 "--mix", "rank0:2,rank1:6", "--out", str(out / "simulate")]
+    found["paper.txt"] = ["paper", *suites, "--out", str(out / "paper")]
+    if (runs / "sync").is_dir():
+        found["advise.txt"] = ["advise", str(runs / "sync"), "--out", str(out / "advise")]
+    found["report-legacy.txt"] = ["report", str(runs / "legacy"), "--no-figures",
+                                  "--out", str(out / "report-legacy")]
+    return found
+
+
+def run_tree(tree: Path, runs_source: Path, work: Path) -> dict[str, str]:
+    """Every output of `tree`'s hetbench on a fresh copy of the runs, paths made neutral."""
+    runs = work / "runs"
+    shutil.copytree(runs_source, runs)
+    shutil.copytree(REPO / "tests" / "fixtures" / "legacy", runs / "legacy")
+    out = work / "out"
+    out.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(tree), MPLBACKEND="Agg")
+    outputs: dict[str, str] = {}
+    for name, argv in commands(runs, out).items():
+        done = subprocess.run([sys.executable, "-m", "hetbench.harness.cli.main", *argv],
+                              cwd=tree, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        outputs[name] = f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+    for path in sorted(out.rglob("*")):
+        if path.is_file():
+            relative = str(path.relative_to(out))
+            if path.suffix in {".md", ".tex", ".toml", ".csv", ".json", ".txt"}:
+                outputs[relative] = path.read_text()
+            else:  # figures: their names (pixels depend on matplotlib's build, not on us)
+                outputs[relative] = "(a file)"
+    neutral = {str(runs): "RUNS", str(out): "OUT", str(tree): "TREE"}
+    for name, text in outputs.items():
+        for path, placeholder in neutral.items():
+            text = text.replace(path, placeholder)
+        outputs[name] = DURATION.sub("DURATION", text)
+    return outputs
+
+
+def differences(base: dict[str, str], current: dict[str, str]) -> list[str]:
+    lines: list[str] = []
+    for name in sorted(set(base) | set(current)):
+        if base.get(name) == current.get(name):
+            continue
+        diff = difflib.unified_diff((base.get(name) or "").splitlines(),
+                                    (current.get(name) or "").splitlines(),
+                                    f"base/{name}", f"current/{name}", lineterm="", n=1)
+        lines += [f"== {name} differs", *list(diff)[:40]]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="results folder of recorded suites")
+    parser.add_argument("--base", required=True, help="the git revision to compare against")
+    parser.add_argument("--keep", type=Path, help="keep both trees' outputs in this folder")
+    args = parser.parse_args()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="analysis-same-"))
+    worktree = Path(tempfile.mkdtemp(prefix="analysis-base-"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--force",
+                    str(worktree), args.base], check=True, capture_output=True)
+    try:
+        outputs = {}
+        for side, tree in (("base", worktree), ("current", REPO)):
+            (work / side).mkdir(parents=True, exist_ok=True)
+            outputs[side] = run_tree(tree, args.results.resolve(), work / side)
+            print(f"{side}: {len(outputs[side])} outputs", flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)],
+                       capture_output=True)
+        shutil.rmtree(worktree, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    lines = differences(outputs["base"], outputs["current"])
+    print("\n".join(lines) if lines else f"the same: {len(outputs['current'])} outputs")
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
