@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis.compare import run_metrics
-from hetbench.analysis.metrics import run_summary, with_derived, worker_summary
-from hetbench.analysis.runs import analyse_run
+from hetbench.analysis.tables.compare import run_metrics
+from hetbench.analysis.tables.runs import analyse_run
+from hetbench.analysis.view.metrics import run_summary, with_derived, worker_summary
 from hetbench.harness.records.collector import PHASES, RECORD_DTYPE
 
 ROWS, WORKERS = 1_000_000, 4

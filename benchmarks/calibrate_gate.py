@@ -11,8 +11,8 @@ compute stretched by 1.2 and 1.5, the injected regressions). The order within a 
 rotates, so every variant takes every position equally often, as `hetbench ci`
 interleaves its sides.
 
-`analyse` then runs the gate's statistics (hetbench.analysis.compare, the same code as `hetbench
-compare`) on groups of --per-side runs: A vs A2 (a `regressed` verdict is a false alarm)
+`analyse` then runs the gate's statistics (hetbench.analysis.tables.compare, the same code as
+`hetbench compare`) on groups of --per-side runs: A vs A2 (a `regressed` verdict is a false alarm)
 and A vs S1.2, A vs S1.5 (a `regressed` verdict is a detection). It reports disjoint
 comparisons (consecutive blocks of rounds: independent, few) and --draws random draws of
 runs without replacement within each side (many, overlapping, so not independent: a
@@ -30,7 +30,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis.compare import Settings, compare_values, metric_values, overall_verdict
+from hetbench.analysis.tables.compare import (
+    Settings,
+    compare_values,
+    metric_values,
+    overall_verdict,
+)
 from hetbench.harness.records.results import find_runs, load_run
 from hetbench.harness.run.launcher import run_suite
 from hetbench.harness.spec.suite import SuiteSpec, load_suite

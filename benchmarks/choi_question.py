@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.analysis.metrics import after_warmup, complete_steps, run_summary
+from hetbench.analysis.view.metrics import after_warmup, complete_steps, run_summary
 from hetbench.harness.records.results import find_runs, load_run
 
 ALONE = "gpu"

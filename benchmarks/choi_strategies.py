@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.analysis.metrics import after_warmup, complete_steps, run_summary, with_derived
+from hetbench.analysis.view.metrics import after_warmup, complete_steps, run_summary, with_derived
 from hetbench.harness.records.results import find_runs, load_run
 
 STRATEGIES = ("allreduce-host", "allreduce-device")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.analysis.stragglers import attribute
+from hetbench.analysis.measures.stragglers import attribute
 from hetbench.harness.records import collector
 from hetbench.harness.records.results import load_run
 from hetbench.harness.system import sampler as system

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis.metrics import run_summary
+from hetbench.analysis.view.metrics import run_summary
 from hetbench.harness.records.results import find_runs, load_run
 
 TOLERANCE = 0.05

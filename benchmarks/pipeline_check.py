@@ -1,4 +1,4 @@
-"""Does the advisor's pipeline model (analysis/pipeline_model.py) predict the pipelined runs
+"""Does the advisor's pipeline model (analysis/models/pipeline_model.py) predict the pipelined runs
 of the `pipeline` suite from its data-parallel job (issue 29)?
 
 From a `pipeline` suite result: the devices and the exchange are fitted on the `dp` runs
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis import advisor
-from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
-from hetbench.analysis.metrics import run_summary
-from hetbench.analysis.pipeline_model import Pipeline
+from hetbench.analysis.advice import advisor
+from hetbench.analysis.advice.advice_fit import fitted_job, fitted_remedies
+from hetbench.analysis.models.pipeline_model import Pipeline
+from hetbench.analysis.view.metrics import run_summary
 from hetbench.harness.cli.advise import layer_shape
 from hetbench.harness.records.results import find_runs, load_run
 

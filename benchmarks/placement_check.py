@@ -1,4 +1,4 @@
-"""Does the advisor predict ps-sync and its layer placements (analysis/advisor.py: the
+"""Does the advisor predict ps-sync and its layer placements (analysis/advice/advisor.py: the
 busiest server's share of the parameters; fc-on-server's tail computed on a server, from
 the model's layers, timed here as advise times them) from a data-parallel job (issue 29)?
 
@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 from pipeline_check import against, chosen_measures, completed_runs, job_arguments
 
-from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
+from hetbench.analysis.advice.advice_fit import fitted_job, fitted_remedies
 from hetbench.harness.cli.advise import layer_shape, tensor_sizes
 
 REPEATS = 5  # simulated repeats per remedy

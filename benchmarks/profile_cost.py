@@ -30,7 +30,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hetbench.analysis.metrics import run_summary  # noqa: E402
+from hetbench.analysis.view.metrics import run_summary  # noqa: E402
 from hetbench.harness.records.results import (  # noqa: E402
     LaunchChoice,
     choose_launches,

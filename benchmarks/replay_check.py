@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.analysis.repartition import replay_error
+from hetbench.analysis.tables.repartition import replay_error
 from hetbench.harness.partition.policies import Damping
 from hetbench.harness.records.results import find_runs, load_run
 

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis import deviceclass, simulate
-from hetbench.analysis.metrics import run_summary, step_metrics
+from hetbench.analysis.models import deviceclass, simulate
+from hetbench.analysis.view.metrics import run_summary, step_metrics
 from hetbench.harness.records import collector
 from hetbench.harness.records.results import find_runs, load_run
 

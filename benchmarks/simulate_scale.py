@@ -19,7 +19,7 @@ import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from hetbench.analysis import deviceclass, simulate  # noqa: E402
+from hetbench.analysis.models import deviceclass, simulate  # noqa: E402
 
 PROFILES = ("cpu-3x@mlp-digits", "cpu-6x@mlp-digits")
 SCHEMES = ("bsp", "bsp-adaptive", "ps-sync", "backup:8", "ssp:2", "ps-async", "local-sgd:4")

@@ -5,7 +5,7 @@ From a `sync` suite result: the devices and the exchange are fitted on the `bsp`
 (as `hetbench advise --job bsp` does), then each scheme the simulator models is predicted
 from them: ps-sync, ps-async, ssp s = 1/2/4, backup b = 1, local SGD H = 4, and BSP itself.
 Throughput is the simulation's samples into updates per second; time to target is BSP's
-measured steps to target times the statistical model's multiplier (analysis/statistical.py)
+measured steps to target times the statistical model's multiplier (analysis/tables/statistical.py)
 at the scheme's simulated staleness, dropped share and period, fitted *without* the scheme
 predicted (leave one out; BSP's own is its measured steps), at the simulated time per global
 batch. Measured: the suite's runs, means over repeats. ddp is left out: the simulator has
@@ -25,11 +25,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from hetbench.analysis import statistical
-from hetbench.analysis.advice_fit import fitted_job, fitted_remedies
-from hetbench.analysis.advice_report import repeat_range, resolved_tau
-from hetbench.analysis.convergence import time_to_target
-from hetbench.analysis.metrics import run_summary
+from hetbench.analysis.advice.advice_fit import fitted_job, fitted_remedies
+from hetbench.analysis.advice.advice_report import repeat_range, resolved_tau
+from hetbench.analysis.tables import statistical
+from hetbench.analysis.tables.convergence import time_to_target
+from hetbench.analysis.view.metrics import run_summary
 from hetbench.harness.records.results import find_runs, load_run
 
 # the sync suite's run name -> the advisor's remedy name

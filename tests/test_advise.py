@@ -12,10 +12,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from hetbench.analysis import advisor, deviceclass
-from hetbench.analysis.advice_report import resolved_tau
-from hetbench.analysis.pipeline_model import LayerShape
-from hetbench.analysis.simulate import Scheme, parse_scheme
+from hetbench.analysis.advice import advisor
+from hetbench.analysis.advice.advice_report import resolved_tau
+from hetbench.analysis.models import deviceclass
+from hetbench.analysis.models.pipeline_model import LayerShape
+from hetbench.analysis.models.simulate import Scheme, parse_scheme
 from hetbench.harness.cli.advise import layer_shape, tensor_sizes
 from hetbench.harness.cli.main import main
 from hetbench.harness.records import collector, manifest

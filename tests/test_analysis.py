@@ -6,16 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis.metrics import (
+from hetbench.analysis.measures.stragglers import CAUSES, attribute, cause_shares, straggler_summary
+from hetbench.analysis.measures.whatif import costs, what_if
+from hetbench.analysis.tables.runs import group_table, runs_table
+from hetbench.analysis.trends.persistence import autocorrelation, change_points
+from hetbench.analysis.view.metrics import (
     heterogeneous_efficiency,
     phase_stats,
     step_metrics,
     worker_idle,
 )
-from hetbench.analysis.persistence import autocorrelation, change_points
-from hetbench.analysis.runs import group_table, runs_table
-from hetbench.analysis.stragglers import CAUSES, attribute, cause_shares, straggler_summary
-from hetbench.analysis.whatif import costs, what_if
 from tests.synthetic import MS, steps_frame
 
 
@@ -262,7 +262,7 @@ def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() ->
     assert costs(what_if(frame, 0, schedule))["cost_of_variability"] == pytest.approx(
         0.0, abs=1e-6)
     # nor does its variability against the cost model, though its compute time varies
-    from hetbench.analysis.costmodel import residual_cv
+    from hetbench.analysis.measures.costmodel import residual_cv
 
     assert residual_cv(frame, schedule).max() == pytest.approx(0.0, abs=1e-6)
     assert phase_stats(frame).query("phase == 'compute' and rank == 0")["cv"].iloc[0] > 0.2
@@ -276,7 +276,7 @@ def test_what_if_reads_changing_slices_and_slowdowns_through_the_cost_model() ->
 
 
 def test_the_oracle_is_the_best_static_partition_of_the_fitted_models() -> None:
-    from hetbench.analysis.costmodel import oracle
+    from hetbench.analysis.measures.costmodel import oracle
 
     # 6 ms and 2 ms per 32 samples: the best static split is 16/48, 3 ms each
     equal = steps_frame(40, lambda r, s: [6.0, 2.0][r], batch=lambda r: 32)
@@ -356,7 +356,7 @@ def test_a_pipelines_stages_wait_only_for_the_ranks_holding_their_layers() -> No
     """Two virtual workers of two stages: each stage all-reduces with its counterpart in
     the other virtual worker, not with the other stage, so stage 0 may finish its exchange
     before stage 1 is ready (the communication share came out negative)."""
-    from hetbench.analysis.metrics import busy_shares, with_derived
+    from hetbench.analysis.view.metrics import busy_shares, with_derived
 
     reduced = {0: 16, 1: 33}  # each stage's exchange ends together, stage 0's first
     rows = [{"rank": rank, "step": 0, "virtual_worker": vw, "stage": stage, "begin_ns": 0,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis.metrics import run_summary, with_derived, worker_summary
+from hetbench.analysis.view.metrics import run_summary, with_derived, worker_summary
 from hetbench.harness.records import collector
 from hetbench.harness.records import trace as trace_writer
 from hetbench.harness.records.collector import PHASES, RECORD_DTYPE, RECORD_FIELDS, RecordWriter

@@ -1,4 +1,4 @@
-"""`hetbench compare` and its statistics (analysis/compare.py), on generated run directories:
+"""`hetbench compare` and its statistics (analysis/tables/compare.py), on generated run directories:
 no worker is started. Generated runs have a per-run speed factor (what a launch's fate
 does) on top of per-step noise, like real ones."""
 
@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from scipy.stats import mannwhitneyu
 
-from hetbench.analysis import registry
-from hetbench.analysis.compare import (
+from hetbench.analysis.tables import registry
+from hetbench.analysis.tables.compare import (
     RUN_LEVEL,
     Settings,
     compare_paths,
@@ -172,7 +172,7 @@ def test_run_metrics_one_value_per_run_and_worker() -> None:
 
 
 def test_only_the_selected_metrics_are_computed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hetbench.analysis import costmodel
+    from hetbench.analysis.measures import costmodel
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the oracle was computed for a comparison that does not use it")
@@ -509,7 +509,7 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
     from types import SimpleNamespace
 
     import hetbench.harness.cli.ci as ci
-    from hetbench.analysis import compare
+    from hetbench.analysis.tables import compare
 
     launches: list[str] = []
 
@@ -550,7 +550,7 @@ def test_the_gate_reports_the_committed_baseline_without_gating_on_it(tmp_path: 
     """A working tree 1.3x slower than the committed baseline (a drift HEAD~1 cannot show):
     the regression is reported beside the gate's own verdict, whose exit status it leaves
     alone; a missing baseline is one line."""
-    from hetbench.analysis.compare import Settings
+    from hetbench.analysis.tables.compare import Settings
     from hetbench.harness.cli.ci import against_baseline
 
     baseline = write_group(tmp_path / "baseline", 12, seed=31)

@@ -1,11 +1,11 @@
-"""analysis/contention.py: processor sharing forward and back, on cases worked by hand."""
+"""analysis/models/contention.py: processor sharing forward and back, on cases worked by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hetbench.analysis.contention import finish_times, uncontended_work
+from hetbench.analysis.models.contention import finish_times, uncontended_work
 
 
 def test_three_threads_on_two_cores_each_take_half_again_as_long() -> None:

@@ -1,5 +1,5 @@
 """Time to target and the report's held-out section, from evaluation records built by hand
-with known answers (analysis/convergence.py)."""
+with known answers (analysis/tables/convergence.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis import report
-from hetbench.analysis.convergence import (
+from hetbench.analysis.render import report
+from hetbench.analysis.tables.convergence import (
     convergence_groups,
     convergence_table,
     curves,

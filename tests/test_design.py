@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 DESIGN = REPO / "docs" / "DESIGN.md"
 TOP = ("harness", "adapters", "workloads", "analysis", "tests", "benchmarks", "docs")
-# harness/loop/worker.py, analysis/profiles/*.json, benchmarks/gpu_check.sh, ...
+# harness/loop/worker.py, analysis/models/profiles/*.json, benchmarks/gpu_check.sh, ...
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./*-]*\w)")
 ROOMS = "harness|adapters|workloads|analysis"
 MODULE = re.compile(rf"(?<![\w.])(hetbench\.(?:{ROOMS})(?:\.\w+)*)")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis.metrics import with_derived
+from hetbench.analysis.view.metrics import with_derived
 from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 from tests.test_cli_errors import error_line
@@ -109,7 +109,7 @@ def test_mlperf_logs_parse_and_pass_the_compliance_checker(tmp_path: Path, capsy
 
 
 def test_the_compliance_check_fails_a_log_that_breaks_the_rules(tmp_path: Path) -> None:
-    from hetbench.analysis.to_mlperf import check, export
+    from hetbench.analysis.export.to_mlperf import check, export
 
     run_dir = run_with_evals(tmp_path / "results" / "s", "pair", [0.2, 0.95])
     log = tmp_path / "pair.log"

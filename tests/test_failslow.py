@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis.failslow import PERSIST, describe, detect
-from hetbench.analysis.failslow_check import check, suite_check
+from hetbench.analysis.trends.failslow import PERSIST, describe, detect
+from hetbench.analysis.trends.failslow_check import check, suite_check
 from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 

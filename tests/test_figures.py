@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hetbench.analysis.figures import DPI, phase_frame, phase_stack, write_all
-from hetbench.analysis.timeline import batch_times, step_spans
+from hetbench.analysis.measures.timeline import batch_times, step_spans
+from hetbench.analysis.render.figures import DPI, phase_frame, phase_stack, write_all
 from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
@@ -103,7 +103,7 @@ from pathlib import Path
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from hetbench.analysis.figures import DPI, _save
+from hetbench.analysis.render.figures import DPI, _save
 disk, fail_on = Path(sys.argv[1]), sys.argv[2]
 figure, ax = plt.subplots()
 ax.plot(range(2000))

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis.heatmap import MAX_COLUMNS, heatmap, hot_cells
+from hetbench.analysis.measures.heatmap import MAX_COLUMNS, heatmap, hot_cells
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import RECORD_DTYPE
 from tests.synthetic import MS, steps_frame, write_run
@@ -90,7 +90,7 @@ def test_a_long_run_is_binned_and_a_hot_cell_stays_hot(tmp_path: Path) -> None:
     assert not map_.ratios.loc[40].drop(range(6000, 6100, 25)).isna().any()
     assert map_.repartitions == [6000, 6100, 7000]
 
-    from hetbench.analysis.figures import heatmap_figure
+    from hetbench.analysis.render.figures import heatmap_figure
 
     run_dir = write_run(tmp_path / "runs", steps.head(0), name="long",
                         slowdown=(1.0,) * 64)

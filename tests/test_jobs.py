@@ -461,9 +461,9 @@ def test_advise_times_a_jobs_layers_and_refuses_what_its_job_check_would(project
     on the micro-batch a virtual worker of two stages takes in 4), so it proposes pipelines
     for a job; each remedy is refused as the job check would refuse it (a job's own
     optimizer, a wave bound over buffers with eval_every)."""
-    from hetbench.analysis import advisor
-    from hetbench.analysis.pipeline_model import LayerShape
-    from hetbench.analysis.simulate import Scheme
+    from hetbench.analysis.advice import advisor
+    from hetbench.analysis.models.pipeline_model import LayerShape
+    from hetbench.analysis.models.simulate import Scheme
     from hetbench.harness.cli.advise import job_now, job_refusal, layer_shape
 
     path = project / "suite.toml"
@@ -872,7 +872,7 @@ def test_the_manifest_says_how_exact_the_slices_are_and_why(uneven: dict[str, Pa
     assert staged["exactness"]["max_relative_difference"] > 1e-3
     assert staged["exactness"]["reason"].startswith(
         "BatchNorm statistics taken per micro-batch (")
-    from hetbench.analysis.report import job_lines
+    from hetbench.analysis.render.report import job_lines
 
     assert "the micro-batches [32, 32] of step 0's global batch" in job_lines(staged)[2]
     job = plain["job"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hetbench.analysis.runs import run_row
+from hetbench.analysis.tables.runs import run_row
 from hetbench.harness.records.results import load_run, load_steps
 from tests.conftest import REPO, Spawn, hetbench_command
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetbench.analysis.metrics import complete_steps, run_summary, step_metrics
-from hetbench.analysis.runs import analyse_run
+from hetbench.analysis.tables.runs import analyse_run
+from hetbench.analysis.view.metrics import complete_steps, run_summary, step_metrics
 from hetbench.harness.records.results import load_run
 from tests.conftest import completed_runs
 from tests.test_exactness import plain_torch

@@ -1,5 +1,5 @@
-"""Network heterogeneity across hosts (analysis/network.py, the `network` straggler cause and
-the report's section) on hand-built records and manifests whose answers are worked out
+"""Network heterogeneity across hosts (analysis/measures/network.py, the `network` straggler cause
+and the report's section) on hand-built records and manifests whose answers are worked out
 here by hand."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis import report
-from hetbench.analysis.network import (
+from hetbench.analysis.measures.network import (
     ALL_REDUCES,
     bytes_per_step,
     exchange_bandwidth,
     rate_mbit,
 )
-from hetbench.analysis.stragglers import CAUSES, attribute
-from hetbench.analysis.terminal import render
+from hetbench.analysis.measures.stragglers import CAUSES, attribute
+from hetbench.analysis.render import report
+from hetbench.analysis.render.terminal import render
 from hetbench.harness.spec.aggregators import AGGREGATORS
 from hetbench.harness.spec.errors import UsageError
 from tests.synthetic import MS, steps_frame

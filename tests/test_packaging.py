@@ -48,7 +48,8 @@ def test_the_wheel_holds_the_package_hetbench_and_nothing_else(tmp_path: Path,
         assert f"hetbench/{room}/__init__.py" in names
     # the package data: built-in suites, device profiles, the number-word corpus
     assert "hetbench/harness/spec/suites/quick.toml" in names
-    assert any(n.startswith("hetbench/analysis/profiles/") and n.endswith(".json") for n in names)
+    assert any(n.startswith("hetbench/analysis/models/profiles/") and n.endswith(".json")
+               for n in names)
     assert "hetbench/workloads/numbers.npz" in names
 
 
@@ -60,7 +61,7 @@ def test_a_project_with_packages_of_the_rooms_names_keeps_them(tmp_path: Path,
     code = ("import importlib, sys\n"
             f"for room in {ROOMS!r}:\n"
             "    assert importlib.import_module(room).OWNER == f'the project {room}', room\n"
-            "import hetbench.harness.cli.main, hetbench.analysis.metrics\n"
+            "import hetbench.harness.cli.main, hetbench.analysis.view.metrics\n"
             "import hetbench.workloads, hetbench.adapters\n"
             "assert hetbench.workloads.get_workload('mlp') is not None\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & set(" + repr(ROOMS) + ")))\n")

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from hetbench.analysis.metrics import run_summary
+from hetbench.analysis.view.metrics import run_summary
 from hetbench.harness.loop.stage import alike_times
 from hetbench.harness.records.results import load_run
 from hetbench.harness.spec.errors import UsageError

@@ -1,4 +1,4 @@
-"""analysis/pipeline_model.py: pipelined virtual workers predicted from a data-parallel job's
+"""analysis/models/pipeline_model.py: pipelined virtual workers predicted from a data-parallel job's
 devices (issue 29), on synthetic devices whose waves are worked out by hand here."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hetbench.analysis.deviceclass import CommModel, DeviceClass, Line, Source
-from hetbench.analysis.pipeline_model import (
+from hetbench.analysis.models.deviceclass import CommModel, DeviceClass, Line, Source
+from hetbench.analysis.models.pipeline_model import (
     MAX_WAVES,
     LayerShape,
     Pipeline,

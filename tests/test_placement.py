@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetbench.analysis.traffic import per_endpoint, traffic_table
+from hetbench.analysis.measures.traffic import per_endpoint, traffic_table
 from hetbench.harness.records.results import load_run
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import parse_run

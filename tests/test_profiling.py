@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hetbench.analysis.metrics import run_summary
+from hetbench.analysis.view.metrics import run_summary
 from hetbench.harness.loop.engine import Turn, run_steps
 from hetbench.harness.loop.profiling import PROFILE_DIR, StepProfiler
 from hetbench.harness.records.results import load_run
@@ -168,7 +168,7 @@ def test_samples_per_s_leaves_the_profiled_window_s_time_out() -> None:
 
 
 def test_the_report_says_which_steps_were_profiled_and_where_the_traces_are(runs) -> None:
-    from hetbench.analysis.report import run_section
+    from hetbench.analysis.render.report import run_section
 
     data = load_run(runs["pair"])
     text = "\n".join(run_section(data.manifest, data.steps))

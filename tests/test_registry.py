@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis import registry
-from hetbench.analysis.compare import RUN_LEVEL, run_metrics
-from hetbench.analysis.runs import runs_table
+from hetbench.analysis.tables import registry
+from hetbench.analysis.tables.compare import RUN_LEVEL, run_metrics
+from hetbench.analysis.tables.runs import runs_table
 from tests.synthetic import steps_frame
 from tests.test_simulate import recorded
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetbench.analysis import costmodel
-from hetbench.analysis.repartition import (
+from hetbench.analysis.measures import costmodel
+from hetbench.analysis.tables.repartition import (
     recovery_steps,
     replay,
     replay_summary,
@@ -151,7 +151,7 @@ def test_recovery_after_an_abrupt_change() -> None:
 
 
 def test_evaluation_table_reads_scenario_policy_balance_and_recovery() -> None:
-    from hetbench.analysis.repartition import evaluation_table
+    from hetbench.analysis.tables.repartition import evaluation_table
 
     def compute(r: int, s: int) -> float:
         if r == 1 or s < 100:
@@ -204,7 +204,7 @@ def test_damping_is_read_from_a_suite_or_an_older_manifest() -> None:
 
 
 def test_report_says_how_many_repeats_settled_after_the_jump() -> None:
-    from hetbench.analysis.report import repartition_section
+    from hetbench.analysis.render.report import repartition_section
 
     def compute(r: int, s: int) -> float:
         if r == 1 or s < 100:

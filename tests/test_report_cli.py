@@ -109,7 +109,7 @@ def test_paper_writes_every_figure_and_the_study_table(suite_folder: Path, tmp_p
     import numpy as np
     from scipy import stats
 
-    from hetbench.analysis.metrics import run_summary
+    from hetbench.analysis.view.metrics import run_summary
     from hetbench.harness.records.results import load_run
 
     out = tmp_path / "paper"
@@ -181,7 +181,7 @@ def test_the_regression_history_reads_each_commit_of_the_baselines(tmp_path: Pat
                                                                    spawn: Spawn) -> None:
     """A git repository whose baselines changed twice (a 2 ms, then a 4 ms compute step)
     and once elsewhere: two snapshots, oldest first, each with its own runs."""
-    from hetbench.analysis.html_report import history_table
+    from hetbench.analysis.render.html_report import history_table
     from hetbench.harness.records import baselines
     from hetbench.harness.records.results import find_runs, load_run
 

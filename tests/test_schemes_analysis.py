@@ -1,4 +1,4 @@
-"""Synchronisation schemes in the analysis (analysis/schemes.py, analysis/metrics.py):
+"""Synchronisation schemes in the analysis (analysis/tables/schemes.py, analysis/view/metrics.py):
 staleness, idle under asynchronous steps, hardware against statistical efficiency, the
 report's section and figures, from records built by hand with known answers. And the
 noisy worker the `sync` suite emulates (`jitter`)."""
@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis import report
-from hetbench.analysis.figures import write_all
-from hetbench.analysis.metrics import run_summary, with_derived
-from hetbench.analysis.schemes import (
+from hetbench.analysis.render import report
+from hetbench.analysis.render.figures import write_all
+from hetbench.analysis.render.terminal import render
+from hetbench.analysis.tables.schemes import (
     scheme_groups,
     scheme_table,
     staleness_bound,
     staleness_counts,
     staleness_summary,
 )
-from hetbench.analysis.terminal import render
+from hetbench.analysis.view.metrics import run_summary, with_derived
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import RECORD_DTYPE
 from hetbench.harness.spec.errors import UsageError

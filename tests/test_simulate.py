@@ -1,5 +1,5 @@
-"""The scale-out simulator (analysis/simulate.py, analysis/deviceclass.py): fitted classes,
-the schemes' timing on cases with known answers, the summary against the analysis of the
+"""The scale-out simulator (analysis/models/simulate.py, analysis/models/deviceclass.py): fitted
+classes, the schemes' timing on cases with known answers, the summary against the analysis of the
 records it writes, and the residual process."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetbench.analysis import deviceclass, simulate
-from hetbench.analysis.deviceclass import CommModel, Source
-from hetbench.analysis.metrics import run_summary, step_metrics
+from hetbench.analysis.models import deviceclass, simulate
+from hetbench.analysis.models.deviceclass import CommModel, Source
+from hetbench.analysis.view.metrics import run_summary, step_metrics
 from hetbench.harness.records import collector
 from hetbench.harness.spec.workers import WorkerSpec
 from tests.synthetic import MS, steps_frame
@@ -308,7 +308,7 @@ def test_a_profile_round_trip_simulates_the_same_steps(tmp_path) -> None:  # typ
 
 def test_the_shipped_profiles_load_and_say_where_they_came_from() -> None:
     profiles = deviceclass.named_profiles()
-    assert profiles, "no named profiles shipped in analysis/profiles"
+    assert profiles, "no named profiles shipped in analysis/models/profiles"
     for name, data in profiles.items():
         cls, comm = deviceclass.from_profile(data)
         assert cls.line.b_ns > 0 and comm.bytes > 0, name
@@ -459,7 +459,7 @@ def test_fc_on_server_computes_the_tail_on_a_server_inside_the_stretched_forward
 def test_every_simulated_scheme_is_named_in_the_registries() -> None:
     """The simulator's schemes are a real run's aggregator, policy and option: a simulated
     run's manifest names them, and recorded runs map back to them (deviceclass)."""
-    from hetbench.analysis.simulated import SIMULATED
+    from hetbench.analysis.models.simulated import SIMULATED
     from hetbench.harness.partition.policies import POLICIES
     from hetbench.harness.spec.aggregators import AGGREGATORS
 

@@ -131,8 +131,8 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     own width on either side, and by at least 5% of the mean step time and 2 points of
     idle: three repeats can agree by chance). On two shared cores the repeats of one
     suite differ by 10-30%, so this is what 'reproduces' can mean here."""
-    from hetbench.analysis import deviceclass, simulate
-    from hetbench.analysis.metrics import run_summary
+    from hetbench.analysis.models import deviceclass, simulate
+    from hetbench.analysis.view.metrics import run_summary
     from hetbench.harness.records.results import find_runs
 
     results = tmp_path / "results"

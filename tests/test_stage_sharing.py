@@ -1,4 +1,4 @@
-"""analysis/stage_sharing.py: pipeline stages run op by op on shared cores, against
+"""analysis/models/stage_sharing.py: pipeline stages run op by op on shared cores, against
 timelines worked out by hand here."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetbench.analysis.stage_sharing import BACKWARD, FORWARD, Stage, run_waves, schedule
+from hetbench.analysis.models.stage_sharing import BACKWARD, FORWARD, Stage, run_waves, schedule
 
 
 def test_the_schedules_order_ops_as_torch_pipelining_does() -> None:

@@ -1,4 +1,4 @@
-"""analysis/statistical.py: the steps-to-target model on schemes whose truth is known."""
+"""analysis/tables/statistical.py: the steps-to-target model on schemes whose truth is known."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from hetbench.analysis import advisor, statistical
+from hetbench.analysis.advice import advisor
+from hetbench.analysis.tables import statistical
 
 BSP_STEPS = 80.0
 TRUTH = (0.2, 1.5, 0.1)  # per unit of staleness, of dropped share, per extra local step

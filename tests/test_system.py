@@ -15,7 +15,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from hetbench.analysis.stragglers import attribute
+from hetbench.analysis.measures.stragglers import attribute
 from hetbench.harness.records import collector
 from hetbench.harness.records.results import load_run
 from hetbench.harness.system import sampler as system

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.analysis.terminal import WIDTH, Summary, Table, as_data, fit, render
+from hetbench.analysis.render.terminal import WIDTH, Summary, Table, as_data, fit, render
 from hetbench.harness.cli.main import main
 from tests.synthetic import steps_frame, write_run
 

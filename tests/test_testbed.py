@@ -329,7 +329,7 @@ def test_clocks_of_emulated_hosts_apart_are_aligned(tmp_path: Path, spawn: Spawn
     offsets measured over the testbed's link put every record on rank 0's clock: no worker
     leaves an all-reduce before the last one arrived, and idle from the aligned instants
     agrees with idle from local durations. Prints both estimates."""
-    from hetbench.analysis.metrics import idle_agreement
+    from hetbench.analysis.view.metrics import idle_agreement
     from hetbench.harness.records.results import load_run
 
     suite = tmp_path / "suite.toml"

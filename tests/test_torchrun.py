@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetbench.analysis.metrics import idle_agreement
+from hetbench.analysis.view.metrics import idle_agreement
 from hetbench.harness.records import collector
 from hetbench.harness.records.results import load_run
 from hetbench.harness.system import interfaces

@@ -6,8 +6,9 @@ refused and why), advice.csv, figures/advice.png and advised.toml: a suite of th
 remedies and the recorded job, ready for `hetbench run`. `--verify` runs that suite and
 sets what was measured against what was predicted: the error, Kendall's tau of the two
 rankings and the regret (the pick's measured time over the best measured).
-analysis/advisor.py holds the remedies and their predictions, analysis/advice_fit.py what
-is fitted before they are ranked, analysis/advice_report.py what is written and printed."""
+analysis/advice/advisor.py holds the remedies and their predictions, analysis/advice/advice_fit.py
+what is fitted before they are ranked, analysis/advice/advice_report.py what is written and
+printed."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _bounded(value: int | None, name: str, low: int, high: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis import advice_fit, advice_report
+    from hetbench.analysis.advice import advice_fit, advice_report
     from hetbench.harness.records.results import writable_folder
 
     _bounded(args.top, "--top", 1, MAX_TOP)
@@ -181,12 +182,12 @@ def _profiling(run: Any) -> LayerProfiling:
 
 
 def layer_shape(run: Any, made: dict[str, Any] | str | None = None) -> Any:
-    """The model's layers for the pipelined remedies (hetbench.analysis.pipeline_model.LayerShape):
-    each layer's share of a forward + backward and its forward's share of that, timed
-    on the micro-batch a virtual worker of two stages would take in 4 micro-batches, as a
-    pipelined run profiles them (harness/partition/layerprofile.py): a built-in model's
-    here, a job's layers (Job.layers) where the job check makes it (`made`: job_now's, made
-    here if not given); or why there is none (a str)."""
+    """The model's layers for the pipelined remedies
+    (hetbench.analysis.models.pipeline_model.LayerShape): each layer's share of a forward + backward
+    and its forward's share of that, timed on the micro-batch a virtual worker of two stages would
+    take in 4 micro-batches, as a pipelined run profiles them (harness/partition/layerprofile.py): a
+    built-in model's here, a job's layers (Job.layers) where the job check makes it (`made`:
+    job_now's, made here if not given); or why there is none (a str)."""
     if len(run.workers) < 2:
         return "one worker: no virtual worker of 2 or more stages"
     if any(w.framework != "pytorch" for w in run.workers):
@@ -221,7 +222,7 @@ def layer_shape(run: Any, made: dict[str, Any] | str | None = None) -> Any:
 
 def _shape(profile: dict[str, list[float]], micro: int) -> Any:
     """A LayerProfile's fields (timed on `micro` samples) as the pipeline model's LayerShape."""
-    from hetbench.analysis.pipeline_model import LayerShape
+    from hetbench.analysis.models.pipeline_model import LayerShape
 
     total = sum(profile["time_ns"])
     return LayerShape(tuple(t / total for t in profile["time_ns"]),
@@ -233,7 +234,7 @@ def _shape(profile: dict[str, list[float]], micro: int) -> Any:
 
 def _advised(ranked: Any, top: int) -> list[str]:
     """The recorded job and the top remedies advised (the recorded one not counted among
-    them; the unvalidated kinds, hetbench.analysis.advisor.UNVALIDATED, never)."""
+    them; the unvalidated kinds, hetbench.analysis.advice.advisor.UNVALIDATED, never)."""
     others = [n for n, advised in zip(ranked["remedy"], ranked["advised"], strict=True)
               if n != "recorded" and advised]
     return ["recorded", *others[:top]]
@@ -256,9 +257,9 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None,
     fraction and (with a target) time to target: medians over the suite's repeats."""
     import pandas as pd
 
-    from hetbench.analysis.advice_report import repeat_range
-    from hetbench.analysis.convergence import time_to_target
-    from hetbench.analysis.metrics import run_summary
+    from hetbench.analysis.advice.advice_report import repeat_range
+    from hetbench.analysis.tables.convergence import time_to_target
+    from hetbench.analysis.view.metrics import run_summary
     from hetbench.harness.cli import run as run_command
     from hetbench.harness.records.results import load_run
 

@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis.compare import compare_paths
+    from hetbench.analysis.tables.compare import compare_paths
     from hetbench.harness.records.results import writable_folder
 
     settings = settings_from(args)
@@ -140,7 +140,7 @@ def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool
     show (a series of small slowdowns). Reported only: the baseline was recorded in another
     session, and sessions of one machine class differ by more than a threshold
     (docs/howto/ci-gate.md). With --json, its verdict goes to stderr."""
-    from hetbench.analysis.compare import compare_paths
+    from hetbench.analysis.tables.compare import compare_paths
 
     if not baseline.is_dir():
         say(f"hetbench ci: no committed baseline at {baseline}: not compared")

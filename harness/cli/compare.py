@@ -2,7 +2,7 @@
 
 BASE and CURRENT are each a run directory, a suite's results folder or a results folder of
 suites. Exit status: 0 no regression, 1 regression, 3 inconclusive, 2 usage or harness
-error. Statistics: analysis/compare.py.
+error. Statistics: analysis/tables/compare.py.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def add_statistics_arguments(parser: argparse.ArgumentParser, metrics: str = "")
 
 
 def settings_from(args: argparse.Namespace) -> Any:
-    from hetbench.analysis.compare import DIRECTIONS, Settings
+    from hetbench.analysis.tables.compare import DIRECTIONS, Settings
 
     if not (math.isfinite(args.threshold) and args.threshold >= 0):
         raise UsageError("--threshold", f"{args.threshold} is not allowed (a number >= 0)")
@@ -97,14 +97,14 @@ def settings_from(args: argparse.Namespace) -> Any:
 def _check_pattern(pattern: str, where: str, known: str) -> None:
     import fnmatch
 
-    from hetbench.analysis.compare import DIRECTIONS
+    from hetbench.analysis.tables.compare import DIRECTIONS
 
     if not any(fnmatch.fnmatchcase(name, pattern) for name in DIRECTIONS):
         raise UsageError(where, f"{pattern!r} matches no metric (metrics: {known})")
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis.compare import compare_runs
+    from hetbench.analysis.tables.compare import compare_runs
     from hetbench.harness.records.results import choose_launches, finished_runs, mixed_suites_note
 
     settings = settings_from(args)

@@ -44,15 +44,15 @@ def run(args: argparse.Namespace) -> int:
     runs = [r for loaded in suites.values() for r in loaded]
     failed = 0
     if kind == "tensorboard":
-        from hetbench.analysis.to_tensorboard import export as to_tensorboard
+        from hetbench.analysis.export.to_tensorboard import export as to_tensorboard
 
         for r in runs:
             for written in to_tensorboard(r.manifest, r.steps, r.evals, out):
                 print(written)
         print(f"\nread them with: tensorboard --logdir {out}")
         return 0
-    from hetbench.analysis.to_mlperf import RULESET, check
-    from hetbench.analysis.to_mlperf import export as to_mlperf
+    from hetbench.analysis.export.to_mlperf import RULESET, check
+    from hetbench.analysis.export.to_mlperf import export as to_mlperf
 
     for r in runs:
         path = out / f"{r.manifest.get('run_id', r.run_dir.name)}.log"

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis.figures import write_all
+    from hetbench.analysis.render.figures import write_all
     from hetbench.harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE",

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis import paper
-    from hetbench.analysis.figures import write_all
+    from hetbench.analysis.render import paper
+    from hetbench.analysis.render.figures import write_all
     from hetbench.harness.records.results import finished_runs_by_suite, writable_folder
 
     suites = finished_runs_by_suite(args.paths, f"each in {args.out}/SUITE",

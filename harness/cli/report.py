@@ -70,14 +70,14 @@ def write_missing_traces(runs: list[Any]) -> None:
 def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """report.md (and the figures) of one suite's runs in `out`; the summary printed as
     text, or returned for JSON."""
-    from hetbench.analysis import report, terminal
+    from hetbench.analysis.render import report, terminal
 
     runs = [(r.manifest, r.steps) for r in loaded]
     evals = [(r.manifest, r.evals) for r in loaded]
     micro = [(r.manifest, r.steps, r.micro) for r in loaded]
     figures: list[str] = []
     if not args.no_figures:
-        from hetbench.analysis.figures import write_all
+        from hetbench.analysis.render.figures import write_all
 
         figures = [p.name for p in write_all(runs, out, evals, micro) if p.suffix == ".png"]
     markdown, summary = report.build(runs, figures, args.target_loss, evals, micro)
@@ -97,8 +97,8 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict
 
 def write_html(runs: list[Any], markdown: str, out: Path) -> None:
     """report.html beside report.md: the page, with the committed baselines' history."""
-    from hetbench.analysis.figures import history_figure
-    from hetbench.analysis.html_report import history_table, page
+    from hetbench.analysis.render.figures import history_figure
+    from hetbench.analysis.render.html_report import history_table, page
     from hetbench.harness.records.results import find_runs, load_finished_runs, note
 
     with baselines.snapshots() as found:

@@ -257,7 +257,7 @@ def _worker_text(w: Any) -> str:
 
 
 def print_result(result: Any) -> None:
-    from hetbench.analysis.metrics import run_summary, worker_summary
+    from hetbench.analysis.view.metrics import run_summary, worker_summary
     from hetbench.harness.records.results import load_run
 
     print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
@@ -300,7 +300,7 @@ def _profile_line(data: Any) -> str | None:
 
 def _held_out_line(data: Any) -> str | None:
     """The last held-out evaluation and the time to target, when the run evaluated."""
-    from hetbench.analysis.convergence import convergence_row
+    from hetbench.analysis.tables.convergence import convergence_row
 
     row = convergence_row(data.manifest, data.evals)
     if row is None:
@@ -316,7 +316,7 @@ def _held_out_line(data: Any) -> str | None:
 
 def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
     """The analysis figures for the runs just made (PNG and PDF)."""
-    from hetbench.analysis.figures import write_all
+    from hetbench.analysis.render.figures import write_all
     from hetbench.harness.records.results import load_run
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]

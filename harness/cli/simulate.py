@@ -1,9 +1,9 @@
 """`hetbench simulate RESULTS... [--mix NAME:COUNT,...] [--scheme NAME] --out DIR`: fit
 device classes to recorded runs and simulate larger jobs under each scheme
-(hetbench.analysis.simulate). Every simulated run is a run directory like a real one (manifest
-marked `simulated`), so report, figures and compare read it; beside them summary-<launch>.csv and
-figures/scale-<launch>.png (idle, throughput and staleness against the number of workers);
-<launch> is the invocation's id, also in each run's manifest."""
+(hetbench.analysis.models.simulate). Every simulated run is a run directory like a real one
+(manifest marked `simulated`), so report, figures and compare read it; beside them
+summary-<launch>.csv and figures/scale-<launch>.png (idle, throughput and staleness against the
+number of workers); <launch> is the invocation's id, also in each run's manifest."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetbench.analysis.simulated import SIMULATED
+from hetbench.analysis.models.simulated import SIMULATED
 from hetbench.harness.cli import arguments
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
@@ -73,8 +73,8 @@ def _bounded(value: int | None, name: str, low: int, high: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis import deviceclass
-    from hetbench.analysis.simulate import parse_scheme
+    from hetbench.analysis.models import deviceclass
+    from hetbench.analysis.models.simulate import parse_scheme
 
     profiles = deviceclass.named_profiles()
     if args.profiles:
@@ -133,8 +133,8 @@ def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
 def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: list[Any],
           args: argparse.Namespace) -> list[dict[str, Any]]:
     """(mix, scheme, sizes, steps, global batch) of every simulated configuration."""
-    from hetbench.analysis import deviceclass
-    from hetbench.analysis.simulate import parse_scheme
+    from hetbench.analysis.models import deviceclass
+    from hetbench.analysis.models.simulate import parse_scheme
 
     first = runs[0] if runs else None
     recorded_sizes = None
@@ -168,7 +168,7 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
                   args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from hetbench.analysis.simulate import simulate, summarise
+    from hetbench.analysis.models.simulate import simulate, summarise
     from hetbench.harness.records.rundir import new_launch
 
     launch, rows = new_launch(), []
@@ -195,7 +195,7 @@ def _simulate_all(jobs: list[dict[str, Any]], runs: list[Any], out: Path,
               " summary only, no run directory)")
     print(f"summary: {summary_path}")
     if not args.no_figures and table["workers"].nunique() > 1:
-        from hetbench.analysis.figures import scale_figure
+        from hetbench.analysis.render.figures import scale_figure
 
         classes = sorted({name.rpartition(":")[0] for mix in table["mix"].unique()
                           for name in mix.split(",")})
@@ -221,7 +221,7 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
                summary: dict[str, Any], runs: list[Any], comm: Any,
                args: argparse.Namespace) -> str:
     """A run directory like a real run's: manifest (marked simulated) and steps.parquet."""
-    from hetbench.analysis.simulate import BLOCK, records
+    from hetbench.analysis.models.simulate import BLOCK, records
     from hetbench.harness.records import collector, manifest
     from hetbench.harness.records.rundir import RUN_FILE
 
@@ -279,7 +279,7 @@ def _worker(cls: Any) -> dict[str, Any]:
 
 
 def _save_profiles(folder: Path, classes: dict[str, Any], comm: Any, runs: list[Any]) -> None:
-    from hetbench.analysis import deviceclass
+    from hetbench.analysis.models import deviceclass
 
     folder.mkdir(parents=True, exist_ok=True)
     meta = runs[0][0]

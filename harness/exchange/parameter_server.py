@@ -389,7 +389,7 @@ class ParameterServerClient:
 
     def traffic(self) -> dict[str, Any]:
         """Bytes of tensors this worker sent to and received from each server, and over
-        how many steps (analysis/traffic.py)."""
+        how many steps (analysis/measures/traffic.py)."""
         sent, received = dict(self.sent), dict(self.received)
         read = dict.fromkeys(self.servers, 0)
         if self.tail is not None:

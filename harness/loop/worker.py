@@ -222,7 +222,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
                                   "partition_history": trainer.partition_history})
         return
     if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
-        info["traffic"] = traffic()  # bytes to and from each server (analysis/traffic.py)
+        info["traffic"] = traffic()  # bytes to and from each server (analysis/measures/traffic.py)
     if (server_clocks := getattr(trainer.aggregator, "server_clocks", None)) is not None \
             and (applied := server_clocks()):
         info["server_clocks"] = applied  # the offsets applied to other hosts' servers' stamps

@@ -2,7 +2,7 @@
 `placement`: harness/spec/aggregators.py PLACEMENTS), in element offsets: what each
 server holds, receives and sends every step. Pure arithmetic on the tensors' sizes, so
 that the servers (harness/exchange/placement.py) and the simulator's placements
-(analysis/advisor.py) cut alike."""
+(analysis/advice/advisor.py) cut alike."""
 
 from __future__ import annotations
 

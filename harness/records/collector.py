@@ -447,7 +447,7 @@ def with_placement(frame: Any, meta: dict[str, Any]) -> Any:
     """Where the run pipelined its model (virtual workers): columns `virtual_worker` and
     `stage` of each row's rank (in place, and returned); nothing otherwise. Every stage of a
     virtual worker records the virtual worker's slice: its samples count once, at stage 0
-    (hetbench.analysis.metrics.counted_samples)."""
+    (hetbench.analysis.view.metrics.counted_samples)."""
     pipeline = (meta.get("run") or {}).get("pipeline")
     if not pipeline or "rank" not in frame:
         return frame

@@ -5,7 +5,7 @@
 The profiled ranks write one Kineto trace each (harness/loop/profiling.py), the layout
 Holistic Trace Analysis reads. The window's steps, and the step after it (the profiled ranks
 stop the profiler before it, while the others wait in its exchange), are marked `profiled`
-in steps.parquet and left out of every summary (hetbench.analysis.metrics.after_warmup).
+in steps.parquet and left out of every summary (hetbench.analysis.view.metrics.after_warmup).
 """
 
 from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Runs in other tools' formats (`hetbench export`): TensorBoard's event files
+(`to_tensorboard`) and MLPerf's `:::MLLOG` logs (`to_mlperf`)."""

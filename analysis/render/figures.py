@@ -1,0 +1,694 @@
+"""Figures (the only module that plots), as PNG and PDF. Each figure's title says which
+runs it shows and whether heterogeneity was real or emulated; axes carry units.
+
+Inputs are (manifest, steps) pairs, as hetbench.harness.records.results.load_run gives them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hetbench.analysis.measures.stragglers import attribute, cause_shares, straggler_summary
+from hetbench.analysis.measures.whatif import what_if
+from hetbench.analysis.models.deviceclass import short_name
+from hetbench.analysis.tables.repartition import slices_over_steps
+from hetbench.analysis.tables.runs import runs_table, slowdowns
+from hetbench.analysis.view.metrics import (
+    PHASE_COLUMNS,
+    after_warmup,
+    complete_steps,
+    instrumented,
+    phase_stats,
+    with_derived,
+)
+
+Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
+# (manifest, steps, micro-batches) of pipelined runs (analysis/measures/pipeline.py)
+Pipelines = Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
+MAX_TIMELINES = 6  # panels of the pipeline timeline figure (and of the step timeline)
+DPI = 300  # PNGs print sharp in a paper's column
+# One colour per phase in every figure (stacked bars, step timeline): idle red,
+# communication blue, compute phases greens, the rest muted.
+PHASE_COLOURS = {
+    "load": "#8c564b", "to_device": "#e7ba52", "forward": "#74c476", "backward": "#238b45",
+    "bubble": "#bdbdbd", "pack": "#bcbddc", "idle": "#d62728", "comm": "#1f77b4",
+    "push": "#6baed6", "wait": "#fd8d3c", "pull": "#08519c", "unpack": "#9e9ac8",
+    "apply": "#54278f",
+}  # in the order a step runs them (legends follow it)
+
+
+def _label(manifest: dict[str, Any]) -> str:
+    """A panel's title: the run's name and repeat (the run id's timestamp tells a reader
+    nothing), and whether its heterogeneity was real or emulated."""
+    name = manifest.get("run", {}).get("name") or manifest.get("run_id", "?")
+    return f"{name} r{manifest.get('repeat', 0)} ({manifest.get('heterogeneity', '?')})"
+
+
+def _warmup(manifest: dict[str, Any]) -> int:
+    return int(manifest.get("run", {}).get("warmup_steps", 0))
+
+
+def _scope(runs: Runs) -> str:
+    kinds = sorted({m.get("heterogeneity", "?") for m, _ in runs})
+    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    return f"{len(runs)} run(s) of {', '.join(suites)}; heterogeneity: {', '.join(kinds)}"
+
+
+def per_run_frame(runs: Runs, build: Callable[[dict[str, Any], pd.DataFrame], pd.DataFrame]
+                  ) -> pd.DataFrame:
+    parts = []
+    for manifest, steps in runs:
+        if len(steps) and instrumented(after_warmup(steps, _warmup(manifest))):
+            frame = build(manifest, steps)
+            if len(frame):
+                parts.append(frame.assign(run=_label(manifest)))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def worker_names(manifest: dict[str, Any], ranks: pd.Series) -> pd.Series:
+    """Legend entries: the rank and what the worker is ('1 cpu-3x', '0 cuda'), not 'worker 1'."""
+    workers = manifest.get("run", {}).get("workers") or []
+    names = {r: f"{r} {short_name(w)}" for r, w in enumerate(workers) if isinstance(w, dict)}
+    return ranks.map(lambda r: names.get(int(r), str(r))).astype(str)
+
+
+def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    d = with_derived(complete_steps(after_warmup(steps, _warmup(manifest))))
+    return pd.DataFrame({"worker": worker_names(manifest, d["rank"]), "step": d["step"],
+                         "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
+
+
+# The all-reduce phase is shown as its two parts: idle (waiting for the last worker) and
+# communication (after the last worker arrived); in the order a step runs them.
+BREAKDOWN = ("load", "to_device", "forward", "backward", "bubble", "pack", "idle", "comm",
+             "unpack", "apply")
+assert set(BREAKDOWN) == set(PHASE_COLUMNS) - {"allreduce"} | {"idle", "comm", "bubble"}
+
+
+def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    stats = phase_stats(steps, _warmup(manifest))
+    stats = stats[stats["phase"].isin(BREAKDOWN)]
+    phase = stats["phase"].astype(str)
+    if (manifest.get("run") or {}).get("pipeline"):  # a stage's pack slot holds its bubble
+        phase = phase.replace("pack", "bubble")
+    return stats.assign(worker=worker_names(manifest, stats["rank"]), phase=phase)
+
+
+def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    warmup = _warmup(manifest)
+    shares = cause_shares(attribute(steps, warmup, slowdowns(manifest), manifest=manifest))
+    shares = shares[shares["rank"] >= 0]
+    last = straggler_summary(steps, warmup).set_index("rank")["share_last"]
+    shares = shares.assign(worker=worker_names(manifest, shares["rank"]),
+                           share_last=shares["rank"].map(last))
+    # Each cause's part of all steps: share of steps last x share of its excess.
+    shares["part"] = shares["share"].fillna(0) * shares["share_last"]
+    return shares
+
+
+def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    frame = slices_over_steps(steps)
+    return frame.assign(worker=worker_names(manifest, frame["rank"]))
+
+
+def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+    if (manifest.get("run") or {}).get("pipeline"):  # no data-parallel batch to re-slice
+        return pd.DataFrame()
+    return what_if(steps, _warmup(manifest), manifest)
+
+
+def _save(figure: Any, out: Path, name: str) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    # TrueType (42), not Type 3, fonts in the PDF: what journals' submission checks ask for
+    plt.rcParams["pdf.fonttype"] = 42
+    plt.rcParams["ps.fonttype"] = 42
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    try:
+        for path in paths:
+            try:
+                figure.savefig(path, bbox_inches="tight", dpi=DPI)
+            except Exception as exc:  # noqa: BLE001 - a full disk, whatever the writer says
+                # Pillow's OSError names no file; matplotlib's PDF writer answers a full disk
+                # with an AttributeError raised while handling the OSError: say which file
+                cause: BaseException | None = exc
+                while cause is not None and not isinstance(cause, OSError):
+                    cause = cause.__context__
+                if cause is None:
+                    raise
+                raise OSError(cause.errno, cause.strerror or str(cause), str(path)) from exc
+    finally:
+        plt.close(figure)
+    return paths
+
+
+def _workers(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["worker"].unique(), key=lambda name: int(name.split()[0]))
+
+
+def _facets(frame: pd.DataFrame) -> dict[str, Any]:
+    n = frame["run"].nunique()
+    return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
+
+
+def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) -> list[Path]:
+    """Every figure that the runs have data for; returns the files written. `evals`: the
+    runs' held-out evaluations as (manifest, eval frame); `micro`: their micro-batch records
+    as (manifest, steps, micro-batches), for the pipeline timeline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    scope = _scope(runs)
+    paths: list[Path] = []
+    compute = per_run_frame(runs, compute_frame)
+    if len(compute):
+        paths += _compute_figures(compute, out, scope)
+
+    phases = per_run_frame(runs, phase_frame)
+    if len(phases):
+        paths += _phase_bars(phases, out, scope)
+
+    causes = per_run_frame(runs, cause_frame)
+    if len(causes):
+        grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
+                           order=_workers(causes), **_facets(causes))
+        grid.set_axis_labels("worker", "share of steps last x share of excess")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02,
+                             size=10)
+        paths += _save(grid.figure, out, "straggler_causes")
+
+    whatif = per_run_frame(runs, whatif_frame)
+    if len(whatif):
+        paths += _whatif_bars(whatif, out, scope)
+
+    slices = per_run_frame(runs, slices_frame)
+    if len(slices) and slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1:
+        grid = sns.relplot(data=slices, x="step", y="batch_size", hue="worker", kind="line",
+                           drawstyle="steps-post", facet_kws={"sharey": False},
+                           **_facets(slices))
+        grid.set_axis_labels("step", "slice size (samples)")
+        grid.set_titles("{col_name}", size=8)
+        grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
+        paths += _save(grid.figure, out, "slices_per_step")
+
+    paths += _cv_figure(runs_table(runs), out, scope)
+
+    from hetbench.analysis.tables.convergence import curves
+
+    curve = curves(evals)
+    if len(curve):
+        paths += _convergence_figure(curve, out, scope)
+    from hetbench.analysis.tables.schemes import compares_schemes, scheme_table, staleness_counts
+
+    if compares_schemes(runs):
+        paths += _tradeoff_figure(scheme_table(runs, evals), out, scope)
+        counts = staleness_counts(runs)
+        if len(counts) and counts["staleness"].max() > 0:
+            paths += _staleness_figure(counts, out, scope)
+    paths += pipeline_figure(micro, out, scope)
+    paths += step_timeline_figure(runs, out, scope)
+    paths += batch_table_figure(runs, out, scope)
+    paths += heatmap_figure(runs, out, scope, evals)
+    return paths
+
+
+def _compute_figures(compute: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each worker's compute time per step, and the ECDF of its idle time."""
+    import seaborn as sns
+
+    paths: list[Path] = []
+    # panels share their axes: runs are read against each other
+    grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
+                       linewidth=0.8, **_facets(compute))
+    grid.set_axis_labels("step", "compute time per batch (ms)")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
+    paths += _save(grid.figure, out, "compute_per_step")
+
+    grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
+                       **_facets(compute))
+    grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
+    paths += _save(grid.figure, out, "idle_ecdf")
+    return paths
+
+
+def _cv_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """The largest worker CV of compute time, each configuration's repeats as points."""
+    if not (len(table) and table["compute_cv_max"].notna().any()):
+        return []
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    figure, ax = plt.subplots(figsize=(7, 3.2))
+    # a group is one configuration (a run of a suite) and its points are its repeats:
+    # runs that differ in anything (the partition too) are never pooled
+    several = table["suite"].nunique() > 1
+    table["group"] = ((table["suite"] + ": " if several else "") + table["run"]
+                      + "\n" + table["devices"])
+    sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
+    sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
+    ax.set_xlabel("run, devices (each point: one repeat)")
+    ax.set_ylabel("largest worker CV of compute time")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
+    return _save(figure, out, "cv_by_group")
+
+
+def _panels(count: int, width: float, height: float, **kwargs: Any) -> tuple[Any, list[Any]]:
+    """A grid of `count` panels, at most three a row (the unused ones hidden)."""
+    import matplotlib.pyplot as plt
+
+    cols = min(3, count)
+    rows = -(-count // cols)
+    figure, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows),
+                                squeeze=False, **kwargs)
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return figure, flat[:count]
+
+
+def _legend_right(figure: Any, axes: list[Any]) -> None:
+    """One legend for every panel, right of them: each label once, phases in the order a
+    step runs them (PHASE_COLOURS' order)."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    order = list(PHASE_COLOURS)
+    labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
+    figure.legend([entries[x] for x in labels], labels, loc="upper left",
+                  bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
+
+
+def phase_stack(phases: pd.DataFrame) -> pd.DataFrame:
+    """One run's phase_frame as the stacked bars draw it: a row per worker (rank order), a
+    column per phase that took any time (the order a step runs them), mean ms per step.
+    A row's sum is the worker's mean step, begin to end."""
+    table = phases.pivot_table(index="worker", columns="phase", values="mean_ms",
+                               aggfunc="sum")
+    table = table.reindex(sorted(table.index, key=lambda w: int(w.split()[0]))).fillna(0.0)
+    return table[[p for p in BREAKDOWN if p in table and table[p].sum() > 0]]
+
+
+def _phase_bars(phases: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """A stacked bar per worker: its mean time per step in each phase, in the order the
+    step runs them, idle before the all-reduce and communication apart. The bar's height
+    is the worker's mean step; panels share the time axis."""
+    runs = list(dict.fromkeys(phases["run"]))
+    figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
+    for ax, name in zip(axes, runs, strict=True):
+        stack = phase_stack(phases[phases["run"] == name])
+        bottom = pd.Series(0.0, index=stack.index)
+        for phase in stack.columns:
+            ax.bar(stack.index, stack[phase], bottom=bottom, color=PHASE_COLOURS[phase],
+                   label=phase, width=0.6)
+            bottom += stack[phase]
+        ax.set_title(name, size=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_xlabel("worker")
+    axes[0].set_ylabel("mean time per step (ms)")
+    _legend_right(figure, axes)
+    figure.suptitle(f"Phase breakdown per worker — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "phase_breakdown")
+
+
+def _whatif_bars(whatif: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each scenario's total time as a share of the measured total (panels share that
+    axis), each bar labelled with its seconds."""
+    runs = list(dict.fromkeys(whatif["run"]))
+    figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
+    for ax, name in zip(axes, runs, strict=True):
+        part = whatif[whatif["run"] == name]
+        actual = float(part.loc[part["scenario"] == "actual", "total_s"].iloc[0])
+        bars = ax.bar(part["scenario"], part["total_s"] / actual, color="0.6", width=0.6)
+        ax.bar_label(bars, [f"{t:.3g} s" for t in part["total_s"]], fontsize=6, padding=1)
+        ax.set_title(name, size=8)
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+    axes[0].set_ylabel("total time / measured")
+    figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
+                    size=10)
+    figure.tight_layout()
+    return _save(figure, out, "what_if")
+
+
+def _first_of_each_run(runs: Runs) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """The first repeat of each run name (at most MAX_TIMELINES): the close-up figures
+    show one example of each configuration."""
+    chosen: dict[str, tuple[dict[str, Any], pd.DataFrame]] = {}
+    for manifest, steps in runs:
+        name = manifest.get("run", {}).get("name", "?")
+        if name not in chosen and len(chosen) < MAX_TIMELINES:
+            chosen[name] = (manifest, steps)
+    return list(chosen.values())
+
+
+def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
+    """A few consecutive steps after warm-up of each run: a row per worker, its phases as
+    coloured spans on one time axis, so the idle before each all-reduce (red) shows who
+    waited for whom."""
+    from hetbench.analysis.measures.timeline import STEPS_SHOWN, step_spans
+
+    shown = [(m, spans) for m, s in _first_of_each_run(runs)
+             if len(spans := step_spans(s, _warmup(m)))]
+    if not shown:
+        return []
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(shown), 1, figsize=(9, 1.2 + 0.35 * sum(
+        spans["rank"].nunique() + 1 for _, spans in shown)), squeeze=False)
+    flat = list(axes[:, 0])
+    for ax, (manifest, spans) in zip(flat, shown, strict=True):
+        ranks = sorted(spans["rank"].unique())
+        for phase, part in spans.groupby("phase", sort=False):
+            for rank, rows in part.groupby("rank"):
+                ax.broken_barh(list(zip(rows["start_ms"], rows["duration_ms"], strict=True)),
+                               (ranks.index(rank) - 0.4, 0.8),
+                               facecolors=PHASE_COLOURS.get(str(phase), "0.5"),
+                               label=str(phase))
+        names = worker_names(manifest, pd.Series(ranks))
+        ax.set_yticks(range(len(ranks)), list(names), size=7)
+        ax.invert_yaxis()
+        first, last = spans["step"].min(), spans["step"].max()
+        ax.set_title(f"{_label(manifest)}: steps {first}-{last}", size=8)
+    flat[-1].set_xlabel(f"time from the first step's begin (ms); {STEPS_SHOWN} steps after "
+                        "warm-up")
+    _legend_right(figure, flat)
+    figure.suptitle(f"Step timeline per worker — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "step_timeline")
+
+
+def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
+    """Choi's table as a figure: each worker's compute time per batch for consecutive
+    batches after warm-up, a cell per (worker, batch), the straggler of each batch (the
+    worker ready last) outlined."""
+    from matplotlib.patches import Rectangle
+
+    from hetbench.analysis.measures.timeline import batch_times
+
+    shown = []
+    for manifest, steps in _first_of_each_run(runs):
+        table, straggler = batch_times(steps, _warmup(manifest))
+        if len(table):
+            shown.append((manifest, table, straggler))
+    if not shown:
+        return []
+    import seaborn as sns
+
+    figure, axes = _panels(len(shown), 4.2, 0.9 + 0.45 * max(len(t) for _, t, _ in shown))
+    for ax, (manifest, table, straggler) in zip(axes, shown, strict=True):
+        sns.heatmap(table, annot=True, fmt=".1f", cmap="Greys", cbar=False, ax=ax,
+                    annot_kws={"size": 7}, linewidths=0.5, linecolor="white")
+        for col, step in enumerate(table.columns):
+            row = list(table.index).index(straggler[step])
+            ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="#d62728", lw=1.5))
+        ax.set_yticks([i + 0.5 for i in range(len(table))],
+                      list(worker_names(manifest, pd.Series(table.index))), size=7, rotation=0)
+        ax.set_xlabel("batch (step)", size=8)
+        ax.set_ylabel("")
+        ax.set_title(_label(manifest), size=8)
+    figure.suptitle(f"Compute time per batch (ms), the straggler of each outlined — {scope}",
+                    size=10)
+    figure.tight_layout()
+    return _save(figure, out, "batch_times")
+
+
+def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[Path]:
+    """SMon's heatmap of each run (its first repeat): workers as rows, steps as columns,
+    each cell the step's compute over the worker's median (analysis/measures/heatmap.py); slice
+    changes marked above, evaluations below."""
+    from matplotlib.colors import LogNorm
+
+    from hetbench.analysis.measures.heatmap import heatmap
+
+    evaluated = {m.get("run_id"): e for m, e in evals}
+    shown = [(m, h) for m, s in _first_of_each_run(runs)
+             if (h := heatmap(s, _warmup(m), evaluated.get(m.get("run_id")))) is not None]
+    if not shown:
+        return []
+    import matplotlib.pyplot as plt
+
+    rows = sum(len(h.ratios) for _, h in shown)
+    figure, axes = plt.subplots(len(shown), 1, squeeze=False, layout="constrained", figsize=(
+        9, 1.0 + 0.9 * len(shown) + min(0.18 * rows, 12)))
+    # ratios around 1 (white), on a log scale so that 2x slower and 2x faster look alike
+    norm = LogNorm(vmin=0.25, vmax=4)
+    images = []
+    for ax, (manifest, map_) in zip(axes[:, 0], shown, strict=True):
+        steps = list(map_.ratios.columns)
+        width = map_.bin_steps
+        extent = (steps[0] - 0.5, steps[-1] + width - 0.5, len(map_.ratios) - 0.5, -0.5)
+        images.append(ax.imshow(map_.ratios.to_numpy(dtype=float).clip(0.25, 4),
+                                aspect="auto", cmap="RdBu_r", norm=norm, extent=extent,
+                                interpolation="nearest"))
+        ax.set_yticks(range(len(map_.ratios)),
+                      list(worker_names(manifest, pd.Series(map_.ratios.index))),
+                      size=6 if len(map_.ratios) <= 16 else 4)
+        for step in map_.repartitions:
+            ax.plot(step, -0.5, marker="v", color="k", markersize=4, clip_on=False)
+        for step in map_.evaluations:
+            ax.plot(step, len(map_.ratios) - 0.5, marker="^", color="#2ca02c",
+                    markersize=4, clip_on=False)
+        binned = f"; a cell: the largest of {width} steps" if width > 1 else ""
+        ax.set_title(f"{_label(manifest)}{binned}", size=8)
+    axes[-1, 0].set_xlabel("step (▼ slices changed, ▲ evaluated; blank: left out)")
+    bar = figure.colorbar(images[0], ax=list(axes[:, 0]), label="compute / worker's median",
+                          shrink=0.8)
+    bar.set_ticks([0.25, 0.5, 1, 2, 4], labels=["≤0.25", "0.5", "1", "2", "≥4"])
+    bar.minorticks_off()
+    figure.suptitle(f"Compute per worker and step over the worker's median — {scope}",
+                    size=10)
+    return _save(figure, out, "heatmap")
+
+
+def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
+    """HetPipe's picture: one wave of virtual worker 0 of each pipelined run (the first
+    repeat of each run name; the wave of median span after warm-up), a row per stage, a
+    box per micro-batch's forward (light) and backward (dark) labelled with its number;
+    the gaps are the bubble."""
+    import matplotlib.pyplot as plt
+
+    from hetbench.analysis.measures.pipeline import is_pipelined, timeline, typical_wave
+
+    chosen: dict[str, tuple[dict[str, Any], pd.DataFrame, int]] = {}
+    for manifest, steps, micro in runs:
+        name = manifest.get("run", {}).get("name", "?")
+        if name in chosen or not is_pipelined(manifest) or micro.empty:
+            continue
+        wave = typical_wave(manifest, steps)
+        if wave is not None:
+            chosen[name] = (manifest, timeline(manifest, micro, wave), wave)
+        if len(chosen) == MAX_TIMELINES:
+            break
+    if not chosen:
+        return []
+    figure, axes = plt.subplots(len(chosen), 1, figsize=(8, 1.4 + 0.9 * len(chosen)),
+                                squeeze=False)
+    colours = {False: "#9ecae1", True: "#3182bd"}
+    for ax, (manifest, frame, wave) in zip(axes[:, 0], chosen.values(), strict=True):
+        plan = manifest["pipeline"]
+        stages = len(plan["virtual_workers"][0])
+        for row in frame.itertuples(index=False):
+            ax.broken_barh([(row.start_ms, row.duration_ms)], (row.stage - 0.4, 0.8),
+                           facecolors=colours[bool(row.backward)], edgecolors="k",
+                           linewidth=0.3)
+            ax.text(row.start_ms + row.duration_ms / 2, row.stage, str(row.micro_batch),
+                    ha="center", va="center", size=6,
+                    color="white" if row.backward else "black")
+        ax.set_yticks(range(stages))
+        ax.set_yticklabels([f"stage {s} (rank {r})" for s, r in
+                            enumerate(plan["virtual_workers"][0])], size=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{_label(manifest)}: {plan['schedule']}, {plan['micro_batches']} "
+                     f"micro-batches, wave {wave}, split {plan['bounds'][0]}", size=8)
+    axes[-1, 0].set_xlabel("time from the wave's first micro-batch (ms); light: forward, "
+                           "dark: backward")
+    figure.suptitle(f"Pipeline timeline of virtual worker 0 — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "pipeline_timeline")
+
+
+def _tradeoff_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Time to target against the scheme's staleness bound, one point per scheme (mean and
+    95% interval over the repeats that reached the target), beside samples/s: what a
+    scheme buys in hardware efficiency and what it pays in statistical efficiency."""
+    import math
+
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    finite = [b for b in table["bound"] if math.isfinite(b)]
+    infinite_at = (max(finite) if finite else 0.0) + 2.0  # ps-async, drawn at the right
+    names = list(dict.fromkeys(table["run"]))
+    import seaborn as sns
+
+    # one colour per scheme in both panels (past 10 the default palette repeats)
+    colours = dict(zip(names, sns.color_palette("tab20" if len(names) > 10 else None,
+                                                n_colors=len(names)), strict=True))
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for column, ax, label in (("time_to_target_s", axes[0],
+                               "time to target (s of training)"),
+                              ("samples_per_s", axes[1], "samples/s into updates")):
+        for name, part in table.groupby("run", sort=False):
+            values = part[column].dropna().to_numpy(dtype=float)
+            if not len(values):
+                continue
+            bound = float(part["bound"].iloc[0])
+            x = bound if math.isfinite(bound) else infinite_at
+            half = (stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1)
+                    / np.sqrt(len(values))) if len(values) > 1 else 0.0
+            ax.errorbar(x, values.mean(), yerr=half, fmt="o", capsize=3,
+                        color=colours.get(name))
+            ax.annotate(str(name), (x, values.mean()), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+        ticks = sorted(set(finite)) + [infinite_at]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["inf"])
+        ax.set_xlabel("staleness bound (ssp: s; local SGD: H - 1; ps-async: inf)")
+        ax.set_ylabel(label)
+    figure.suptitle(f"Statistical against hardware efficiency per scheme — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "tradeoff")
+
+
+def _staleness_figure(counts: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Share of updates per staleness value, one line per scheme that has stale updates
+    (all repeats pooled)."""
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(6, 3.4))
+    for name, part in counts.groupby("run", sort=False):
+        if part["staleness"].max() == 0:
+            continue
+        pooled = part.groupby("staleness")["updates"].sum()
+        ax.plot(pooled.index, pooled / pooled.sum(), marker="o", markersize=3, label=name)
+    ax.set_xlabel("staleness (server versions)")
+    ax.set_ylabel("share of updates")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Staleness of the updates — {scope}", size=10)
+    return _save(figure, out, "staleness")
+
+
+def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Held-out metric and loss against training time and against steps, one line per
+    run (repeats as their mean with a band)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    measures = list(dict.fromkeys(curve["measure"]))
+    names = list(dict.fromkeys(curve["run"]))
+    # past 10 runs the default palette repeats its colours
+    colours = sns.color_palette("tab20" if len(names) > 10 else None, n_colors=len(names))
+    palette = dict(zip(names, colours, strict=True))
+    figure, axes = plt.subplots(len(measures), 2, figsize=(9, 2.8 * len(measures)),
+                                squeeze=False)
+    for row, measure in enumerate(measures):
+        part = curve[curve["measure"] == measure]
+        for col, x in enumerate(("train_s", "step")):
+            ax = axes[row][col]
+            # against time every repeat is its own line (their evaluation times differ);
+            # against steps, repeats share x: their mean with a 95% band
+            per_repeat = {"units": "repeat", "estimator": None} if x == "train_s" else {}
+            sns.lineplot(data=part, x=x, y="value", hue="run", palette=palette, ax=ax,
+                         marker="o", markersize=3, linewidth=1,
+                         legend=row == 0 and col == 1, **per_repeat)
+            ax.set_xlabel("training time (s, evaluations excluded)" if x == "train_s"
+                          else "step")
+            ax.set_ylabel(f"held-out {measure.replace('_', ' ')}")
+    if axes[0][1].get_legend() is not None:
+        sns.move_legend(axes[0][1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
+    figure.suptitle(f"Held-out metric against time and steps — {scope}", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "convergence")
+
+
+SCALE_PANELS = (("idle_fraction", "idle fraction (of busy time)"),
+                ("samples_per_s", "throughput (samples/s)"),
+                ("mean_staleness", "mean staleness (updates)"))
+
+
+def scale_figure(summary: pd.DataFrame, out: Path, title: str, name: str = "scale"
+                 ) -> list[Path]:
+    """hetbench simulate: idle fraction, throughput and mean staleness against the number
+    of workers, a line per scheme (`summary`: simulate's table, a row per repeat)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    figure, axes = plt.subplots(1, len(SCALE_PANELS), figsize=(4.2 * len(SCALE_PANELS), 3.4),
+                                layout="constrained")
+    for ax, (column, label) in zip(axes, SCALE_PANELS, strict=True):
+        sns.lineplot(data=summary, x="workers", y=column, hue="scheme", marker="o",
+                     errorbar=("pi", 100), ax=ax, legend=ax is axes[-1])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("workers (simulated)")
+        ax.set_ylabel(label)
+    if axes[-1].get_legend() is not None:
+        sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    figure.suptitle(title)
+    return _save(figure, out, name)
+
+
+def history_figure(history: pd.DataFrame, out: Path) -> list[Path]:
+    """The committed baselines over commits (html_report.history_table): median samples/s
+    and step time of each snapshot, oldest left."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if history.empty:
+        return []
+    labels = [f"{d}\n{c[:7]}" for d, c in zip(history["date"], history["commit"], strict=True)]
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.0))
+    for ax, (column, label) in zip(axes, (("samples_per_s", "samples/s (median of runs)"),
+                                          ("mean_step_ms", "mean step (ms, median of runs)")),
+                                   strict=True):
+        ax.plot(range(len(history)), history[column], marker="o")
+        ax.set_xticks(range(len(history)), labels, size=7)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    figure.suptitle("Committed baselines (suite ci) over commits", size=10)
+    figure.tight_layout()
+    return _save(figure, out, "regression_history")
+
+
+def advice_figure(ranked: pd.DataFrame, out: Path, title: str, name: str = "advice"
+                  ) -> list[Path]:
+    """hetbench advise: each remedy's predicted time of the recorded work (the range over
+    simulated repeats), best at the top; a cross where --verify measured it. Remedies that
+    change the gradient are hatched (their time to target is not predicted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ranked.iloc[::-1]
+    y = np.arange(len(rows))
+    figure, ax = plt.subplots(figsize=(7.5, 0.9 + 0.28 * len(rows)), layout="constrained")
+    colours = ["tab:grey" if k == "recorded" else "tab:blue" for k in rows["kind"]]
+    bars = ax.barh(y, rows["seconds"], color=colours, alpha=0.75,
+                   xerr=[rows["seconds"] - rows["seconds_low"],
+                         rows["seconds_high"] - rows["seconds"]], capsize=2)
+    for bar, exact in zip(bars, rows["exact"], strict=True):
+        if not exact:
+            bar.set_hatch("//")
+    if "measured_s" in rows and rows["measured_s"].notna().any():
+        ax.plot(rows["measured_s"], y, "x", color="black", markersize=7, label="measured")
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_yticks(y, rows["label"], size=7)
+    ax.set_xlabel("predicted time of the recorded work (s)")
+    ax.set_xlim(left=0)
+    ax.set_title(title, size=9, loc="left")
+    return _save(figure, out, name)
