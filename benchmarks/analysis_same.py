@@ -9,7 +9,8 @@ PYTHONPATH, as `hetbench ci` runs a base) and the working tree's, runs on copies
 runs: `report` (the summary as text and JSON, report.md and the figures' names), `compare`
 of two runs, `paper` (table.md, table.tex), `simulate` (the table it prints) and `advise`
 (advice.md, the suite it writes), and `report` of tests/fixtures/legacy (a run written by an
-old hetbench). Paths are replaced by placeholders and durations ("took 3.1 s") masked; every
+old hetbench). Paths are replaced by placeholders, launch stamps and durations ("took 3.1 s")
+masked, and what times this host as the command runs left out (HOST_TIMED_ROWS); every
 other byte must be the same. Prints each output that differs with its first differing
 lines, and exits 1 if any does.
 """
@@ -17,7 +18,9 @@ lines, and exits 1 if any does.
 from __future__ import annotations
 
 import argparse
+import csv
 import difflib
+import io
 import os
 import re
 import shutil
@@ -31,6 +34,15 @@ TIMEOUT_S = 900
 # wall-clock durations a command prints about itself: not outputs of the analysis
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|min)\b(?= elapsed| to draw| \(figures)"
                       r"|\btook \d+(?::\d+)*(?:\.\d+)?\s?\w*")
+# when a command wrote something: a launch's stamp (and pid) in names, ISO times inside
+STAMP = re.compile(r"\d{8}T\d{6}(?:-\d+)*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.:+Z-]*")
+# the tree a simulated run's manifest says it came from (its commit, and whether dirty)
+TREE_STATE = re.compile(r"\b[0-9a-f]{40}\b|(?<=\"dirty\": )(?:true|false)")
+# Outputs that time something on this host as the command runs, so that no two runs agree:
+# `simulate`'s summary column `seconds` (the simulation's own wall time), and advise's
+# pipelined and fc-on-server remedies (predicted from the model's layers as timed on this
+# host when advise runs: harness/cli/advise.py layer_shape). Their rows are left out.
+HOST_TIMED_ROWS = re.compile(r"^.*(?:pipe-|pipeline: |fc-on-server).*$\n?", re.M)
 
 
 def commands(runs: Path, out: Path) -> dict[str, list[str]]:
@@ -78,11 +90,27 @@ def run_tree(tree: Path, runs_source: Path, work: Path) -> dict[str, str]:
             else:  # figures: their names (pixels depend on matplotlib's build, not on us)
                 outputs[relative] = "(a file)"
     neutral = {str(runs): "RUNS", str(out): "OUT", str(tree): "TREE"}
+    made: dict[str, str] = {}
     for name, text in outputs.items():
         for path, placeholder in neutral.items():
             text = text.replace(path, placeholder)
-        outputs[name] = DURATION.sub("DURATION", text)
-    return outputs
+        text = TREE_STATE.sub("TREE", STAMP.sub("STAMP", DURATION.sub("DURATION", text)))
+        if name.startswith("advise"):
+            text = HOST_TIMED_ROWS.sub("", text)
+        if Path(name).name.startswith("summary-") and name.endswith(".csv"):
+            text = _without_column(text, "seconds")
+        made[STAMP.sub("STAMP", name)] = text
+    return made
+
+
+def _without_column(text: str, column: str) -> str:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or column not in rows[0]:
+        return text
+    at = rows[0].index(column)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([r[:at] + r[at + 1:] for r in rows])
+    return out.getvalue()
 
 
 def differences(base: dict[str, str], current: dict[str, str]) -> list[str]:

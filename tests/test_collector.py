@@ -276,3 +276,20 @@ def test_the_writer_lays_rows_out_as_numpy_does_whatever_values_they_hold(tmp_pa
     writer.close()
     assert (tmp_path / "float.bin").read_bytes() == \
         np.array([with_float], dtype=RECORD_DTYPE).tobytes()
+
+
+def test_a_step_records_fields_are_declared_once() -> None:
+    """The dtype, the reference's descriptions and older runs' defaults all come from
+    hetbench.harness.records.fields: every field has its type, writer and meaning there."""
+    from hetbench.harness.records import fields
+
+    assert RECORD_FIELDS == fields.NAMES
+    assert [RECORD_DTYPE[f.name].str for f in fields.STEP_FIELDS] == \
+        [np.dtype(f.dtype).str for f in fields.STEP_FIELDS]
+    assert all(f.description and f.writer in fields.WRITERS for f in fields.STEP_FIELDS)
+    # the exchange's fields read as an all-reduce step's in runs recorded before them
+    assert {n: fields.OLDER[n] for n in fields.written_by("exchange")} == {
+        "staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0, "asynchronous": False,
+        "dropped": False}
+    assert set(fields.SAMPLED) == {"compute_cpu_ns", "compute_cpu_all_ns", "ctx_voluntary",
+                                   "ctx_involuntary", "cpu_user_ns", "cpu_system_ns"}

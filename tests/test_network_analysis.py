@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from hetbench.analysis.measures.network import (
-    ALL_REDUCES,
     bytes_per_step,
     exchange_bandwidth,
     rate_mbit,
@@ -57,8 +56,10 @@ def test_a_rate_tc_would_not_read_is_one_clear_error(text: str) -> None:
         rate_mbit(text, "nodes[1].link.rate")
 
 
-def test_the_all_reduces_named_are_aggregators() -> None:
-    assert set(ALL_REDUCES) <= set(AGGREGATORS)
+def test_the_registry_says_which_aggregators_all_reduce_the_buffer() -> None:
+    """The ring's bytes are counted for these four, read from their Kinds."""
+    assert {name for name, kind in AGGREGATORS.items() if kind.allreduces_buffer} == \
+        {"torch", "allreduce-host", "local-sgd", "tensorflow-collective"}
 
 
 def test_all_reduce_bandwidth_per_node_against_its_link() -> None:

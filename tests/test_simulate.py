@@ -470,6 +470,39 @@ def test_every_simulated_scheme_is_named_in_the_registries() -> None:
         assert bool(simulated.key) == bool(simulated.letter), name
 
 
+def test_an_aggregator_the_registry_declares_is_simulated_and_analysed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aggregator that behaves as one the simulator models needs its exchange module and
+    its registry entry, no more: from its Kind alone a recorded run of it is reproduced by
+    the simulator's model, the network analysis counts a ring's bytes for it, and the
+    statistical model reads its averaging period."""
+    from hetbench.analysis.measures.network import bytes_per_step
+    from hetbench.analysis.models import simulated
+    from hetbench.analysis.tables.statistical import period
+    from hetbench.harness.spec.aggregators import AGGREGATORS, Kind, Simulation
+
+    monkeypatch.setitem(AGGREGATORS, "my-async", Kind(
+        "my.exchange:MyAsync", lockstep=False, staleness_bound="unbounded",
+        simulation=Simulation("ps-async")))
+    monkeypatch.setitem(AGGREGATORS, "my-average", Kind(
+        "my.exchange:MyAverage", keys=("local_steps",), staleness_bound="local_steps",
+        moves="parameters", allreduces_buffer=True,
+        simulation=Simulation("local-sgd", option="local_steps", letter="H")))
+    monkeypatch.setitem(AGGREGATORS, "my-allreduce", Kind("my.exchange:MyAllreduce"))
+    averaged = {"run": {"aggregator": {"name": "my-average", "local_steps": 4}},
+                "workers": [{"parameters": 99}, {"parameters": 99}]}
+    assert simulated.recorded({"aggregator": {"name": "my-async"}}) == "ps-async"
+    assert simulated.recorded(averaged["run"]) == "local-sgd"
+    # not simulated, lockstep: as BSP's all-reduce under the run's partition policy
+    assert simulated.recorded({"aggregator": {"name": "my-allreduce"},
+                               "partition": {"policy": "profiled"}}) == "bsp-profiled"
+    assert period(averaged) == 4
+    # a ring of 2: 2 (2 - 1) / 2 of 4 bytes x (99 parameters + the loss)
+    assert bytes_per_step(averaged, 2) == {0: 400.0, 1: 400.0}
+    assert np.isnan(bytes_per_step({**averaged, "run": {"aggregator": {"name": "my-async"}}},
+                                   2)[0])
+
+
 def evaluated_pair(pause_ms: float = 20.0) -> tuple[dict[str, Any], pd.DataFrame]:
     """The steady pair (6 and 2 ms) with a held-out evaluation of `pause_ms` after every
     tenth step (eval_every = 10), which both workers wait for, as a lockstep run does."""

@@ -56,9 +56,9 @@ from hetbench.analysis.models import contention
 from hetbench.analysis.models.deviceclass import CommModel, DeviceClass
 from hetbench.analysis.models.pipeline_model import LayerShape, Pipeline, simulate_pipeline
 from hetbench.analysis.models.simulate import Scheme, Tail, simulate, static_sizes, summarise
-from hetbench.analysis.models.simulated import SIMULATED
+from hetbench.analysis.models.simulated import SIMULATED, baseline_model, with_policy
 from hetbench.analysis.tables.statistical import StepsModel
-from hetbench.harness.partition.policies import equal_sizes
+from hetbench.harness.partition.policies import ADAPTIVE, equal_sizes
 from hetbench.harness.partition.shards import busiest_share
 from hetbench.harness.partition.virtual import allocate
 from hetbench.harness.spec.aggregators import AggregatorSpec, places_layers
@@ -81,8 +81,10 @@ PLACED = ("sharded", "data-parallel")
 PLACEMENTS = "layer placements (sharded, data-parallel)"
 FC_ON_SERVER = "placement fc-on-server"
 MAX_SUBSET_WORKERS = 8  # every proper subset below this many workers (2^8 - 2 = 254)
-# the simulator's partition schemes, by the policy a real run names
-POLICY_SCHEMES = {"equal": "bsp", "profiled": "bsp-profiled", "model": "bsp-adaptive"}
+# the simulator's partition schemes (bsp, bsp-profiled, bsp-adaptive), by the policy a real
+# run names
+POLICY_SCHEMES = {policy: with_policy(baseline_model(), None if policy == "equal" else policy)
+                  for policy in ("equal", "profiled", "model")}
 PIPELINES = "pipelines (virtual workers, allocation, split, D)"
 # remedies predicted and shown, but ranked after the rest and never advised: their model
 # has not met its runs within a usable error yet (the kind -> why)
@@ -355,7 +357,9 @@ def remedy_workers(remedy: Remedy, classes: Sequence[DeviceClass], host: Host,
     threads = np.array(host.threads, float)
     alone = uncontended_shares(classes, host)
     kept = list(remedy.ranks)
-    scheme = Scheme("bsp-profiled") if remedy.scheme.name == "bsp-adaptive" else remedy.scheme
+    scheme = remedy.scheme
+    if scheme.policy in ADAPTIVE:
+        scheme = Scheme(with_policy(scheme.simulated.model, "profiled"))
     slices = static_sizes(scheme, workers, global_batch, remedy.sizes)
     work = np.array([c.line.at(n) for c, n in zip(workers, slices, strict=True)]) * alone[kept]
     shared = contention.finish_times(work, threads[kept], host.cores) / work
@@ -416,7 +420,7 @@ def _predicted(remedy: Remedy, summaries: Sequence[dict[str, Any]], steps: int,
     out: dict[str, Any] = {"remedy": remedy.name, "label": remedy.label, "kind": remedy.kind,
                            "scheme": scheme, "workers": len(remedy.ranks),
                            "exact": remedy.exact, "steps": steps,
-                           "period": remedy.scheme.value if remedy.scheme.name == "local-sgd"
+                           "period": remedy.scheme.value if remedy.scheme.simulated.averages
                            else 1,
                            "global_batch": global_batch}
     out.update({m: float(table[m].median()) for m in METRICS})
@@ -478,9 +482,8 @@ def explain(row: pd.Series, recorded: pd.Series) -> str:
             extra.append(f"updates {row['mean_staleness']:.1f} steps stale on average")
         if row["dropped_fraction"] > 0:
             extra.append(f"{row['dropped_fraction']:.0%} of gradients dropped")
-        if row["scheme"].startswith("local-sgd"):
-            extra.append("parameters averaged every "
-                         f"{row['scheme'].partition(':')[2]} steps")
+        if row["period"] > 1:  # parameters averaged (local SGD), not gradients
+            extra.append(f"parameters averaged every {row['period']} steps")
         said = "not BSP's gradient (" + ", ".join(extra or ["asynchronous"]) + ")"
         if math.isfinite(row.get("steps_to_target", math.nan)):
             said += f": {row['steps_to_target']:.0f} steps to the target predicted"

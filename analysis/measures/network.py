@@ -8,14 +8,14 @@ on one host has no `nodes`: every function here then gives nothing (an empty tab
 excess).
 
 What one exchange moves over a worker's link, per step:
-- all-reduce (ALL_REDUCES): 2 (n - 1) / n times the buffer (float32 gradient sums and the
-  loss sum: `parameters` + 1 values) for n workers. That is what every worker sends, and
-  receives, in a ring all-reduce, and the least a symmetric all-reduce sends per worker
-  (the bytes nccl-tests call bus bandwidth); an asymmetric one could send as little as the
-  buffer itself through one worker's link. The algorithm gloo or NCCL picked is not
-  recorded: this is the ring's figure. It assumes every
-  worker's traffic crosses its host's link, true with one worker per host; with several on
-  one host part of it stays on the host and the bandwidth shown is too high.
+- all-reduce (an aggregator whose Kind `allreduces_buffer`): 2 (n - 1) / n times the buffer
+  (float32 gradient sums and the loss sum: `parameters` + 1 values) for n workers. That is
+  what every worker sends, and receives, in a ring all-reduce, and the least a symmetric
+  all-reduce sends per worker (the bytes nccl-tests call bus bandwidth); an asymmetric one
+  could send as little as the buffer itself through one worker's link. The algorithm gloo or
+  NCCL picked is not recorded: this is the ring's figure. It assumes every worker's traffic
+  crosses its host's link, true with one worker per host; with several on one host part of
+  it stays on the host and the bandwidth shown is too high.
 - parameter servers: the tensors the worker sent to and got from servers on other hosts
   (`workers[r].traffic`, analysis/measures/traffic.py; a server's host is `server_nodes`, default
   node 0): the traffic to a server on its own host never reaches the link.
@@ -46,11 +46,10 @@ import numpy as np
 import pandas as pd
 
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.harness.spec.aggregators import AGGREGATORS
 from hetbench.harness.spec.errors import UsageError
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
-# aggregators that all-reduce the whole buffer over every worker, each step they exchange
-ALL_REDUCES = ("torch", "allreduce-host", "local-sgd", "tensorflow-collective")
 BUFFER_VALUE_BYTES = 4  # float32: the buffer the exchange moves (harness/loop/worker.py)
 # tc's rate units (tc(8), "RATES"): bits or bytes per second, decimal or binary prefixes; a
 # bare number is bit/s
@@ -120,7 +119,7 @@ def bytes_per_step(manifest: dict[str, Any], world: int) -> dict[int, float]:
             moved = sum(traffic["sent"].get(s, 0) + traffic["received"].get(s, 0)
                         for s in crossing)
             out[rank] = moved / traffic["steps"]
-        elif name in ALL_REDUCES and isinstance(info.get("parameters"), int) and world > 0:
+        elif _allreduces_buffer(name) and isinstance(info.get("parameters"), int) and world > 0:
             buffer = BUFFER_VALUE_BYTES * (info["parameters"] + 1)
             out[rank] = 2 * (world - 1) / world * buffer
         else:
@@ -136,7 +135,7 @@ def path_rates(manifest: dict[str, Any]) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     for rank, info in enumerate(manifest.get("workers") or []):
         traffic = (info or {}).get("traffic") or {}
-        if name in ALL_REDUCES:
+        if _allreduces_buffer(name):
             crossed = set(nodes.values())
         else:
             crossed = {nodes.get(rank, 0), *(_server_node(server, server_nodes)
@@ -144,6 +143,11 @@ def path_rates(manifest: dict[str, Any]) -> dict[int, float | None]:
         rates = [links.get(node, ("", None))[1] for node in crossed]
         out[rank] = None if any(r is None for r in rates) else min(rates)  # type: ignore
     return out
+
+
+def _allreduces_buffer(aggregator: str) -> bool:
+    kind = AGGREGATORS.get(aggregator)
+    return kind is not None and kind.allreduces_buffer
 
 
 def _aggregator(manifest: dict[str, Any]) -> tuple[str, list[int]]:

@@ -27,11 +27,10 @@ import pandas as pd
 
 from hetbench.analysis.measures import costmodel
 from hetbench.analysis.measures.costmodel import Line
+from hetbench.analysis.models import simulated
 from hetbench.analysis.models.simulated import SIMULATED
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, lockstep, with_derived
-from hetbench.harness.partition.policies import ADAPTIVE, MEASURED
 from hetbench.harness.records.collector import COMPUTE_PHASES
-from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.workers import WorkerSpec
 
@@ -403,26 +402,18 @@ def recorded_mix(runs: Sequence[Run], names: dict[str, str]) -> list[tuple[str, 
 def recorded_scheme(meta: dict[str, Any], steps: pd.DataFrame
                     ) -> tuple[str, tuple[int, ...] | None]:
     """The scheme (simulate's name) and bsp's static slices that reproduce a run: its
-    aggregator and partition policy, the slices of its first step after warm-up."""
+    aggregator and partition policy (simulated.recorded), the slices of its first step
+    after warm-up."""
     run = meta["run"]
-    spec = run.get("aggregator") or {}
-    aggregator = spec.get("name", AggregatorSpec.name)
-    for name, simulated in SIMULATED.items():
-        if simulated.key is not None and simulated.aggregator == aggregator:
-            return f"{name}:{int(spec.get(simulated.key, 0))}", None
-    kind = AGGREGATORS.get(aggregator)
-    # asynchronous without a bound: ps-async's model; not a coordinator-driven scheme
-    # (tensorflow-ps), whose coordinator hands each step to whichever worker is free
-    if kind is not None and kind.staleness_bound == "unbounded" and kind.serves is None:
-        return "ps-async", None
-    policy = (run.get("partition") or {}).get("policy", "equal")
-    if policy in ADAPTIVE:
-        return "bsp-adaptive", None
-    if policy in MEASURED:
-        return "bsp-profiled", None
+    name = simulated.recorded(run)
+    scheme = SIMULATED[name]
+    if scheme.key is not None:
+        return f"{name}:{int((run.get('aggregator') or {}).get(scheme.key, 0))}", None
+    if not scheme.takes_sizes:
+        return name, None
     first = after_warmup(steps, int(run.get("warmup_steps", 0)))
     first = first[first["step"] == first["step"].min()].sort_values("rank")
-    return "bsp", tuple(int(n) for n in first["batch_size"])
+    return name, tuple(int(n) for n in first["batch_size"])
 
 
 def typical_slowdown(cls: DeviceClass) -> float:

@@ -41,8 +41,10 @@ from typing import Any
 import numpy as np
 
 from hetbench.analysis.models.deviceclass import CommModel, DeviceClass, Source, typical_slowdown
-from hetbench.analysis.models.simulated import SIMULATED
+from hetbench.analysis.models.simulated import SIMULATED, Simulated
 from hetbench.harness.partition.policies import (
+    ADAPTIVE,
+    MEASURED,
     Damping,
     Repartitioner,
     WindowStats,
@@ -57,21 +59,31 @@ PARAMETERISED = {name: s.letter for name, s in SIMULATED.items() if s.key is not
 
 @dataclass(frozen=True)
 class Scheme:
-    name: str
-    value: int = 0  # backup's B, ssp's S, local-sgd's H
+    name: str  # a name of SIMULATED
+    value: int = 0  # its option's value: backup's B, ssp's S, local-sgd's H
 
     @property
     def label(self) -> str:
         return f"{self.name}:{self.value}" if self.name in PARAMETERISED else self.name
 
     @property
+    def simulated(self) -> Simulated:
+        return SIMULATED[self.name]
+
+    @property
+    def policy(self) -> str | None:
+        """The partition policy the scheme runs (None: equal, or the slices given)."""
+        return self.simulated.policy
+
+    @property
     def lockstep(self) -> bool:
-        return self.name.startswith("bsp")
+        """Simulated as an all-reduce every step, every worker waiting for all."""
+        return MODELS[self.simulated.model].lockstep
 
     @property
     def exact(self) -> bool:
         """Whether every step applies BSP's gradient of the whole global batch."""
-        return SIMULATED[self.name].exact
+        return self.simulated.exact
 
 
 def parse_scheme(text: str) -> Scheme:
@@ -250,11 +262,11 @@ def static_sizes(scheme: Scheme, workers: Sequence[DeviceClass], total: int,
     each worker's typical solo line a + b*n, as the `profiled` policy fits it from two
     solo timings (harness/partition/policies.py profiled_sizes)."""
     n = len(workers)
-    if sizes is not None and scheme.name == "bsp":
+    if sizes is not None and scheme.simulated.takes_sizes:
         if len(sizes) != n or sum(sizes) != total:
             raise ValueError(f"sizes {list(sizes)} are not {n} slices summing to {total}")
         return np.array(sizes)
-    if scheme.name != "bsp-profiled":
+    if scheme.policy not in MEASURED:
         return np.array(equal_sizes(total, n))
     a, b = lines(workers)
     # each worker's own level: its class's typical slowdown, its recorded worker's residual
@@ -282,17 +294,14 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
         raise ValueError("no workers to simulate")
     if global_batch < len(workers):
         raise ValueError(f"global batch {global_batch} < {len(workers)} workers")
-    if tail is not None and (scheme.name != "ps-sync" or servers < 2):
+    model = MODELS[scheme.simulated.model]
+    if tail is not None and (not model.takes_tail or servers < 2):
         raise ValueError("a tail on a server (fc-on-server) needs ps-sync on 2 servers or "
                          "more")
     rng = np.random.default_rng(seed)
-    # ps-async: fast workers take more steps than K; draw enough for the fastest
-    # ssp: the fastest can be S + 1 steps ahead of the slowest when the run ends
-    rows = {"ps-async": _async_rows(workers, steps, comm), "backup": steps + 1,
-            "ps-sync": steps if tail else steps + 1,
-            "ssp": steps + scheme.value + 2}.get(scheme.name, steps)
+    rows = model.rows(workers, steps, comm, scheme.value, tail is not None)
     residual, after, applied, gap, evaluation, ratio = draw(workers, rows, rng, first=seed)
-    if scheme.name in SERVED:  # the servers make the update; the worker loads it
+    if model.served:  # the servers make the update; the worker loads it
         after = applied
     evaluation = evaluation_pauses(scheme, evaluation, workers, comm)
     gap = gap + evaluation
@@ -301,7 +310,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
     slices = np.broadcast_to(static_sizes(scheme, workers, global_batch, sizes, seed),
                              (rows, len(workers))).copy()
     history = [{"step": 0, "sizes": slices[0].tolist(), "reason": f"{scheme.label}: initial"}]
-    if scheme.name == "bsp-adaptive":
+    if scheme.policy in ADAPTIVE:
         compute = adapt(slices, a, b, factor * residual, global_batch, damping or Damping(),
                         history)
     else:
@@ -317,17 +326,7 @@ def simulate(workers: Sequence[DeviceClass], comm: CommModel, scheme: Scheme, st
         return _fc_on_server(common, gap, server_model(workers, head, held / (servers - 1),
                                                        ratio), tail, comm, ratio)
     server = server_model(workers, comm, 1 / servers if busiest is None else busiest, ratio)
-    if scheme.lockstep:
-        return _bsp(common, gap, allreduce)
-    if scheme.name == "local-sgd":
-        return _local_sgd(common, gap, allreduce, max(scheme.value, 1))
-    if scheme.name == "backup":
-        return _backup(common, gap, server, scheme.value)
-    if scheme.name == "ps-sync":
-        return _ps_sync(common, gap, server)
-    if scheme.name == "ssp":
-        return _ssp(common, gap, server, scheme.value, steps)
-    return _async(common, gap, server, steps)
+    return model.run(common, gap, Exchange(allreduce, server), scheme.value, steps)
 
 
 def _async_rows(workers: Sequence[DeviceClass], steps: int, comm: CommModel) -> int:
@@ -352,18 +351,15 @@ def evaluation_pauses(scheme: Scheme, evaluation: np.ndarray, workers: Sequence[
     on, and under ps-async as often as the global steps reach the multiples, not its own:
     its recorded pauses (one per eval_every of its steps) scaled by its share of the
     pushes."""
-    if scheme.lockstep or scheme.name == "local-sgd":
+    model = MODELS[scheme.simulated.model]
+    if model.evaluations == "together":
         return np.repeat(evaluation[:, :1], evaluation.shape[1], axis=1)
     alone = np.zeros_like(evaluation)
     scale = 1.0
-    if scheme.name == "ps-async":
+    if model.evaluations == "per-push":
         scale = 1.0 / (_push_shares(workers, comm)[0] * len(workers))
     alone[:, 0] = evaluation[:, 0] * scale
     return alone
-
-
-# the schemes whose exchange is a parameter server
-SERVED = ("ps-sync", "ps-async", "ssp", "backup")
 
 
 def server_model(workers: Sequence[DeviceClass], comm: CommModel, busiest: float,
@@ -731,6 +727,58 @@ def _staleness_in_order(applied: np.ndarray, begin: np.ndarray, sequence: np.nda
     out = np.zeros(applied.size)
     out[sequence] = np.maximum(before - at_pull, 0)
     return out.reshape(applied.shape)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A step's exchange as the models take it, per (step, worker): the all-reduce's time
+    and the parameter servers' (server_model)."""
+
+    allreduce: np.ndarray
+    server: Server
+
+
+@dataclass(frozen=True)
+class Model:
+    """One of the simulator's models, by the name an aggregator's `Kind.simulation` gives
+    (harness/spec/aggregators.py): its steps from the common arrays, the gaps, the exchange,
+    the scheme's value and the steps asked for; the rows of draws a run of `steps` needs
+    (workers, steps, comm, value, whether a tail is on a server); whether the servers make
+    the update (the workers load it); whether it is an all-reduce every step (partition
+    policies and leave-outs keep the recorded exchange); how worker 0's held-out
+    evaluations pause the others ("together": all wait; "alone": it evaluates while they go
+    on; "per-push": alone, as often as the global steps reach the multiples); whether a
+    tail on a server (fc-on-server) runs under it."""
+
+    run: Callable[[dict[str, Any], np.ndarray, Exchange, int, int], Simulation]
+    rows: Callable[[Sequence[DeviceClass], int, CommModel, int, bool], int] = \
+        lambda workers, steps, comm, value, tail: steps
+    served: bool = False
+    lockstep: bool = False
+    evaluations: str = "alone"
+    takes_tail: bool = False
+
+
+MODELS: dict[str, Model] = {
+    "bsp": Model(lambda common, gap, x, value, steps: _bsp(common, gap, x.allreduce),
+                 lockstep=True, evaluations="together"),
+    "local-sgd": Model(lambda common, gap, x, value, steps:
+                       _local_sgd(common, gap, x.allreduce, max(value, 1)),
+                       evaluations="together"),
+    "backup": Model(lambda common, gap, x, value, steps: _backup(common, gap, x.server, value),
+                    lambda workers, steps, comm, value, tail: steps + 1, served=True),
+    "ps-sync": Model(lambda common, gap, x, value, steps: _ps_sync(common, gap, x.server),
+                     lambda workers, steps, comm, value, tail: steps if tail else steps + 1,
+                     served=True, takes_tail=True),
+    # the fastest can be S + 1 steps ahead of the slowest when the run ends
+    "ssp": Model(lambda common, gap, x, value, steps: _ssp(common, gap, x.server, value, steps),
+                 lambda workers, steps, comm, value, tail: steps + value + 2, served=True),
+    # fast workers take more steps than K: enough rows for the fastest
+    "ps-async": Model(lambda common, gap, x, value, steps: _async(common, gap, x.server, steps),
+                      lambda workers, steps, comm, value, tail:
+                      _async_rows(workers, steps, comm),
+                      served=True, evaluations="per-push"),
+}
 
 
 # -- summary ------------------------------------------------------------------------------

@@ -26,15 +26,19 @@ import pandas as pd
 
 from hetbench.analysis.tables.convergence import time_to_target
 from hetbench.analysis.tables.runs import run_row
+from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
 
 FEATURES = ("staleness", "dropped", "period")
 
 
 def period(manifest: dict[str, Any]) -> int:
-    """Local SGD's H (1 for every other scheme)."""
+    """The steps between parameter averages of a scheme that averages them (local SGD's
+    H: its Kind's `moves`, the key of its `staleness_bound`); 1 for every other scheme."""
     aggregator = manifest.get("run", {}).get("aggregator") or {}
-    return int(aggregator.get("local_steps", 1)) if aggregator.get("name") == "local-sgd" \
-        else 1
+    kind = AGGREGATORS.get(aggregator.get("name", AggregatorSpec.name))
+    if kind is None or kind.moves != "parameters":
+        return 1
+    return int(aggregator.get(kind.staleness_bound, 1))
 
 
 def scheme_points(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]],

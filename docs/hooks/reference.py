@@ -35,6 +35,7 @@ from hetbench.adapters import FRAMEWORKS  # noqa: E402
 from hetbench.harness.cli import main as cli_main  # noqa: E402
 from hetbench.harness.partition import policies  # noqa: E402
 from hetbench.harness.records import collector, manifest, rundir  # noqa: E402
+from hetbench.harness.records import fields as step_fields  # noqa: E402
 from hetbench.harness.spec import aggregators as exchange  # noqa: E402  (the aggregators' registry)
 from hetbench.harness.spec import (  # noqa: E402
     builtin,
@@ -516,39 +517,6 @@ def catalogue_markdown() -> str:
 # ---------------------------------------------------------------------------------------
 # Results format
 
-RECORD_DESCRIPTIONS: dict[str, str] = {
-    "rank": "the worker",
-    "step": "the step (under pipelines: the wave)",
-    "batch_size": "samples in the worker's slice (0: left out of the step)",
-    "slice_start": "the slice's first sample in the global batch",
-    "begin_ns": "step begins (perf_counter_ns, on rank 0's clock)",
-    "ready_ns": "gradient and loss sums in the communication buffer",
-    "reduced_ns": "the exchange returned",
-    "end_ns": "update applied",
-    "stretch_ns": "emulated slowdown inside the compute phases",
-    "compute_cpu_ns": "CPU time of the main thread from begin to ready (-1: a step "
-                      "between the sampled ones, counters_every)",
-    "compute_cpu_all_ns": "CPU time of all the worker's threads from begin to ready "
-                          "(-1: not sampled)",
-    "loss": "global mean loss",
-    "local_loss": "this worker's mean loss",
-    "ctx_voluntary": "voluntary context switches in the step (getrusage; -1: not "
-                     "sampled)",
-    "ctx_involuntary": "involuntary context switches in the step (getrusage; -1: not "
-                       "sampled)",
-    "cpu_user_ns": "user CPU time in the step (getrusage; -1: not sampled)",
-    "cpu_system_ns": "system CPU time in the step (getrusage; -1: not sampled)",
-    "rss_bytes": "resident memory, read at most every 8 steps and held between",
-    "gc_ns": "time in Python's garbage collector (gc.callbacks)",
-    "gc_collections": "garbage collections in the step",
-    "staleness": "server version at apply minus the version computed on (0: synchronous, "
-                 "-1: not reported)",
-    "push_ns": "the exchange's push to the server",
-    "wait_ns": "the exchange's wait for other workers or the bound",
-    "pull_ns": "the exchange's pull (the update and the way back)",
-    "asynchronous": "the workers did not take this exchange together (idle = wait_ns)",
-    "dropped": "the gradient came too late and was not used (backup)",
-}
 MICRO_DESCRIPTIONS = {"wave": "the wave (the step)", "micro_batch": "the micro-batch",
                       "backward": "false: forward, true: backward",
                       "begin_ns": "begins", "end_ns": "ends",
@@ -597,7 +565,8 @@ def record_fields() -> list[tuple[str, str]]:
 
 def results_markdown() -> str:
     record = _table(["column", "dtype", "what"],
-                    [[_code(n), t, RECORD_DESCRIPTIONS.get(n, "")] for n, t in record_fields()])
+                    [[_code(n), t, step_fields.BY_NAME[n].description]
+                     for n, t in record_fields()])
     identity = ", ".join(_code(c) for c in collector.IDENTITY_COLUMNS)
     micro_table = side_table(collector.MICRO_DTYPE, MICRO_DESCRIPTIONS)
     files = _table(["file", "constant", "what"],

@@ -158,7 +158,8 @@ def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: lis
             raise UsageError("--global-batch", f"{batch} samples cannot be shared by {workers} "
                              "workers (one sample each at least)")
         for scheme in schemes:
-            sizes = recorded_sizes if (scheme.name == "bsp" and args.mix is None) else None
+            sizes = recorded_sizes if (scheme.simulated.takes_sizes and args.mix is None) \
+                else None
             jobs.append({"mix": mix, "scheme": scheme, "sizes": sizes, "workers": workers,
                          "steps": args.steps or default_steps, "global_batch": batch})
     return jobs

@@ -15,48 +15,22 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from time import perf_counter_ns  # a module global: read at every append
 from typing import Any
 
 import numpy as np
 
+from hetbench.harness.records import fields
+
+# the record's phases, where the fields are declared (here too, as every reader knows them)
+from hetbench.harness.records.fields import COMPUTE_PHASES as COMPUTE_PHASES
+from hetbench.harness.records.fields import PHASES as PHASES
+from hetbench.harness.records.fields import Phase as Phase
 from hetbench.harness.system import clocks
 
-
-class Phase(StrEnum):
-    LOAD = "load"
-    TO_DEVICE = "to_device"
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    PACK = "pack"
-    ALLREDUCE = "allreduce"
-    UNPACK = "unpack"
-    APPLY = "apply"
-
-
-PHASES: tuple[Phase, ...] = tuple(Phase)
-# Phases before `ready` (gradients in the communication buffer): what a slowdown stretches.
-COMPUTE_PHASES: tuple[Phase, ...] = PHASES[: PHASES.index(Phase.PACK) + 1]
-
-RECORD_DTYPE = np.dtype(
-    [("rank", "<i4"), ("step", "<i8"), ("batch_size", "<i4"), ("slice_start", "<i4"),
-     ("begin_ns", "<i8"), ("ready_ns", "<i8"), ("reduced_ns", "<i8"), ("end_ns", "<i8")]
-    + [(f"{p.value}_ns", "<i8") for p in PHASES]
-    # CPU time during compute: of the main thread (wall minus it: off the CPU), and of all
-    # the worker's threads (intra-op pools, the input pipeline: work done on its behalf)
-    + [("stretch_ns", "<i8"), ("compute_cpu_ns", "<i8"), ("compute_cpu_all_ns", "<i8"),
-       ("loss", "<f8"), ("local_loss", "<f8"),
-       ("ctx_voluntary", "<i8"), ("ctx_involuntary", "<i8"),
-       ("cpu_user_ns", "<i8"), ("cpu_system_ns", "<i8"), ("rss_bytes", "<i8"),
-       ("gc_ns", "<i8"), ("gc_collections", "<i4"),
-       # the aggregator's view of the exchange (harness/exchange): staleness of the
-       # update, the parts of the exchange it measured, whether the workers did not take
-       # it together (then idle is the measured wait), whether this gradient was dropped
-       ("staleness", "<i8"), ("push_ns", "<i8"), ("wait_ns", "<i8"), ("pull_ns", "<i8"),
-       ("asynchronous", "?"), ("dropped", "?")]
-)
+# A step's record: the fields hetbench.harness.records.fields declares, in their order
+RECORD_DTYPE = np.dtype([(f.name, f.dtype) for f in fields.STEP_FIELDS])
 # A pipeline stage's micro-batches (virtual workers, harness/loop/stage.py): each
 # forward and backward of one micro-batch of one wave, stretched as the worker's slowdown
 # says (stretch_ns of it is the emulation's).
@@ -73,12 +47,8 @@ BUCKET_DTYPE = np.dtype(
 # Fields read over one step in a run's counters_every (harness/loop/counters.py): the
 # other steps hold UNMEASURED there.
 UNMEASURED = -1
-SAMPLED_FIELDS = ("compute_cpu_ns", "compute_cpu_all_ns", "ctx_voluntary", "ctx_involuntary",
-                  "cpu_user_ns", "cpu_system_ns")
-EXCHANGE_FIELDS = ("staleness", "push_ns", "wait_ns", "pull_ns", "asynchronous", "dropped")
-# What rows written before aggregators existed hold in these fields: all-reduce steps.
-EXCHANGE_DEFAULTS = {"staleness": 0, "push_ns": 0, "wait_ns": 0, "pull_ns": 0,
-                     "asynchronous": False, "dropped": False}
+SAMPLED_FIELDS = fields.SAMPLED
+EXCHANGE_FIELDS = fields.written_by("exchange")
 RECORD_FIELDS: tuple[str, ...] = tuple(RECORD_DTYPE.names or ())
 RANK_FIELD = RECORD_FIELDS.index("rank")
 # A step a worker sat out (harness/loop/membership.py): batch size 0, no timestamps, no loss.
@@ -106,7 +76,8 @@ def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
                  marks: Sequence[int], stretch_ns: int, compute_cpu: tuple[int, int],
                  loss: float, local_loss: float, counters: tuple[int, ...], exchange: Any
                  ) -> tuple[Any, ...]:
-    """One step's row, in RECORD_DTYPE's field order (the one place that knows it):
+    """One step's row, in the order hetbench.harness.records.fields declares (spelled out
+    here and in untimed_record, for speed; tests/test_collector.py checks both by name):
     `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
     threads' CPU time during compute, `counters` hetbench.harness.loop.counters.Counters.take()'s
     (context switches, user and system CPU, rss, gc time and collections), `exchange` the

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from hetbench.harness.records import collector, jsonfile, manifest
+from hetbench.harness.records import collector, fields, jsonfile, manifest
 from hetbench.harness.spec import aggregators
 from hetbench.harness.spec.errors import UsageError, listed
 from hetbench.harness.system import procfs
@@ -73,8 +73,8 @@ def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
     """The run's step records (steps.parquet, or its flushed parts), checked as every
     reader and `recover` check them: damage is a UsageError naming the file."""
     steps, file_of_rank = read_steps(run_dir)
-    for column, default in collector.EXCHANGE_DEFAULTS.items():
-        if column not in steps.columns:  # recorded before aggregators: all-reduce steps
+    for column, default in fields.OLDER.items():
+        if column not in steps.columns and default is not None:  # recorded before it existed
             steps[column] = default
     if "profiled" not in steps.columns:  # read from parts, or recorded before profiling
         collector.with_profiled(steps, meta)
@@ -238,9 +238,9 @@ TIMESTAMPS = ("begin_ns", "ready_ns", "reduced_ns", "end_ns")
 DURATIONS = tuple(f for f in collector.RECORD_FIELDS if f.endswith("_ns") and f not in TIMESTAMPS)
 # A step's phases, each between two of its marks: none longer than the step.
 PHASE_FIELDS = tuple(f"{phase.value}_ns" for phase in collector.PHASES)
-# Fields added after the first runs were recorded: older step tables lack them (the exchange
-# fields get their defaults above; the straggler attribution does without the CPU times).
-LATER_FIELDS = (*collector.EXCHANGE_DEFAULTS, "compute_cpu_ns", "compute_cpu_all_ns")
+# Fields added after the first runs were recorded: older step tables lack them (those with
+# a default get it above; the straggler attribution does without the CPU times).
+LATER_FIELDS = tuple(fields.OLDER)
 # Record dtype kind -> kinds a column read back may have: integers where integers are
 # written (NaN or text in a timestamp is damage), any number for floats, flags as 0/1 too.
 ALLOWED_KINDS = {"i": "iu", "f": "fiu", "b": "biu"}

@@ -54,6 +54,27 @@ class AggregatorSpec:
 
 
 @dataclass(frozen=True)
+class Simulation:
+    """How `hetbench simulate` models an aggregator: by the simulator's `model` of that name
+    (analysis/models/simulate.py's MODELS), its one numeric option (the AggregatorSpec key
+    `option`, written `model:<letter>` in `--scheme`), whether every step applies the
+    gradient of the whole global batch (BSP's: such a scheme reaches a target in BSP's
+    steps), and the partition policies the model also runs, by the suffix of their
+    scheme name (`bsp-profiled`: the `profiled` policy's slices)."""
+
+    model: str
+    option: str | None = None
+    letter: str = ""
+    exact: bool = False
+    policies: tuple[tuple[str, str], ...] = ()  # (scheme-name suffix, partition policy)
+
+
+# an all-reduce of gradient sums every step, as the simulator models it: slices equal, as
+# given, profiled, or moved by the `model` policy between steps
+_BSP = Simulation("bsp", exact=True, policies=(("profiled", "profiled"), ("adaptive", "model")))
+
+
+@dataclass(frozen=True)
 class Kind:
     """An aggregator as the registry knows it, before any import."""
 
@@ -78,6 +99,15 @@ class Kind:
     # key that bounds it ("staleness": s; "local_steps": H - 1 local steps)
     staleness_bound: str = "none"
     baseline: bool = False  # the plain all-reduce of gradient sums other schemes are set against
+    # what an exchange moves: "gradients" (summed, applied by every worker or a server) or
+    # "parameters" (averaged every `staleness_bound` key's steps: local SGD's period)
+    moves: str = "gradients"
+    # every step it exchanges, the whole buffer (the gradients and the loss) is all-reduced
+    # over every worker: a ring's bytes cross each worker's link (analysis/measures/network.py)
+    allreduces_buffer: bool = False
+    # how `hetbench simulate` models it (None: not simulated; a recorded run of a lockstep
+    # one is reproduced as BSP's all-reduce, its exchange as recorded)
+    simulation: Simulation | None = None
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
     # "module:function" a worker process runs instead of hetbench's training loop: the
@@ -122,29 +152,35 @@ _PS_START = f"{_PS}:start_servers"
 
 AGGREGATORS: dict[str, Kind] = {
     "torch": Kind(f"{_ALLREDUCE}:Allreduce", device_buffer=True, leaves_out=True, baseline=True,
+                  allreduces_buffer=True, simulation=_BSP,
                   summary="torch.distributed all-reduce of gradient sums: gloo on the host, "
                   "nccl when every worker is a GPU"),
     "allreduce-host": Kind(f"{_ALLREDUCE}:Allreduce", leaves_out=True, baseline=True,
+                           allreduces_buffer=True, simulation=_BSP,
                            summary="Choi's strategy 1: "
                            "gradients to the host, summed there over gloo"),
     "allreduce-device": Kind(f"{_DEVICE}:DeviceAllreduce", needs_gpu=True,
                              summary="Choi's strategy 2: CPU workers' gradients to a GPU, "
                              "NCCL among the GPUs, the sums back to the CPUs"),
     "local-sgd": Kind(f"{_ALLREDUCE}:LocalSGD", keys=("local_steps",), device_buffer=True,
-                      staleness_bound="local_steps",
+                      staleness_bound="local_steps", moves="parameters",
+                      allreduces_buffer=True,
+                      simulation=Simulation("local-sgd", option="local_steps", letter="H"),
                       summary="H local steps, then parameters averaged, weighted by samples"),
     "ps-sync": Kind(f"{_PS}:ParameterServerClient", keys=_PLACED_PS_KEYS, services=_PS_START,
+                    simulation=Simulation("ps-sync", exact=True),
                     summary="parameter servers, synchronous: one update per step from "
                     "every worker's gradients"),
     "ps-async": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "staleness_lr"),
                      lockstep=False, services=_PS_START,
                      survives_worker_failure=True,
-                     staleness_bound="unbounded",
+                     staleness_bound="unbounded", simulation=Simulation("ps-async"),
                      summary="parameter servers, asynchronous: every push is applied at once"),
     "ssp": Kind(f"{_PS}:ParameterServerClient",
                 keys=(*_PLACED_PS_KEYS, "staleness", "staleness_lr"),
                 lockstep=False, services=_PS_START,
                 staleness_bound="staleness",
+                simulation=Simulation("ssp", option="staleness", letter="S"),
                 summary="stale-synchronous: asynchronous within a staleness bound"),
     "wsp": Kind(f"{_PS}:ParameterServerClient", keys=(*_PS_KEYS, "staleness"),
                 lockstep=False, services=_PS_START, pipeline_only=True,
@@ -154,6 +190,7 @@ AGGREGATORS: dict[str, Kind] = {
                 "pipeline.wave_bound)"),
     "backup": Kind(f"{_PS}:ParameterServerClient", keys=(*_PLACED_PS_KEYS, "backup"),
                    lockstep=False, services=_PS_START,
+                   simulation=Simulation("backup", option="backup", letter="B"),
                    summary="synchronous over the first n - b gradients of each step"),
     "ddp": Kind("hetbench.harness.exchange.ddp:DDPAllreduce", framework="pytorch",
                 keys=("bucket_mb", "comm_hook"),
@@ -165,10 +202,12 @@ AGGREGATORS: dict[str, Kind] = {
                           summary="MXNet's ps-lite kvstore, dist_sync"),
     "mxnet-async": Kind(f"{_NATIVE}:KVStoreAsync", framework="mxnet", lockstep=False,
                         staleness_bound="unbounded", keys=_MXNET_KEYS,
+                        simulation=Simulation("ps-async"),
                         services=f"{_NATIVE}:start_kvstore",
                         plain_sgd=True,
                         summary="MXNet's ps-lite kvstore, dist_async, SGD on its server"),
     "tensorflow-collective": Kind(f"{_NATIVE}:TensorFlowCollective", framework="tensorflow",
+                                  allreduces_buffer=True,
                                   services=f"{_NATIVE}:start_tensorflow_ports",
                                   prepare=f"{_NATIVE}:prepare_tensorflow",
                                   summary="TensorFlow's ring all-reduce "
