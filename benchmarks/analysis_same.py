@@ -9,9 +9,10 @@ PYTHONPATH, as `hetbench ci` runs a base) and the working tree's, runs on copies
 runs: `report` (the summary as text and JSON, report.md and the figures' names), `compare`
 of two runs, `paper` (table.md, table.tex), `simulate` (the table it prints) and `advise`
 (advice.md, the suite it writes), and `report` of tests/fixtures/legacy (a run written by an
-old hetbench). Paths are replaced by placeholders, launch stamps and durations ("took 3.1 s")
-masked, and what times this host as the command runs left out (HOST_TIMED_ROWS); every
-other byte must be the same. Prints each output that differs with its first differing
+old hetbench). Paths are replaced by placeholders, launch stamps, durations ("took 3.1 s"),
+the source tree's commit and a module's room in a path an output names masked, and what
+times this host as the command runs left out (HOST_TIMED_ROWS); every other byte must be
+the same. Prints each output that differs with its first differing
 lines, and exits 1 if any does.
 """
 
@@ -36,6 +37,12 @@ DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|min)\b(?= elapsed| to draw| \(
                       r"|\btook \d+(?::\d+)*(?:\.\d+)?\s?\w*")
 # when a command wrote something: a launch's stamp (and pid) in names, ISO times inside
 STAMP = re.compile(r"\d{8}T\d{6}(?:-\d+)*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.:+Z-]*")
+# a module's path an output names (where it comes from): analysis/'s rooms moved modules
+ROOM = re.compile(r"\banalysis/(?:view|measures|trends|tables|models|advice|render|export)/")
+# what a long command says on stderr as it goes (harness/cli/progress.py): not an output
+PROGRESS = re.compile(r"^ +\[\d+:\d\d elapsed\] .*$\n?", re.M)
+# the seconds each simulation took, in `simulate`'s lines ("[0.01 s]")
+SIMULATION_SECONDS = re.compile(r"\[\d+\.\d+ s\]")
 # the tree a simulated run's manifest says it came from (its commit, and whether dirty)
 TREE_STATE = re.compile(r"\b[0-9a-f]{40}\b|(?<=\"dirty\": )(?:true|false)")
 # Outputs that time something on this host as the command runs, so that no two runs agree:
@@ -95,6 +102,7 @@ def run_tree(tree: Path, runs_source: Path, work: Path) -> dict[str, str]:
         for path, placeholder in neutral.items():
             text = text.replace(path, placeholder)
         text = TREE_STATE.sub("TREE", STAMP.sub("STAMP", DURATION.sub("DURATION", text)))
+        text = SIMULATION_SECONDS.sub("[SECONDS]", ROOM.sub("analysis/", PROGRESS.sub("", text)))
         if name.startswith("advise"):
             text = HOST_TIMED_ROWS.sub("", text)
         if Path(name).name.startswith("summary-") and name.endswith(".csv"):

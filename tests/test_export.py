@@ -5,6 +5,7 @@ with mlperf-logging's parser, checked with its compliance checker)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from hetbench.analysis.view.metrics import with_derived
 from hetbench.harness.cli.main import main
+from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 from tests.test_cli_errors import error_line
 
@@ -78,6 +80,8 @@ def mllog(path: Path) -> list:
 
 
 def test_mlperf_logs_parse_and_pass_the_compliance_checker(tmp_path: Path, capsys) -> None:
+    from hetbench.analysis.export.to_mlperf import RULES_FILE
+
     folder = tmp_path / "results" / "s"
     reached = run_with_evals(folder, "reached", [0.2, 0.92, 0.95])
     missed = run_with_evals(folder, "missed", [0.2, 0.5, 0.6])
@@ -87,7 +91,8 @@ def test_mlperf_logs_parse_and_pass_the_compliance_checker(tmp_path: Path, capsy
     captured = capsys.readouterr()
     assert captured.out.count("training 6.0.0 common rules: passed") == 2
     assert "no held-out evaluations" in captured.err  # the run without: said, no log
-    assert sorted(p.name for p in out.iterdir()) == [f"{missed.name}.log", f"{reached.name}.log"]
+    assert sorted(p.name for p in out.iterdir()) == [f"{missed.name}.log", RULES_FILE,
+                                                     f"{reached.name}.log"]
 
     lines = mllog(out / f"{reached.name}.log")
     keys = [line.key for line in lines]
@@ -106,20 +111,51 @@ def test_mlperf_logs_parse_and_pass_the_compliance_checker(tmp_path: Path, capsy
     assert [line.value["value"] for line in lines if line.key == "eval_accuracy"] == [0.2, 0.5,
                                                                                        0.6]
     assert lines[-1].value["metadata"]["status"] == "aborted"
+    # every block trains (none before the evaluation at step 0), and takes time
+    starts = [line for line in lines if line.key == "block_start"]
+    stops = [line for line in lines if line.key == "block_stop"]
+    assert len(starts) == len(stops) == 2
+    assert all(stop.timestamp > start.timestamp and
+               stop.value["metadata"]["samples_count"] > start.value["metadata"]["samples_count"]
+               for start, stop in zip(starts, stops, strict=True))
+    # each line says hetbench's module that logged it, not a path on this machine
+    assert {line.value["metadata"]["file"] for line in lines} == {
+        "hetbench/analysis/export/to_mlperf.py"}
+
+
+def test_mlperfs_own_checker_passes_the_exported_logs(tmp_path: Path, capsys,
+                                                       spawn: Spawn) -> None:
+    """`python -m mlperf_logging.compliance_checker` as a user runs it, with the rules file
+    the export writes and prints the command for."""
+    from hetbench.analysis.export.to_mlperf import RULES_FILE
+
+    folder = tmp_path / "results" / "s"
+    reached = run_with_evals(folder, "reached", [0.2, 0.92, 0.95])
+    out = tmp_path / "mllog"
+    assert main(["export", str(folder), "--to", "mlperf", str(out)]) == 0
+    printed = capsys.readouterr().out
+    command = printed.strip().splitlines()[-1].split()
+    assert command[:3] == ["python", "-m", "mlperf_logging.compliance_checker"]
+    assert command[-3:] == ["--config", str(out / RULES_FILE), str(out / "RUN_ID.log")]
+    log = out / f"{reached.name}.log"
+    done = spawn.run([sys.executable, *command[1:-1], str(log)], cwd=tmp_path,
+                     capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout + done.stderr, done.stderr[-2000:]
 
 
 def test_the_compliance_check_fails_a_log_that_breaks_the_rules(tmp_path: Path) -> None:
-    from hetbench.analysis.export.to_mlperf import check, export
+    from hetbench.analysis.export.to_mlperf import check, export, rules_file
 
     run_dir = run_with_evals(tmp_path / "results" / "s", "pair", [0.2, 0.95])
     log = tmp_path / "pair.log"
     assert export(json.loads((run_dir / "manifest.json").read_text()),
                   pd.read_parquet(run_dir / "eval.parquet"), log)
-    assert check(log) == []
+    rules = rules_file(tmp_path)
+    assert check(log, rules) == []
     broken = tmp_path / "broken.log"
     broken.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
                               if '"run_start"' not in line))
-    problems = check(broken)
+    problems = check(broken, rules)
     assert any("run_start" in p for p in problems)
 
 

@@ -92,6 +92,29 @@ def test_hta_reads_every_rank_and_the_window_steps_of_a_data_parallel_run(runs) 
         assert (allreduce / 1e3 <= exchange_ms + 0.01).all(), (allreduce, exchange_ms)
 
 
+def test_htas_analyses_of_cpu_traces_do_what_the_profiler_howto_says(runs) -> None:
+    """docs/howto/profiler.md's table of HTA's analyses on a CPU worker's traces, kept true:
+    the step and event views work; the GPU analyses find no kernels (HTA reads GPU streams)
+    and fail or come back empty; critical path fails in HTA 0.5's own code under pandas 3.
+    A release of HTA that changes one fails this test, and the table is updated with it."""
+    analysis = hta(runs["pair"])
+    assert analysis.get_profiler_steps() == list(range(FIRST, LAST + 1))
+    assert not named(analysis, 1, "gloo:all_reduce").empty
+    with pytest.raises(IndexError):
+        analysis.get_temporal_breakdown(visualize=False)
+    with pytest.raises(ValueError, match="No objects to concatenate"):
+        analysis.get_idle_time_breakdown(visualize=False)
+    assert analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].isna().all()
+    kernels, per_kernel = analysis.get_gpu_kernel_breakdown(visualize=False)
+    assert kernels.empty and per_kernel.empty
+    assert all(frame.empty for frame in
+               analysis.get_cuda_kernel_launch_stats(visualize=False).values())
+    # pandas 3 in HTA's own code: "Cannot specify both 'axis' and 'index'/'columns'", or
+    # (pandas.errors.UndefinedVariableError, a NameError) "name 'nan' is not defined"
+    with pytest.raises((ValueError, NameError)):
+        analysis.critical_path_analysis(rank=0, annotation="ProfilerStep", instance_id=FIRST + 1)
+
+
 def test_a_pipeline_stage_traces_only_its_profiled_rank(runs) -> None:
     traces = sorted(p.name for p in (runs["pipeline"] / PROFILE_DIR).iterdir())
     assert traces == ["rank1.pt.trace.json.gz"]

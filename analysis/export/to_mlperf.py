@@ -6,14 +6,22 @@ by the mlperf-logging package's own logger, in the order MLPerf's rules ask for
   (not one of MLPerf's, so the checker's benchmark-specific rules do not apply), the
   devices as the platform; `cache_clear` is false: hetbench does not drop the page cache;
 - `init_start` and `init_stop`/`run_start` at the run's start (its manifest);
-- per evaluation, a block of training up to it (`block_start`/`block_stop`, samples
-  counted), then `eval_start`, `eval_accuracy` (the target's metric, loss or the workload's
-  accuracy), `eval_stop`;
+- per evaluation, the block of training since the last one ended (`block_start` there,
+  `block_stop` as the evaluation begins, samples counted; none before an evaluation at
+  step 0, when nothing was trained), then `eval_start`,
+  `eval_accuracy` (the target's metric, loss or the workload's accuracy), `eval_stop`;
 - `run_stop` after the first evaluation that reaches the target (`status` success), else
   after the last (`status` aborted), as MLPerf stops a run at its target.
 
 Times: milliseconds since the epoch, the run's start plus each evaluation's wall seconds
-from the first step (so they leave out the time before it, the workers' start-up).
+from the first step (so they leave out the time before it, the workers' start-up). Each
+line's `file` is hetbench's module that logged it, relative to the installed package (as
+MLPerf's reference implementations log theirs), not a path on this machine.
+
+MLPerf's checker chains its common rules to the division's and the benchmark's
+(`open_<benchmark>.yaml`), which name MLPerf's own benchmarks, not hetbench's workloads:
+`rules_file` writes the common rules without that chaining beside the logs, and the
+checker reads them with `--config` (`checker_command`), as `hetbench export` runs it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ import pandas as pd
 from hetbench.analysis.tables.convergence import metric_column, time_to_target
 
 RULESET = "6.0.0"
+# the common rules, without their chaining to MLPerf's divisions and benchmarks
+RULES_FILE = f"mlperf-training-{RULESET}-common.yaml"
+# what each line's `file` is relative to: the folder holding the hetbench package (not
+# resolved: in a checkout hetbench/analysis is a link, and the module is imported through it)
+_PACKAGE_ROOT = Path(__file__).parents[3]
 
 
 def export(manifest: dict[str, Any], evals: pd.DataFrame, path: Path) -> bool:
@@ -51,7 +64,7 @@ def export(manifest: dict[str, Any], evals: pd.DataFrame, path: Path) -> bool:
     handler = logging.FileHandler(path, mode="w")
     logger.addHandler(handler)
     try:
-        log = MLLogger(logger=logger)
+        log = MLLogger(logger=logger, root_dir=str(_PACKAGE_ROOT))
         workers = run.get("workers") or []
         for key, value in ((c.SUBMISSION_ORG, "hetbench"),
                            (c.SUBMISSION_PLATFORM, _platform(workers)),
@@ -68,17 +81,19 @@ def export(manifest: dict[str, Any], evals: pd.DataFrame, path: Path) -> bool:
         log.start(key=c.INIT_START, time_ms=start_ms)
         log.end(key=c.INIT_STOP, time_ms=start_ms)
         log.start(key=c.RUN_START, time_ms=start_ms)
-        before = 0
+        before, since = 0, start_ms
         for row in shown.itertuples(index=False):
             at = start_ms + int(float(row.wall_s) * 1000)
             samples = {"samples_count": int(row.samples)}
-            log.start(key=c.BLOCK_START, time_ms=at, metadata={"samples_count": before})
-            log.end(key=c.BLOCK_STOP, time_ms=at, metadata=samples)
+            if int(row.samples) > before:  # not before training (an evaluation at step 0)
+                log.start(key=c.BLOCK_START, time_ms=min(since, at),
+                          metadata={"samples_count": before})
+                log.end(key=c.BLOCK_STOP, time_ms=at, metadata=samples)
             log.start(key=c.EVAL_START, time_ms=at, metadata=samples)
             log.event(key=c.EVAL_ACCURACY, value=float(getattr(row, metric)), time_ms=at,
                       metadata={**samples, "metric": metric, "step": int(row.step)})
-            log.end(key=c.EVAL_STOP, time_ms=at + int(float(row.eval_s) * 1000),
-                    metadata=samples)
+            since = at + int(float(row.eval_s) * 1000)
+            log.end(key=c.EVAL_STOP, time_ms=since, metadata=samples)
             before = int(row.samples)
         last = shown.iloc[-1]
         log.end(key=c.RUN_STOP,
@@ -111,33 +126,47 @@ def _start_ms(manifest: dict[str, Any]) -> int:
     return int(datetime.fromisoformat(start).timestamp() * 1000) if start else 0
 
 
-def check(path: Path) -> list[str]:
-    """MLPerf's compliance checker on the log, with the common rules of its training
-    ruleset: every key, order, count and value they ask for. The rules of the division and
-    the benchmark, which the common rules chain to from `submission_division`, name
-    MLPerf's own benchmarks, not hetbench's workloads: that chaining is taken out of the
-    rules, the rest kept as they are. Returns the
-    checker's messages: none when the log passes."""
-    import logging
-    import tempfile
-
+def rules_file(folder: Path) -> Path:
+    """The checker's common rules of the training ruleset, without the chaining to the
+    division's and the benchmark's rules (MLPerf's own benchmarks, not hetbench's
+    workloads), written into `folder` (once); every other check kept as it is."""
     import yaml
     from mlperf_logging.compliance_checker import mlp_compliance
 
-    folder = Path(mlp_compliance.__file__).parent
-    rules = yaml.safe_load((folder / f"training_{RULESET}" / "common.yaml").read_text())
+    path = folder / RULES_FILE
+    if path.is_file():
+        return path
+    shipped = Path(mlp_compliance.__file__).parent / f"training_{RULESET}" / "common.yaml"
+    rules = yaml.safe_load(shipped.read_text())
     for rule in rules:  # keep the rest of what a rule does after its checks
         if "enqueue_config" in str(rule.get("KEY", {}).get("POST", "")):
             rule["KEY"]["POST"] = "; ".join(
                 part for part in rule["KEY"]["POST"].split(";") if "enqueue_config" not in part)
+    path.write_text(f"# {shipped.name} of mlperf-logging's training_{RULESET} rules, without "
+                    "the chaining to\n# MLPerf's divisions and benchmarks (hetbench export)\n"
+                    + yaml.safe_dump(rules))
+    return path
+
+
+def checker_command(log: Path, rules: Path) -> list[str]:
+    """MLPerf's compliance checker on `log` with hetbench's `rules` (rules_file)."""
+    return ["python", "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+            "--ruleset", RULESET, "--config", str(rules), str(log)]
+
+
+def check(path: Path, rules: Path) -> list[str]:
+    """MLPerf's compliance checker on the log, with `rules` (rules_file): every key, order,
+    count and value the training ruleset's common rules ask for. Returns the checker's
+    messages: none when the log passes."""
+    import logging
+
+    from mlperf_logging.compliance_checker import mlp_compliance
+
     checker = mlp_compliance.make_checker("training", RULESET, quiet=True, werror=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "common.yaml"
-        config.write_text(yaml.safe_dump(rules))
-        logging.disable(logging.WARNING)  # the checker logs to the root logger: said below
-        try:
-            checker.check_file(str(path), str(config))
-        finally:
-            logging.disable(logging.NOTSET)
+    logging.disable(logging.WARNING)  # the checker logs to the root logger: said below
+    try:
+        checker.check_file(str(path), str(rules))
+    finally:
+        logging.disable(logging.NOTSET)
     return [*checker.warnings.values(), *checker.overwritable.values(),
             *checker.not_overwritable]

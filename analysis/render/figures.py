@@ -15,8 +15,10 @@ import pandas as pd
 from hetbench.analysis.measures.stragglers import attribute, cause_shares, straggler_summary
 from hetbench.analysis.measures.whatif import what_if
 from hetbench.analysis.models.deviceclass import short_name
+from hetbench.analysis.tables.convergence import curves
 from hetbench.analysis.tables.repartition import slices_over_steps
 from hetbench.analysis.tables.runs import runs_table, slowdowns
+from hetbench.analysis.tables.schemes import compares_schemes, scheme_table, staleness_counts
 from hetbench.analysis.view.metrics import (
     PHASE_COLUMNS,
     after_warmup,
@@ -131,9 +133,13 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     try:
+        # "tight" works the box out by drawing the figure once more for every file: once
+        # here for both, padded as savefig pads it
+        tight = figure.get_tightbbox(figure.canvas.get_renderer()).padded(
+            plt.rcParams["savefig.pad_inches"])
         for path in paths:
             try:
-                figure.savefig(path, bbox_inches="tight", dpi=DPI)
+                figure.savefig(path, bbox_inches=tight, dpi=DPI)
             except Exception as exc:  # noqa: BLE001 - a full disk, whatever the writer says
                 # Pillow's OSError names no file; matplotlib's PDF writer answers a full disk
                 # with an AttributeError raised while handling the OSError: say which file
@@ -157,72 +163,89 @@ def _facets(frame: pd.DataFrame) -> dict[str, Any]:
     return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
 
 
-def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = ()) -> list[Path]:
+# what write_all says it is drawing, for a command's progress (`progress`)
+Progress = Callable[[str], None]
+
+
+def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = (),
+              progress: Progress | None = None) -> list[Path]:
     """Every figure that the runs have data for; returns the files written. `evals`: the
     runs' held-out evaluations as (manifest, eval frame); `micro`: their micro-batch records
-    as (manifest, steps, micro-batches), for the pipeline timeline."""
+    as (manifest, steps, micro-batches), for the pipeline timeline; `progress`, where given,
+    is told each group of figures as it begins ("3 of 12: ...")."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import seaborn as sns
 
     scope = _scope(runs)
+    groups: list[tuple[str, Callable[[], list[Path]]]] = [
+        ("compute and idle per step",
+         lambda: _compute_figures(per_run_frame(runs, compute_frame), out, scope)),
+        ("phases", lambda: _phase_bars(per_run_frame(runs, phase_frame), out, scope)),
+        ("straggler causes",
+         lambda: _causes_figure(per_run_frame(runs, cause_frame), out, scope)),
+        ("what-if", lambda: _whatif_bars(per_run_frame(runs, whatif_frame), out, scope)),
+        ("slices", lambda: _slices_figure(per_run_frame(runs, slices_frame), out, scope)),
+        ("compute CV over repeats", lambda: _cv_figure(runs_table(runs), out, scope)),
+        ("convergence", lambda: _convergence_figure(curves(evals), out, scope)),
+        ("schemes", lambda: _scheme_figures(runs, evals, out, scope)),
+        ("pipeline", lambda: pipeline_figure(micro, out, scope)),
+        ("step timeline", lambda: step_timeline_figure(runs, out, scope)),
+        ("slices of a step", lambda: batch_table_figure(runs, out, scope)),
+        ("heatmap", lambda: heatmap_figure(runs, out, scope, evals)),
+    ]
     paths: list[Path] = []
-    compute = per_run_frame(runs, compute_frame)
-    if len(compute):
-        paths += _compute_figures(compute, out, scope)
+    for number, (what, draw) in enumerate(groups, 1):
+        if progress is not None:
+            progress(f"{number} of {len(groups)}: {what}")
+        paths += draw()
+    return paths
 
-    phases = per_run_frame(runs, phase_frame)
-    if len(phases):
-        paths += _phase_bars(phases, out, scope)
 
-    causes = per_run_frame(runs, cause_frame)
-    if len(causes):
-        grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
-                           order=_workers(causes), **_facets(causes))
-        grid.set_axis_labels("worker", "share of steps last x share of excess")
-        grid.set_titles("{col_name}", size=8)
-        grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02,
-                             size=10)
-        paths += _save(grid.figure, out, "straggler_causes")
+def _causes_figure(causes: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each worker's share of the steps it was last, split over the causes."""
+    if not len(causes):
+        return []
+    import seaborn as sns
 
-    whatif = per_run_frame(runs, whatif_frame)
-    if len(whatif):
-        paths += _whatif_bars(whatif, out, scope)
+    grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
+                       order=_workers(causes), **_facets(causes))
+    grid.set_axis_labels("worker", "share of steps last x share of excess")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02, size=10)
+    return _save(grid.figure, out, "straggler_causes")
 
-    slices = per_run_frame(runs, slices_frame)
-    if len(slices) and slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1:
-        grid = sns.relplot(data=slices, x="step", y="batch_size", hue="worker", kind="line",
-                           drawstyle="steps-post", facet_kws={"sharey": False},
-                           **_facets(slices))
-        grid.set_axis_labels("step", "slice size (samples)")
-        grid.set_titles("{col_name}", size=8)
-        grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
-        paths += _save(grid.figure, out, "slices_per_step")
 
-    paths += _cv_figure(runs_table(runs), out, scope)
+def _slices_figure(slices: pd.DataFrame, out: Path, scope: str) -> list[Path]:
+    """Each worker's slice over the steps, where a slice moved."""
+    if not (len(slices) and
+            slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1):
+        return []
+    import seaborn as sns
 
-    from hetbench.analysis.tables.convergence import curves
+    grid = sns.relplot(data=slices, x="step", y="batch_size", hue="worker", kind="line",
+                       drawstyle="steps-post", facet_kws={"sharey": False}, **_facets(slices))
+    grid.set_axis_labels("step", "slice size (samples)")
+    grid.set_titles("{col_name}", size=8)
+    grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
+    return _save(grid.figure, out, "slices_per_step")
 
-    curve = curves(evals)
-    if len(curve):
-        paths += _convergence_figure(curve, out, scope)
-    from hetbench.analysis.tables.schemes import compares_schemes, scheme_table, staleness_counts
 
-    if compares_schemes(runs):
-        paths += _tradeoff_figure(scheme_table(runs, evals), out, scope)
-        counts = staleness_counts(runs)
-        if len(counts) and counts["staleness"].max() > 0:
-            paths += _staleness_figure(counts, out, scope)
-    paths += pipeline_figure(micro, out, scope)
-    paths += step_timeline_figure(runs, out, scope)
-    paths += batch_table_figure(runs, out, scope)
-    paths += heatmap_figure(runs, out, scope, evals)
+def _scheme_figures(runs: Runs, evals: Runs, out: Path, scope: str) -> list[Path]:
+    """The schemes' trade-off, and their staleness, where the runs compare schemes."""
+    if not compares_schemes(runs):
+        return []
+    paths = _tradeoff_figure(scheme_table(runs, evals), out, scope)
+    counts = staleness_counts(runs)
+    if len(counts) and counts["staleness"].max() > 0:
+        paths += _staleness_figure(counts, out, scope)
     return paths
 
 
 def _compute_figures(compute: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     """Each worker's compute time per step, and the ECDF of its idle time."""
+    if not len(compute):
+        return []
     import seaborn as sns
 
     paths: list[Path] = []
@@ -306,6 +329,8 @@ def _phase_bars(phases: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     """A stacked bar per worker: its mean time per step in each phase, in the order the
     step runs them, idle before the all-reduce and communication apart. The bar's height
     is the worker's mean step; panels share the time axis."""
+    if not len(phases):
+        return []
     runs = list(dict.fromkeys(phases["run"]))
     figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
     for ax, name in zip(axes, runs, strict=True):
@@ -328,6 +353,8 @@ def _phase_bars(phases: pd.DataFrame, out: Path, scope: str) -> list[Path]:
 def _whatif_bars(whatif: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     """Each scenario's total time as a share of the measured total (panels share that
     axis), each bar labelled with its seconds."""
+    if not len(whatif):
+        return []
     runs = list(dict.fromkeys(whatif["run"]))
     figure, axes = _panels(len(runs), 3.6, 3.0, sharey=True)
     for ax, name in zip(axes, runs, strict=True):
@@ -584,6 +611,8 @@ def _staleness_figure(counts: pd.DataFrame, out: Path, scope: str) -> list[Path]
 def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     """Held-out metric and loss against training time and against steps, one line per
     run (repeats as their mean with a band)."""
+    if not len(curve):
+        return []
     import matplotlib.pyplot as plt
     import seaborn as sns
 

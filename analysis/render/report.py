@@ -474,10 +474,7 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     records as (manifest, steps, micro-batches)."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
-    overview = table[["run_id", "status", "partial", "oversubscribed", "heterogeneity",
-                      "samples_per_s",
-                      "idle_fraction", "efficiency", "oracle_efficiency", "compute_cv_max",
-                      "cost_of_variability", "cost_of_imbalance"]]
+    overview = table[RUNS_COLUMNS]
     groups = group_table(table, by=["run"])
     group_view = _group_view(groups, GROUP_METRICS)
     summary = Summary(headline=overall_headline(table, groups))
@@ -519,6 +516,10 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     return "\n".join(md), summary
 
 
+# The report's runs table: a run's identity, then metrics of the registry by name
+RUNS_COLUMNS = ["run_id", "status", "partial", "oversubscribed", "heterogeneity",
+                "samples_per_s", "idle_fraction", "efficiency", "oracle_efficiency",
+                "compute_cv_max", "cost_of_variability", "cost_of_imbalance"]
 GROUP_METRICS = ["samples_per_s", "compute_share", "comm_share", "idle_fraction", "efficiency",
                  "oracle_efficiency", "compute_cv_max", "residual_cv_max",
                  "compute_p99_p50_max", "cost_of_variability"]

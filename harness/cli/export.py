@@ -51,16 +51,22 @@ def run(args: argparse.Namespace) -> int:
                 print(written)
         print(f"\nread them with: tensorboard --logdir {out}")
         return 0
-    from hetbench.analysis.export.to_mlperf import RULESET, check
+    from hetbench.analysis.export.to_mlperf import RULESET, check, checker_command, rules_file
     from hetbench.analysis.export.to_mlperf import export as to_mlperf
 
+    rules = None
     for r in runs:
         path = out / f"{r.manifest.get('run_id', r.run_dir.name)}.log"
         if not to_mlperf(r.manifest, r.evals, path):
             note(f"{r.run_dir}: no held-out evaluations (eval_every), so no MLPerf log")
             continue
-        problems = check(path)
+        rules = rules or rules_file(out)
+        problems = check(path, rules)
         verdict = "passed" if not problems else f"FAILED: {problems[0].splitlines()[0]}"
         print(f"{path}: MLPerf compliance checker, training {RULESET} common rules: {verdict}")
         failed += bool(problems)
+    if rules is not None:
+        print(f"\nthe rules: {rules} (MLPerf's common rules without the chaining to its own "
+              "benchmarks); check a log again with:\n  "
+              + " ".join(checker_command(out / "RUN_ID.log", rules)))
     return 1 if failed else 0

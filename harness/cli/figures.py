@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from hetbench.harness.cli import arguments, launches
+from hetbench.harness.cli.progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +24,12 @@ def run(args: argparse.Namespace) -> int:
     suites = finished_runs_by_suite(args.paths, f"figures of each in {args.out}/SUITE",
                                     launches.choice(args))
     writable_folder(args.out, "--out")
+    progress = Progress("figures")
     for name, runs in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
+        progress(f"suite {name}: {len(runs)} runs read")
         for path in write_all([(r.manifest, r.steps) for r in runs], out,
                               [(r.manifest, r.evals) for r in runs],
-                              [(r.manifest, r.steps, r.micro) for r in runs]):
+                              [(r.manifest, r.steps, r.micro) for r in runs], progress):
             print(path)
     return 0

@@ -11,10 +11,14 @@ import os
 import re
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.spec.suite import SuiteSpec
 from hetbench.harness.system import interfaces
+
+if TYPE_CHECKING:  # loaded on use: nodes loads torch.distributed
+    from hetbench.harness.run.nodes import Nodes, Place
 
 MASTER_PORT = 29500  # torchrun's default
 JOIN_TIMEOUT_S = 300.0
@@ -28,7 +32,7 @@ TORCHRUN_VARIABLES = (
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 
 
-def place(args: argparse.Namespace, suite: Any) -> Any:
+def place(args: argparse.Namespace, suite: SuiteSpec) -> Place | None:
     """This host's Place among the hosts, or None for a run on this host alone. Raises
     UsageError naming the flag or the suite's field that does not fit."""
     from hetbench.harness.run.nodes import Place
@@ -75,7 +79,7 @@ def place(args: argparse.Namespace, suite: Any) -> Any:
     return Place(nnodes, node_rank, master, port, args.join_timeout, agent_store)
 
 
-def join(where: Any, suite: Any, link: dict[str, Any]) -> Any:
+def join(where: Place, suite: SuiteSpec, link: dict[str, Any]) -> Nodes:
     """Meet the other hosts (hetbench.harness.run.nodes), saying so on this one; `link`: what the
     manifests record of this host's link."""
     from hetbench.harness.run.nodes import Nodes, suite_digest

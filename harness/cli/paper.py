@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from hetbench.harness.cli import arguments, launches
+from hetbench.harness.cli.progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,12 +26,16 @@ def run(args: argparse.Namespace) -> int:
     suites = finished_runs_by_suite(args.paths, f"each in {args.out}/SUITE",
                                     launches.choice(args))
     writable_folder(args.out, "--out")
+    progress = Progress("paper")
     for name, loaded in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
         runs = [(r.manifest, r.steps) for r in loaded]
+        progress(f"suite {name}: {len(runs)} runs read")
         for path in write_all(runs, out, [(r.manifest, r.evals) for r in loaded],
-                              [(r.manifest, r.steps, r.micro) for r in loaded]):
+                              [(r.manifest, r.steps, r.micro) for r in loaded],
+                              progress.figures):
             print(path)
+        progress("the study's table")
         table = paper.study_table(runs)
         if table.empty:
             continue

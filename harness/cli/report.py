@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.harness.cli import arguments, launches
+from hetbench.harness.cli.progress import Progress
 from hetbench.harness.records import baselines
 from hetbench.harness.spec.errors import UsageError
 
@@ -75,15 +76,20 @@ def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict
     runs = [(r.manifest, r.steps) for r in loaded]
     evals = [(r.manifest, r.evals) for r in loaded]
     micro = [(r.manifest, r.steps, r.micro) for r in loaded]
+    progress = Progress("report")
+    progress(f"{len(runs)} runs read")
     figures: list[str] = []
     if not args.no_figures:
         from hetbench.analysis.render.figures import write_all
 
-        figures = [p.name for p in write_all(runs, out, evals, micro) if p.suffix == ".png"]
+        figures = [p.name for p in write_all(runs, out, evals, micro, progress.figures)
+                   if p.suffix == ".png"]
+    progress("tables")
     markdown, summary = report.build(runs, figures, args.target_loss, evals, micro)
     (out / "report.md").write_text(markdown)
     files = {"report": str(out / "report.md"), "figures": [str(out / f) for f in figures]}
     if args.html:
+        progress("report.html, with the committed baselines' history")
         write_html(runs, markdown, out)
         files["html"] = str(out / "report.html")
     if args.format == "json":

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetbench.harness.cli import arguments, hosts
 from hetbench.harness.records import manifest
@@ -17,7 +17,10 @@ from hetbench.harness.run.jobcheck import check_jobs
 from hetbench.harness.spec import profiling
 from hetbench.harness.spec.builtin import builtin_suites
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.suite import Overrides, load_suite
+from hetbench.harness.spec.suite import Overrides, RunSpec, SuiteSpec, load_suite
+
+if TYPE_CHECKING:  # loaded on use: nodes loads torch.distributed
+    from hetbench.harness.run.nodes import Nodes, Place
 
 DEFAULT_SUITE = "quick"
 
@@ -103,7 +106,8 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
         return _run_suite(args, suite, place, nodes, gpu_counts, collected)
 
 
-def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
+def _run_suite(args: argparse.Namespace, suite: SuiteSpec, place: Place | None,
+               nodes: Nodes | None,
                gpu_counts: dict[str, int] | None, collected: list[Any]) -> int:
     from hetbench.harness.records.rundir import core_load
     from hetbench.harness.run.launcher import run_suite
@@ -115,11 +119,11 @@ def _run_suite(args: argparse.Namespace, suite: Any, place: Any, nodes: Any,
     show_progress = not args.no_progress and sys.stderr.isatty()
     total, clock = len(suite.runs) * suite.repeats, SuiteClock()
 
-    def on_start(run_spec: Any, repeat: int) -> None:
+    def on_start(run_spec: RunSpec, repeat: int) -> None:
         workers = ", ".join(_worker_text(w) for w in run_spec.workers)
         what = (f"script {' '.join([Path(run_spec.script).name, *run_spec.args])}"
-                if run_spec.is_loop else f"{run_spec.framework} {run_spec.workload}/"
-                f"{run_spec.dataset}, {run_spec.steps} steps")
+                if run_spec.script is not None else f"{run_spec.framework} "
+                f"{run_spec.workload}/{run_spec.dataset}, {run_spec.steps} steps")
         print(f"\n== [{clock.started(total)}] {run_spec.name} (repeat {repeat}): {what}, "
               f"batch {run_spec.global_batch}, {run_spec.partition.policy}, "
               f"{run_spec.aggregator.name}; {workers}", flush=True)

@@ -135,6 +135,33 @@ class Overlaps(Aggregator, Protocol):
         ...
 
 
+@runtime_checkable
+class CountsTraffic(Aggregator, Protocol):
+    """An aggregator that counts what it sent to and got from each server (the parameter
+    servers): the worker's manifest entry `traffic` (analysis/measures/traffic.py)."""
+
+    def traffic(self) -> dict[str, Any]:
+        ...
+
+
+@runtime_checkable
+class AlignsServerClocks(Aggregator, Protocol):
+    """An aggregator whose servers stamp on their own host's clock: the offsets it applied
+    to those stamps (the manifest's `server_clocks`; none on the worker's own host)."""
+
+    def server_clocks(self) -> list[dict[str, Any]]:
+        ...
+
+
+@runtime_checkable
+class RecordsBuckets(Aggregator, Protocol):
+    """An aggregator that records each gradient bucket of each step (DDP): the rows of
+    buckets.parquet (collector.BUCKET_DTYPE)."""
+
+    def bucket_records(self) -> Any:  # a BUCKET_DTYPE array (numpy: not imported here)
+        ...
+
+
 @dataclass(frozen=True)
 class Context:
     """What an aggregator is built from, in one worker process."""

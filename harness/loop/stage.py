@@ -46,6 +46,7 @@ from hetbench.harness.records import collector
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.pipelines import vw_slices
 from hetbench.harness.spec.suite import RunSpec
+from hetbench.harness.training.evaluation import Evaluator
 
 
 @dataclass(frozen=True)
@@ -219,14 +220,13 @@ def gather_parameters(flat_params: Any, lo: int, hi: int, virtual_worker: int,
     return full
 
 
-def make_evaluator(run: RunSpec, rank: int, source: StageSource, run_dir: Path) -> Any:
+def make_evaluator(run: RunSpec, rank: int, source: StageSource, run_dir: Path
+                   ) -> Evaluator | None:
     """Rank 0 evaluates the whole model alone (its adapter holds all of it, the other
     stages' parameters gathered first); None on the other ranks, without eval_every or
     without a held-out split."""
     if not run.eval_every or rank != 0 or source.heldout is None:
         return None
-    from hetbench.harness.training.evaluation import Evaluator
-
     return Evaluator.alone(run.eval_every, run.steps, run.global_batch, source.metric,
                            source.adapter, source.heldout(), run_dir)
 

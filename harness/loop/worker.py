@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from hetbench.adapters.base import Adapter
 from hetbench.harness import exchange as aggregators
-from hetbench.harness.exchange import LeavesOut, Overlaps
+from hetbench.harness.exchange import (
+    AlignsServerClocks,
+    CountsTraffic,
+    LeavesOut,
+    Overlaps,
+    RecordsBuckets,
+)
 from hetbench.harness.loop import engine, lifecycle, sources
 from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.profiling import step_profiler
@@ -221,13 +227,13 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
                                  {"aggregator": trainer.aggregator.describe(),
                                   "partition_history": trainer.partition_history})
         return
-    if (traffic := getattr(trainer.aggregator, "traffic", None)) is not None:
-        info["traffic"] = traffic()  # bytes to and from each server (analysis/measures/traffic.py)
-    if (server_clocks := getattr(trainer.aggregator, "server_clocks", None)) is not None \
-            and (applied := server_clocks()):
+    aggregator = trainer.aggregator
+    if isinstance(aggregator, CountsTraffic):
+        info["traffic"] = aggregator.traffic()  # bytes to and from each server
+    if isinstance(aggregator, AlignsServerClocks) and (applied := aggregator.server_clocks()):
         info["server_clocks"] = applied  # the offsets applied to other hosts' servers' stamps
-    side = ({} if (records := getattr(trainer.aggregator, "bucket_records", None)) is None
-            else {collector.BUCKETS: records()})
+    side = ({collector.BUCKETS: aggregator.bucket_records()}
+            if isinstance(aggregator, RecordsBuckets) else {})
     lifecycle.finish(run, run_dir, device, info, clock_start, writer.records(),
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hetbench.adapters import missing_framework
 from hetbench.harness import exchange
@@ -160,7 +160,8 @@ def suite_info(suite: SuiteSpec) -> dict[str, Any]:
 
 
 def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
-                 progress: Any = None, launch: str | None = None, seat: Seat | None = None,
+                 progress: StepsDone | None = None, launch: str | None = None,
+                 seat: Seat | None = None,
                  run_dir: Path | None = None) -> RunResult:
     """One run on this host, or this host's part of one across hosts (`seat`, in
     `run_dir`: node 0's run directory, or another node's share of it). However it ends
@@ -263,7 +264,8 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
 
 
 def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Path,
-           progress: Any, services: aggregator_services.Services | None = None,
+           progress: StepsDone | None,
+           services: aggregator_services.Services | None = None,
            trouble: Callable[[], str | None] | None = None, until_services_end: bool = False
            ) -> tuple[str, str, list[dict[str, Any]]]:
     """Wait for the workers (rank -> process); on the first failure (of a worker, or of a
@@ -515,8 +517,24 @@ def check_open_files(least: int | None = None) -> None:
                          f"(ulimit -n 1024)")
 
 
+class RunProgress(Protocol):
+    """What a run's progress is told as its workers record steps (`hetbench run`'s bar)."""
+
+    def update(self, done: int) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+# Told of each step count the workers reach, as the launcher watches them
+StepsDone = Callable[[int], None]
+
+
 def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
-              on_start: Any = None, on_end: Any = None, progress_factory: Any = None,
+              on_start: Callable[[RunSpec, int], None] | None = None,
+              on_end: Callable[[RunResult], None] | None = None,
+              progress_factory: Callable[[RunSpec], RunProgress] | None = None,
               gpu_counts: dict[str, int] | None = None, nodes: Nodes | None = None
               ) -> list[RunResult]:
     """Every run of the suite, repeats interleaved (all runs of repeat 0, then repeat 1, ...)
@@ -575,7 +593,7 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
 
 
 def _launch(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int, launch: str,
-            nodes: Nodes | None, index: int, progress: Any) -> RunResult:
+            nodes: Nodes | None, index: int, progress: StepsDone | None) -> RunResult:
     """Run `index` of the launch on this host; across hosts, this host's part of it: node 0
     makes the run directory and picks the workers' rendezvous port, another node makes
     its share of the directory once node 0 says which."""
