@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip runs whose devices this host lacks (recorded as skipped)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-figures", action="store_true",
-                        help="draw no figures at the end (about 10 s on two cores; "
-                        "`hetbench figures` draws them later)")
+                        help="draw no figures at the end (16 s for the quick suite's on two "
+                        "cores; `hetbench figures` draws them later)")
     add_host_arguments(parser)
 
 
