@@ -127,7 +127,7 @@ def test_mlperfs_own_checker_passes_the_exported_logs(tmp_path: Path, capsys,
                                                        spawn: Spawn) -> None:
     """`python -m mlperf_logging.compliance_checker` as a user runs it, with the rules file
     the export writes and prints the command for."""
-    from hetbench.analysis.export.to_mlperf import RULES_FILE
+    from hetbench.analysis.export.to_mlperf import CHECKER_LOG, RULES_FILE
 
     folder = tmp_path / "results" / "s"
     reached = run_with_evals(folder, "reached", [0.2, 0.92, 0.95])
@@ -136,11 +136,13 @@ def test_mlperfs_own_checker_passes_the_exported_logs(tmp_path: Path, capsys,
     printed = capsys.readouterr().out
     command = printed.strip().splitlines()[-1].split()
     assert command[:3] == ["python", "-m", "mlperf_logging.compliance_checker"]
-    assert command[-3:] == ["--config", str(out / RULES_FILE), str(out / "RUN_ID.log")]
+    assert command[-5:] == ["--config", str(out / RULES_FILE), "--log_output",
+                            str(out / CHECKER_LOG), str(out / "RUN_ID.log")]
     log = out / f"{reached.name}.log"
     done = spawn.run([sys.executable, *command[1:-1], str(log)], cwd=tmp_path,
                      capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "SUCCESS" in done.stdout + done.stderr, done.stderr[-2000:]
+    assert (out / CHECKER_LOG).is_file() and not (tmp_path / CHECKER_LOG).exists()
 
 
 def test_the_compliance_check_fails_a_log_that_breaks_the_rules(tmp_path: Path) -> None:

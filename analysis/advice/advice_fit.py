@@ -9,6 +9,7 @@ import dataclasses
 import math
 from typing import Any
 
+from hetbench.harness.spec.aggregators import recorded_name
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import name_matches, run_from_dict
 
@@ -124,10 +125,7 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
 def same_workers(run: dict[str, Any], job: dict[str, Any]) -> bool:
     """The same workers (devices, threads, emulation) exchanging through the same
     aggregator: a run whose devices and exchange are the job's."""
-    def aggregator(r: dict[str, Any]) -> Any:
-        return (r.get("aggregator") or {}).get("name", "torch")
-
-    return run.get("workers") == job.get("workers") and aggregator(run) == aggregator(job)
+    return run.get("workers") == job.get("workers") and recorded_name(run) == recorded_name(job)
 
 
 def grouped(problems: list[tuple[str, str]]) -> list[str]:

@@ -482,7 +482,8 @@ def explain(row: pd.Series, recorded: pd.Series) -> str:
             extra.append(f"updates {row['mean_staleness']:.1f} steps stale on average")
         if row["dropped_fraction"] > 0:
             extra.append(f"{row['dropped_fraction']:.0%} of gradients dropped")
-        if row["period"] > 1:  # parameters averaged (local SGD), not gradients
+        scheme = SIMULATED.get(str(row["scheme"]).partition(":")[0])
+        if scheme is not None and scheme.averages:  # parameters averaged (local SGD)
             extra.append(f"parameters averaged every {row['period']} steps")
         said = "not BSP's gradient (" + ", ".join(extra or ["asynchronous"]) + ")"
         if math.isfinite(row.get("steps_to_target", math.nan)):

@@ -37,6 +37,7 @@ from hetbench.analysis.tables.convergence import metric_column, time_to_target
 RULESET = "6.0.0"
 # the common rules, without their chaining to MLPerf's divisions and benchmarks
 RULES_FILE = f"mlperf-training-{RULESET}-common.yaml"
+CHECKER_LOG = "compliance_checker.log"  # what the checker run by checker_command writes
 # what each line's `file` is relative to: the folder holding the hetbench package (not
 # resolved: in a checkout hetbench/analysis is a link, and the module is imported through it)
 _PACKAGE_ROOT = Path(__file__).parents[3]
@@ -129,13 +130,11 @@ def _start_ms(manifest: dict[str, Any]) -> int:
 def rules_file(folder: Path) -> Path:
     """The checker's common rules of the training ruleset, without the chaining to the
     division's and the benchmark's rules (MLPerf's own benchmarks, not hetbench's
-    workloads), written into `folder` (once); every other check kept as it is."""
+    workloads), written into `folder`; every other check kept as it is."""
     import yaml
     from mlperf_logging.compliance_checker import mlp_compliance
 
-    path = folder / RULES_FILE
-    if path.is_file():
-        return path
+    path = folder / RULES_FILE  # written afresh: the installed checker's rules, not a kept copy
     shipped = Path(mlp_compliance.__file__).parent / f"training_{RULESET}" / "common.yaml"
     rules = yaml.safe_load(shipped.read_text())
     for rule in rules:  # keep the rest of what a rule does after its checks
@@ -149,9 +148,11 @@ def rules_file(folder: Path) -> Path:
 
 
 def checker_command(log: Path, rules: Path) -> list[str]:
-    """MLPerf's compliance checker on `log` with hetbench's `rules` (rules_file)."""
+    """MLPerf's compliance checker on `log` with hetbench's `rules` (rules_file), its own
+    log beside them (by default it writes compliance_checker.log where it is run)."""
     return ["python", "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-            "--ruleset", RULESET, "--config", str(rules), str(log)]
+            "--ruleset", RULESET, "--config", str(rules),
+            "--log_output", str(rules.parent / CHECKER_LOG), str(log)]
 
 
 def check(path: Path, rules: Path) -> list[str]:

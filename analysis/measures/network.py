@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, instrumented, with_derived
-from hetbench.harness.spec.aggregators import AGGREGATORS
+from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 from hetbench.harness.spec.errors import UsageError
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
@@ -153,9 +153,7 @@ def _allreduces_buffer(aggregator: str) -> bool:
 def _aggregator(manifest: dict[str, Any]) -> tuple[str, list[int]]:
     """The run's aggregator name and its servers' nodes (empty: all on node 0)."""
     run = manifest.get("run") or {}
-    aggregator = run.get("aggregator") or {}
-    name = str(aggregator.get("name") or run.get("strategy") or "torch")
-    return name, list(aggregator.get("server_nodes") or [])
+    return recorded_name(run), list((run.get("aggregator") or {}).get("server_nodes") or [])
 
 
 def _server_node(server: str, server_nodes: list[int]) -> int:

@@ -36,8 +36,8 @@ The excess is split, in this order, over what the records can measure:
 - network:   in a run across hosts only, its exchange above the median of the other
              workers' exchanges in that step for the same bytes, when its host's link is
              slower than another worker's host's
-(hetbench.analysis.measures.network.slow_link_excess_ns); - unexplained: what is left (the measured
-parts sum to less than the excess).
+             (hetbench.analysis.measures.network.slow_link_excess_ns);
+- unexplained: what is left (the measured parts sum to less than the excess).
 
 A worker with an emulated slowdown f stretches every natural delay d to f*d, so measured
 delays are multiplied by its factor. Attributions are capped at the excess. A cause is named

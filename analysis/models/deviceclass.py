@@ -31,6 +31,7 @@ from hetbench.analysis.models import simulated
 from hetbench.analysis.models.simulated import SIMULATED
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, lockstep, with_derived
 from hetbench.harness.records.collector import COMPUTE_PHASES
+from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.workers import WorkerSpec
 
@@ -407,8 +408,11 @@ def recorded_scheme(meta: dict[str, Any], steps: pd.DataFrame
     run = meta["run"]
     name = simulated.recorded(run)
     scheme = SIMULATED[name]
-    if scheme.key is not None:
-        return f"{name}:{int((run.get('aggregator') or {}).get(scheme.key, 0))}", None
+    if scheme.key is not None:  # the option as the recorded aggregator names it
+        kind = AGGREGATORS[recorded_name(run)]
+        key = kind.simulation.option if kind.simulation is not None else None
+        value = (run.get("aggregator") or {}).get(key or scheme.key, 0)
+        return f"{name}:{int(value)}", None
     if not scheme.takes_sizes:
         return name, None
     first = after_warmup(steps, int(run.get("warmup_steps", 0)))

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from hetbench.analysis.models.deviceclass import CommModel, DeviceClass, Source, typical_slowdown
-from hetbench.analysis.models.simulated import SIMULATED, Simulated
+from hetbench.analysis.models.simulated import SCHEME_FORMS, SIMULATED, Simulated
 from hetbench.harness.partition.policies import (
     ADAPTIVE,
     MEASURED,
@@ -89,8 +89,7 @@ class Scheme:
 def parse_scheme(text: str) -> Scheme:
     name, _, value = text.partition(":")
     if name not in SCHEMES:
-        raise ValueError(f"{text!r} is not a scheme (allowed: bsp, bsp-profiled, "
-                         "bsp-adaptive, ps-sync, backup:B, ssp:S, ps-async, local-sgd:H)")
+        raise ValueError(f"{text!r} is not a scheme (allowed: {SCHEME_FORMS})")
     if name in PARAMETERISED:
         if not value.isdigit():
             raise ValueError(f"{text!r}: {name} takes {name}:{PARAMETERISED[name]} with "

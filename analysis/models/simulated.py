@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetbench.harness.partition.policies import ADAPTIVE, MEASURED
-from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec, Kind
+from hetbench.harness.spec.aggregators import AGGREGATORS, Kind, recorded_name
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ def _schemes() -> dict[str, Simulated]:
 
 # The simulator's schemes, by the name `hetbench simulate --scheme` takes.
 SIMULATED = _schemes()
+# ... as `--scheme` writes them (ssp:S)
+SCHEME_FORMS = ", ".join(f"{name}:{s.letter}" if s.key is not None else name
+                         for name, s in SIMULATED.items())
 
 
 def baseline_model() -> str:
@@ -81,12 +84,11 @@ def with_policy(model: str, policy: str | None) -> str:
 
 def recorded(run: dict[str, Any]) -> str:
     """The scheme (without its value) that reproduces a recorded run (its manifest's
-    `run`): an aggregator with an option, or one that waits for no other worker, by the
-    simulator's model of it; any other lockstep one as BSP's all-reduce under the run's
-    partition policy (the profiled policies' slices, the adaptive ones' moves), its
-    exchange as recorded."""
-    spec = run.get("aggregator") or {}
-    kind = AGGREGATORS.get(spec.get("name", AggregatorSpec.name))
+    `run`): an aggregator the simulator models that has an option, or waits for no other
+    worker, by the simulator's model of it; any other (a lockstep one, or one not
+    simulated: wsp, tensorflow-ps) as BSP's all-reduce under the run's partition policy
+    (the profiled policies' slices, the adaptive ones' moves), its exchange as recorded."""
+    kind = AGGREGATORS.get(recorded_name(run))
     if kind is not None and kind.simulation is not None and \
             (kind.simulation.option is not None or not kind.lockstep):
         return kind.simulation.model

@@ -133,13 +133,9 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     try:
-        # "tight" works the box out by drawing the figure once more for every file: once
-        # here for both, padded as savefig pads it
-        tight = figure.get_tightbbox(figure.canvas.get_renderer()).padded(
-            plt.rcParams["savefig.pad_inches"])
         for path in paths:
             try:
-                figure.savefig(path, bbox_inches=tight, dpi=DPI)
+                figure.savefig(path, bbox_inches="tight", dpi=DPI)
             except Exception as exc:  # noqa: BLE001 - a full disk, whatever the writer says
                 # Pillow's OSError names no file; matplotlib's PDF writer answers a full disk
                 # with an AttributeError raised while handling the OSError: say which file

@@ -11,6 +11,7 @@ import pandas as pd
 
 from hetbench.analysis.tables import registry
 from hetbench.analysis.view.metrics import phase_stats, run_summary
+from hetbench.harness.spec.aggregators import recorded_name
 
 # the run-level metrics of the registry: the runs table's columns after its identity
 RUN_METRICS = registry.RUN_LEVEL_NAMES
@@ -34,9 +35,6 @@ def device_mix(manifest: dict[str, Any]) -> str:
     return " + ".join(labels)
 
 
-def aggregator_name(run: dict[str, Any]) -> str:
-    """The run's aggregator (`strategy` in runs recorded before aggregators)."""
-    return str((run.get("aggregator") or {}).get("name") or run.get("strategy") or "torch")
 
 
 def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
@@ -61,7 +59,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "workload": run.get("workload", ""),
         "dataset": run.get("dataset", ""),
         "policy": run.get("partition", {}).get("policy", ""),
-        "aggregator": aggregator_name(run),
+        "aggregator": recorded_name(run),
         "devices": device_mix(manifest),
         "heterogeneity": manifest.get("heterogeneity", ""),
         "steps": view.summary["steps"],

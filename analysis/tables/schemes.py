@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from hetbench.analysis.tables.convergence import convergence_table
-from hetbench.analysis.tables.runs import aggregator_name, group_table, runs_table
-from hetbench.harness.spec.aggregators import AGGREGATORS
+from hetbench.analysis.tables.runs import group_table, runs_table
+from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 
 Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
 # What `scheme_groups` summarises per run name, with 95% t intervals over repeats.
@@ -30,7 +30,7 @@ def staleness_bound(run: dict[str, Any]) -> float:
     0 for the synchronous schemes, s for ssp, D waves for wsp, H - 1 local steps for local
     SGD, infinity for ps-async and the native asynchronous cross-checks."""
     spec = run.get("aggregator") or {}
-    kind = AGGREGATORS.get(aggregator_name(run))
+    kind = AGGREGATORS.get(recorded_name(run))
     bound = "none" if kind is None else kind.staleness_bound  # a name no longer registered
     if bound == "unbounded":
         return math.inf
@@ -62,7 +62,7 @@ def staleness_counts(runs: Runs) -> pd.DataFrame:
         run = manifest.get("run", {})
         frames.append(pd.DataFrame({
             "run": run.get("name", ""), "repeat": int(manifest.get("repeat", 0)),
-            "aggregator": aggregator_name(run), "staleness": counts.index.astype(int),
+            "aggregator": recorded_name(run), "staleness": counts.index.astype(int),
             "updates": counts.to_numpy()}))
     columns = ["run", "repeat", "aggregator", "staleness", "updates"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(
@@ -118,6 +118,6 @@ def scheme_groups(table: pd.DataFrame) -> pd.DataFrame:
 def compares_schemes(runs: Runs) -> bool:
     """The runs use more than one aggregator, or one that is not all-reduce: worth a
     section of their own."""
-    names = {aggregator_name(m.get("run", {})) for m, _ in runs}
+    names = {recorded_name(m.get("run", {})) for m, _ in runs}
     baseline = {name for name, kind in AGGREGATORS.items() if kind.baseline}
     return len(names) > 1 or bool(names - baseline)

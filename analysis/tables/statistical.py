@@ -26,7 +26,7 @@ import pandas as pd
 
 from hetbench.analysis.tables.convergence import time_to_target
 from hetbench.analysis.tables.runs import run_row
-from hetbench.harness.spec.aggregators import AGGREGATORS, AggregatorSpec
+from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 
 FEATURES = ("staleness", "dropped", "period")
 
@@ -35,7 +35,7 @@ def period(manifest: dict[str, Any]) -> int:
     """The steps between parameter averages of a scheme that averages them (local SGD's
     H: its Kind's `moves`, the key of its `staleness_bound`); 1 for every other scheme."""
     aggregator = manifest.get("run", {}).get("aggregator") or {}
-    kind = AGGREGATORS.get(aggregator.get("name", AggregatorSpec.name))
+    kind = AGGREGATORS.get(recorded_name(manifest.get("run", {})))
     if kind is None or kind.moves != "parameters":
         return 1
     return int(aggregator.get(kind.staleness_bound, 1))

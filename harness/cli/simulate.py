@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetbench.analysis.models.simulated import SIMULATED
+from hetbench.analysis.models.simulated import SCHEME_FORMS, SIMULATED
 from hetbench.harness.cli import arguments
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
@@ -38,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "named profiles (--profiles lists them); repeat the flag for "
                         "several job sizes. Default: the first run's workers as recorded")
     parser.add_argument("--scheme", action="append", metavar="NAME",
-                        help="bsp, bsp-profiled, bsp-adaptive, ps-sync, backup:B, ssp:S, ps-async, "
-                        "local-sgd:H; repeat for several. Default: the first run's own "
+                        help=f"{SCHEME_FORMS}; repeat for several. Default: the first run's own "
                         "scheme with the recorded mix, else "
                         f"{', '.join(DEFAULT_SCHEMES)}")
     parser.add_argument("--steps", type=int,

@@ -53,6 +53,13 @@ class AggregatorSpec:
         return self.server_nodes[index] if self.server_nodes else 0
 
 
+def recorded_name(run: dict[str, Any]) -> str:
+    """The aggregator a recorded run's `run` table names (a manifest's): its
+    `aggregator.name`, `strategy` in runs recorded before aggregators, else the default."""
+    return str((run.get("aggregator") or {}).get("name") or run.get("strategy")
+               or AggregatorSpec.name)
+
+
 @dataclass(frozen=True)
 class Simulation:
     """How `hetbench simulate` models an aggregator: by the simulator's `model` of that name
@@ -105,8 +112,9 @@ class Kind:
     # every step it exchanges, the whole buffer (the gradients and the loss) is all-reduced
     # over every worker: a ring's bytes cross each worker's link (analysis/measures/network.py)
     allreduces_buffer: bool = False
-    # how `hetbench simulate` models it (None: not simulated; a recorded run of a lockstep
-    # one is reproduced as BSP's all-reduce, its exchange as recorded)
+    # how `hetbench simulate` models it (None: not simulated; a recorded run of it, as of a
+    # lockstep one without an option, is reproduced as BSP's all-reduce, its exchange as
+    # recorded)
     simulation: Simulation | None = None
     services: str | None = None  # "module:function" starting its processes (launcher)
     prepare: str | None = None  # "module:function" run in a worker before its adapter
