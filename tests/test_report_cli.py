@@ -251,3 +251,26 @@ def test_baseline_snapshots_extract_plain_files_only(tmp_path: Path, has_data_fi
     with pytest.raises(tarfile.TarError):
         _extract(archive("../outside.json"), tmp_path / "bad")
     assert not (tmp_path / "outside.json").exists()
+
+
+def test_at_a_terminal_report_says_each_stage_as_it_begins(suite_folder: Path, capsys,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """A person at a terminal sees the runs read, each group of figures and the tables,
+    with the time elapsed; piped, stderr holds none of it (tests above: one error line)."""
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["report", str(suite_folder), "--out", str(suite_folder / "r")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "elapsed]" in line]
+    stages = [re.sub(r"^ +\[\d+:\d\d elapsed\] ", "", line) for line in said]
+    assert stages[0] == "report: 4 runs read" and stages[-1] == "report: tables", said
+    assert [s for s in stages if s.startswith("report: figures ")] == [
+        f"report: figures {k} of 12: {what}" for k, what in enumerate(
+            ("compute and idle per step", "phases", "straggler causes", "what-if", "slices",
+             "compute CV over repeats", "convergence", "schemes", "pipeline", "step timeline",
+             "slices of a step", "heatmap"), 1)]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert main(["report", str(suite_folder), "--no-figures",
+                 "--out", str(suite_folder / "r2")]) == 0
+    assert "elapsed]" not in capsys.readouterr().err

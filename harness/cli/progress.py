@@ -1,6 +1,8 @@
 """What a long analysis command says as it goes (`report`, `paper`, `figures`): a line on
 stderr as each stage begins, with the time since the command began, as `run` says each
-run's; stdout keeps the command's output (the paths it wrote, `--format json`)."""
+run's; stdout keeps the command's output (the paths it wrote, `--format json`). Only to a
+person at a terminal, as `run`'s step bar: a script or a log reading stderr gets the
+command's warnings and its one line of an error, nothing else."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ import time
 
 
 class Progress:
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, shown: bool | None = None) -> None:
         self.command = command
+        self.shown = sys.stderr.isatty() if shown is None else shown
         self.began = time.monotonic()
 
     def __call__(self, what: str) -> None:
+        if not self.shown:
+            return
         elapsed = int(time.monotonic() - self.began)
         print(f"   [{elapsed // 60}:{elapsed % 60:02d} elapsed] {self.command}: {what}",
               file=sys.stderr, flush=True)
