@@ -81,7 +81,12 @@ def start_long_run(spawn: Spawn, tmp_path: Path, write_suite, text: str = LONG_R
             pids = [json.loads((runs[0] / "parts" / f"rank{r}.json").read_text())["pid"]
                     for r in range(2)]
             return proc, runs[0], pids
-        assert proc.poll() is None, proc.communicate()
+        if proc.poll() is not None:  # ended before 40 steps: say why, and what it printed
+            out, err = proc.communicate()
+            why = [json.loads((r / "manifest.json").read_text()).get("reason") for r in runs]
+            pytest.fail(f"the run ended before 40 steps (exit {proc.returncode}; reason "
+                        f"{why}; logs {[str(r / 'logs') for r in runs]}):\n{out[-3000:]}"
+                        f"\n{err[-2000:]}")
         time.sleep(0.1)
     proc.kill()
     pytest.fail("the run did not reach 40 steps in 90 s")
