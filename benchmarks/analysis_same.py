@@ -40,7 +40,7 @@ STAMP = re.compile(r"\d{8}T\d{6}(?:-\d+)*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[\d.:+Z-
 # a module's path an output names (where it comes from): analysis/'s rooms moved modules
 ROOM = re.compile(r"\banalysis/(?:view|measures|trends|tables|models|advice|render|export)/")
 # what a long command says on stderr as it goes (harness/cli/progress.py): not an output
-PROGRESS = re.compile(r"^ +\[\d+:\d\d elapsed\] .*$\n?", re.M)
+PROGRESS = re.compile(r"^ +\[[\d:]+ elapsed\] .*$\n?", re.M)
 # the seconds each simulation took, in `simulate`'s lines ("[0.01 s]")
 SIMULATION_SECONDS = re.compile(r"\[\d+\.\d+ s\]")
 # the tree a simulated run's manifest says it came from (its commit, and whether dirty)

@@ -371,7 +371,8 @@ def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, 
 
 
 def test_suite_progress_says_which_run_of_how_many_and_the_time_left() -> None:
-    from hetbench.harness.cli.run import SuiteClock, _clock
+    from hetbench.harness.cli.progress import clock as _clock
+    from hetbench.harness.cli.run import SuiteClock
 
     clock = SuiteClock()
     assert clock.started(3) == "run 1 of 3, 0:00 elapsed"

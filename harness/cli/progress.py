@@ -10,6 +10,13 @@ import sys
 import time
 
 
+def clock(seconds: float) -> str:
+    """Elapsed time as `run` and these commands say it: 0:36, 1:02:05."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 \
+        else f"{minutes}:{secs:02d}"
+
+
 class Progress:
     def __init__(self, command: str, shown: bool | None = None) -> None:
         self.command = command
@@ -19,8 +26,7 @@ class Progress:
     def __call__(self, what: str) -> None:
         if not self.shown:
             return
-        elapsed = int(time.monotonic() - self.began)
-        print(f"   [{elapsed // 60}:{elapsed % 60:02d} elapsed] {self.command}: {what}",
+        print(f"   [{clock(time.monotonic() - self.began)} elapsed] {self.command}: {what}",
               file=sys.stderr, flush=True)
 
     def figures(self, what: str) -> None:

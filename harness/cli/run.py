@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetbench.harness.cli import arguments, hosts
+from hetbench.harness.cli.progress import clock
 from hetbench.harness.records import manifest
 from hetbench.harness.run import links
 from hetbench.harness.run.jobcheck import check_jobs
@@ -231,17 +232,11 @@ class SuiteClock:
 
     def started(self, total: int) -> str:
         elapsed = time.monotonic() - self.begin
-        text = f"run {self.done + 1} of {total}, {_clock(elapsed)} elapsed"
+        text = f"run {self.done + 1} of {total}, {clock(elapsed)} elapsed"
         if self.done:
-            text += f", about {_clock(elapsed / self.done * (total - self.done))} left"
+            text += f", about {clock(elapsed / self.done * (total - self.done))} left"
         self.done += 1
         return text
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 \
-        else f"{minutes}:{secs:02d}"
 
 
 SUMMARY_DEFINITIONS = (

@@ -174,8 +174,7 @@ def _note_parts_beyond(run_dir: Path, rows: int, world_size: int | None) -> None
 def _lockstep(meta: dict[str, Any]) -> bool:
     """Whether the run's aggregator has every worker exchange every step (False for one
     this hetbench does not know)."""
-    name = (meta["run"].get("aggregator") or {}).get("name") or meta["run"].get("strategy")
-    known = aggregators.AGGREGATORS.get(str(name or "torch"))
+    known = aggregators.AGGREGATORS.get(aggregators.recorded_name(meta["run"]))
     return known is not None and known.lockstep
 
 
