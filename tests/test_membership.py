@@ -10,6 +10,10 @@ the held-out metrics it evaluates are right only if it received the members' par
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,9 @@ import torch
 from hetbench.analysis.tables.runs import analyse_run
 from hetbench.analysis.view.metrics import complete_steps, run_summary, step_metrics
 from hetbench.harness.records.results import load_run
-from tests.conftest import completed_runs
+from tests.conftest import Spawn, completed_runs
 from tests.test_exactness import plain_torch
+from tests.test_faults import finish, start_long_run
 from tests.trace_check import check_trace
 
 pytestmark = pytest.mark.slow
@@ -54,20 +59,6 @@ name = "out-and-back"
 partition = {{ policy = "model", every = 3, leave_out = true }}
 workers = [ {{ device = "cpu", slowdown = 20.0 }},
             {{ device = "cpu", slowdown_at = [[14, 1.0], [15, 60.0]] }} ]
-
-# Worker 1 is left out for the whole run, which lasts a few times timeout_s: its wait
-# for the first member's word is kept alive. (Slowed 24x, mostly asleep: at 12x a quiet
-# host ran 300 steps in 1.99 s: at 24x, 600 steps last ~8 s there, over the test's two
-# timeouts. The word comes between steps, so one step longer than the timeout ends the
-# wait: at 1 s, this host's stalls (one ~50 ms step took 1.8 s) failed the run in 2 of 4
-# clean-clone CI runs of 11-29.)
-[[runs]]
-name = "out-longer-than-the-timeout"
-timeout_s = 3.0
-steps = 600
-eval_every = 600
-partition = {{ policy = "sizes", sizes = [{BATCH}, 0] }}
-workers = [ {{ device = "cpu", slowdown = 24.0 }}, {{ device = "cpu" }} ]
 """
 
 
@@ -138,13 +129,47 @@ def test_every_step_has_a_row_per_worker_and_the_analysis_reads_the_members(
     assert not [e for e in events["X"] if (e["pid"] - 1, e["args"]["step"]) in sat_out]
 
 
-def test_a_wait_longer_than_the_timeout_is_kept_alive(runs: dict[str, Path]) -> None:
-    run = load_run(runs["out-longer-than-the-timeout"])
-    assert run.status == "completed"
-    computing = run.steps[run.steps["batch_size"] > 0]
-    span_s = (computing["end_ns"].max() - computing["begin_ns"].min()) / 1e9
-    assert span_s > 2 * run.manifest["run"]["timeout_s"]
-    assert (run.steps[run.steps["rank"] == 1]["batch_size"] == 0).all()
+# Rank 1 left out for the whole run, rank 0 computing alone; the test stops rank 0 for
+# PAUSE_S, three times the run's timeout, as a host's stall (or a long step) would.
+PAUSE_S = 3.0
+PAUSED_STEPS = 3000  # ~1.5 ms a step: still running when the test pauses it at step 40
+PAUSED = f"""
+[suite]
+name = "faults"
+
+[[runs]]
+name = "long"
+steps = {PAUSED_STEPS}
+global_batch = {BATCH}
+timeout_s = 1.0
+partition = {{ policy = "sizes", sizes = [{BATCH}, 0] }}
+workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
+"""
+
+
+def test_a_member_stopped_longer_than_the_timeout_leaves_the_left_out_worker_waiting(
+        tmp_path: Path, write_suite: Any, spawn: Spawn) -> None:
+    """The left-out worker's word comes between the members' steps: a member stopped for
+    longer than the run's timeout delays it, and the left-out worker waits on (as long as
+    the launcher lets a run go without a step), where a peer in a collective would time
+    out. (In the clean-clone CI runs of 11-29, a slowed member's stretched stall timed the
+    left-out worker's receive out, when it had the run's timeout.)"""
+    proc, run_dir, pids = start_long_run(spawn, tmp_path, write_suite, PAUSED)
+    os.kill(pids[0], signal.SIGSTOP)
+    try:
+        time.sleep(PAUSE_S)
+    finally:  # the run may have failed meanwhile (as it did when the wait had the timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[0], signal.SIGCONT)
+    code, err = finish(proc)
+    run = load_run(run_dir)
+    assert (run.status, code) == ("completed", 0), (run.manifest.get("reason"), err)
+    member = run.steps[run.steps["rank"] == 0].sort_values("step")
+    longest_s = float(np.diff(member["begin_ns"].to_numpy()).max()) / 1e9
+    assert longest_s > PAUSE_S - 0.5 > 2 * run.manifest["run"]["timeout_s"]  # it was paused
+    left_out = run.steps[run.steps["rank"] == 1]
+    assert sorted(left_out["step"]) == list(range(PAUSED_STEPS))
+    assert (left_out["batch_size"] == 0).all()
 
 
 def test_every_worker_evaluates_the_members_model(runs: dict[str, Path]) -> None:

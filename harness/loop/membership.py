@@ -13,17 +13,24 @@ the first member (the source), which tells it, point to point, only what it must
   back, the parameters, the optimizer state and the repartitioner's state, so that it
   computes the same updates and the same partitions as the others from then on;
 - END: the last step is done: the parameters follow (rank 0 writes the model);
-- ALIVE: nothing else was said for a second (or a quarter of the run's timeout, if less:
-  the receive would time out).
+- ALIVE: nothing else was said for a second (or a quarter of the run's timeout, if less),
+  so that the left-out worker's records, and the launcher's progress, follow the members'.
 
 Every rank then meets the others in the collectives that follow (the evaluation's gather,
 the new group's creation, the end of the run) as if it had trained along.
+
+The word comes between the source's steps, so the left-out worker's receive cannot have
+the run's timeout (how long a worker waits for a peer in a collective): one member step
+longer than it (a lone member waits for no peer; an emulated slowdown stretches a host's
+stall too) would end a run that is well. It waits as long as the launcher lets the run go
+without a step (RunSpec.stall_limit_s), which stops a source that hangs; one that dies
+closes the connection, which ends the receive at once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -53,10 +60,13 @@ class Event:
 
 class Membership:
     def __init__(self, rank: int, world_size: int, sizes: Sequence[int],
-                 timeout_s: float, device: Any) -> None:
-        """`device`: where the job's collectives take their tensors (a GPU under nccl)."""
+                 timeout_s: float, device: Any,
+                 stall_limit_s: Callable[[bool], float]) -> None:
+        """`device`: where the job's collectives take their tensors (a GPU under nccl).
+        `stall_limit_s(started)`: how long the launcher lets the run go without a step,
+        before the first step or after it (RunSpec.stall_limit_s)."""
         self.rank, self.world_size, self.device = rank, world_size, device
-        self.timeout_s = timeout_s
+        self.timeout_s, self.stall_limit_s = timeout_s, stall_limit_s
         self.members = members_of(sizes)
         self._groups: dict[tuple[int, ...], Any] = {}
         self._last_sent = time.monotonic()
@@ -106,9 +116,9 @@ class Membership:
                 dist.send(self._flat_parameters(adapter), dst=r)
 
     def keep_alive(self, step: int) -> None:
-        """The left-out workers' receive has the run's timeout: word before it runs out,
-        and at least every second, so that their records (and the launcher's progress,
-        the slowest worker's) follow the members'."""
+        """Word to the left-out workers at least every second (a quarter of the run's
+        timeout, if less), so that their records (and the launcher's progress, the slowest
+        worker's) follow the members'."""
         if self.rank == self.source and self.partial \
                 and time.monotonic() - self._last_sent > min(self.timeout_s / 4,
                                                              ALIVE_EVERY_S):
@@ -133,9 +143,14 @@ class Membership:
 
     # -- the left-out worker's side ---------------------------------------------------------
 
-    def wait(self) -> Event:
+    def wait(self, step: int) -> Event:
+        """The source's next word, this worker's next step being `step`: waited for as long
+        as the launcher lets the run go without a step, not the run's timeout (above)."""
         message = torch.zeros(3, dtype=torch.int64, device=self.device)
-        dist.recv(message, src=self.source)
+        patience = timedelta(seconds=self.stall_limit_s(step > 0))
+        receive = dist.irecv(message, src=self.source)
+        assert receive is not None  # None: not in the group, and every rank is
+        receive.wait(timeout=patience)
         kind, step, progress = (int(v) for v in message.tolist())
         return Event(kind, step, progress)
 

@@ -108,7 +108,7 @@ def sit_out(membership: Membership, step: int, evaluator: Any, repartition: Repa
     computes it if the change took it back, else it waits again. No step of the run's was
     taken here: the turn's progress is None (harness/loop/engine.py)."""
     trainer = repartition.trainer
-    event = membership.wait()
+    event = membership.wait(step)
     records = [collector.left_out_record(repartition.rank, sat_out)
                for sat_out in range(step, event.step + 1)]
     following: int | None = event.step + 1

@@ -194,7 +194,8 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     trainer.stretch.total_ns = 0
     membership = None
     if run.partition.may_leave_out:
-        membership = Membership(rank, run.world_size, sizes, run.timeout_s, device)
+        membership = Membership(rank, run.world_size, sizes, run.timeout_s, device,
+                                run.stall_limit_s)
         assert isinstance(trainer.aggregator, LeavesOut)  # the spec allowed no other
         trainer.aggregator.set_members(membership.group(), len(membership.members))
     evaluator = sources.make_evaluator(run, rank, source, run_dir, device)

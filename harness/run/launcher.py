@@ -45,7 +45,6 @@ from hetbench.harness.system import services as aggregator_services
 POLL_S = 0.1
 TERMINATE_GRACE_S = 5.0
 SERVICE_FAILURE_GRACE_S = 0.5
-STALL_MARGIN_S = 5.0  # beyond timeout_s, before a run without progress is stopped
 STALL_GRACE_S = 1.0  # for workers stuck in a wait, between SIGTERM and SIGKILL
 SETTLE_S = 3.0  # after a failure, for the healthy peers of a hung worker to time out too
 # the fewest open files a run may be started with: measured here (`ulimit -n N; hetbench
@@ -317,7 +316,7 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Pat
             progress(done)
         if done != last_progress:
             last_progress, last_change = done, time.monotonic()
-        elif time.monotonic() - last_change > stall_limit(run, started=done > 0):
+        elif time.monotonic() - last_change > run.stall_limit_s(started=done > 0):
             stuck = time.monotonic() - last_change
             reason = "; ".join(_stopped_workers(procs)) or "workers stopped"
             # waits with no timeout (ps-lite) hold the workers in C code, where a SIGTERM
@@ -325,14 +324,6 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Pat
             _stop(procs, grace_s=STALL_GRACE_S)
             return "failed", f"no step completed for {stuck:.0f} s: {reason}", dropped
         time.sleep(POLL_S)
-
-
-def stall_limit(run: RunSpec, started: bool) -> float:
-    """How long the launcher lets a run go without a flushed step before it stops it: a
-    worker that waits longer than timeout_s for a peer fails by itself, except where the
-    wait has no timeout of its own (MXNet's ps-lite kvstore), which this bounds. Before the
-    first step, start-up (imports, data, calibration, a first evaluation) gets more."""
-    return run.timeout_s + STALL_MARGIN_S if started else 2 * run.timeout_s + 60
 
 
 def _failure_reason(procs: dict[int, subprocess.Popen[bytes]], run_dir: Path,

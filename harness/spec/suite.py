@@ -95,6 +95,9 @@ class TargetSpec:
 IMPORTED_DATASET = "trace"  # RunSpec.dataset of a job imported from its profiler traces
 
 
+STALL_MARGIN_S = 5.0  # beyond timeout_s, before a run without a step is stopped
+
+
 @dataclass(frozen=True)
 class RunSpec:
     name: str
@@ -179,6 +182,15 @@ class RunSpec:
         if len({(w.threads, w.cores) for w in self.workers}) > 1:
             return "emulated"
         return "homogeneous"
+
+    def stall_limit_s(self, started: bool) -> float:
+        """How long the run may go without a step flushed before the launcher stops it
+        (harness/run/launcher.py), which is also how long a left-out worker waits for the
+        members' word (harness/loop/membership.py). A worker that waits longer than
+        timeout_s for a peer fails by itself, except where the wait has no timeout of its
+        own (MXNet's ps-lite kvstore), which this bounds. Before the first step, start-up
+        (imports, data, calibration, a first evaluation) gets more."""
+        return self.timeout_s + STALL_MARGIN_S if started else 2 * self.timeout_s + 60
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
