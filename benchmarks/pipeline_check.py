@@ -51,7 +51,7 @@ def measured(runs: list[Any]) -> pd.DataFrame:
 
 def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
     """Per run name: the job's replay and each pipelined run's prediction."""
-    job = fitted_job([(r.manifest, r.steps) for r in runs if not
+    job = fitted_job([r for r in runs if not
                       r.manifest["run"].get("pipeline")], job_name)
     shape = layer_shape(job["recorded"])
     fitted = fitted_remedies(job, shape)

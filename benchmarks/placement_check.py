@@ -33,9 +33,9 @@ def placed(servers: int, placement: str | None) -> tuple[int, str]:
 
 def predicted(runs: list[Any], job_name: str) -> pd.DataFrame:
     """Per run name: the job's replay and each ps-sync run's remedy predicted."""
-    job = fitted_job([(r.manifest, r.steps) for r in runs], job_name)
+    job = fitted_job(runs, job_name)
     fitted = fitted_remedies(job, layer_shape(job["recorded"]),
-                             tensor_sizes(job["recorded"], job["fitted"][0][0]))
+                             tensor_sizes(job["recorded"], job["fitted"][0].manifest))
     remedies = {placed(r.run.aggregator.servers, r.run.placement): r for r in fitted.remedies
                 if r.run.aggregator.name == "ps-sync"}
     rows = [{"run": job_name, **chosen_measures(fitted.predict(fitted.remedies[0], REPEATS))}]

@@ -61,12 +61,11 @@ def measured(runs: list[Any]) -> dict[str, float]:
 def predicted(fit_runs: list[Any], target: Any) -> dict[str, float]:
     """The target's configuration simulated from classes fitted on `fit_runs`: its workers
     by short name, its slices, all its steps; summarised after its warm-up as for real."""
-    pairs = [(r.manifest, r.steps) for r in fit_runs]
-    classes, names = deviceclass.fit_classes(pairs)
-    comm = deviceclass.fit_comm(pairs)
+    classes, names = deviceclass.fit_classes(fit_runs)
+    comm = deviceclass.fit_comm(fit_runs)
     mix = [(deviceclass.short_name(w), 1) for w in target.manifest["run"]["workers"]]
     workers, _ = deviceclass.resolve_mix(mix, classes, names)
-    scheme, sizes = deviceclass.recorded_scheme(target.manifest, target.steps)
+    scheme, sizes = deviceclass.recorded_scheme(target)
     run = target.manifest["run"]
     servers = int((run.get("aggregator") or {}).get("servers", 1))
     rows = []

@@ -60,12 +60,11 @@ def measured(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
 
 def predicted(runs: list[Any], metric: str, value: float) -> pd.DataFrame:
     """Per sync run name: simulated samples/s and time to target (module docstring)."""
-    job = fitted_job([(r.manifest, r.steps) for r in runs], "bsp")
+    job = fitted_job(runs, "bsp")
     fitted = fitted_remedies(job)
     by_name = {r.name: r for r in fitted.remedies}
     steps = job["recorded"].steps - job["recorded"].warmup_steps
-    points = statistical.scheme_points([(r.manifest, r.steps, r.evals) for r in runs],
-                                       metric, value)
+    points = statistical.scheme_points(runs, metric, value)
     bsp_steps = float(points.set_index("run").loc["bsp", "steps_to_target"])
     rows = []
     for run_name, remedy_name in SCHEMES.items():

@@ -74,11 +74,11 @@ def predictions(run_dir: Path, cores: int | None = None) -> pd.DataFrame:
     from hetbench.harness.records.results import load_run
 
     data = load_run(run_dir)
-    runs = [(data.manifest, data.steps)]
+    runs = [data]
     classes, names = deviceclass.fit_classes(runs)
     comm = deviceclass.fit_comm(runs)
     by_rank = [classes[names[f"rank{r}"]] for r in range(3)]
-    text, sizes = deviceclass.recorded_scheme(*runs[0])
+    text, sizes = deviceclass.recorded_scheme(data)
     recorded = spec()
     found, _ = advisor.remedies(recorded, parse_scheme(text), sizes,
                                 [c.name for c in by_rank])

@@ -16,6 +16,7 @@ from hetbench.analysis.view.metrics import (
     step_metrics,
     worker_idle,
 )
+from hetbench.harness.records.results import Run
 from tests.synthetic import MS, steps_frame
 
 
@@ -299,7 +300,7 @@ def test_runs_table_and_intervals_over_repeats() -> None:
                         "workers": [{"device": "cpu"}, {"device": "cpu", "slowdown": 2.0}]},
                 "standalone": [{"rank": 0, "samples_per_s": 1e4},
                                {"rank": 1, "samples_per_s": 1e4}]}
-        runs.append((meta, steps_frame(30, lambda r, s, ms=ms: ms * (1 + r))))
+        runs.append(Run.of(meta, steps_frame(30, lambda r, s, ms=ms: ms * (1 + r))))
     table = runs_table(runs)
     assert table["devices"].iloc[0] == "cpu x1 + cpu x1 /2"
     assert not table["partial"].any()

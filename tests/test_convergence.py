@@ -16,6 +16,7 @@ from hetbench.analysis.tables.convergence import (
     curves,
     time_to_target,
 )
+from hetbench.harness.records.results import Run
 
 
 def evals(accuracy: list[float], loss: list[float], seconds_per_eval: float) -> pd.DataFrame:
@@ -32,6 +33,11 @@ def manifest(name: str, repeat: int, target: dict | None) -> dict:
             "run": {"name": name, "workload": "resnet", "target": target}}
 
 
+def evaluated(meta: dict, frame: pd.DataFrame) -> Run:
+    """A run known by its evaluations alone (no steps)."""
+    return Run.of(meta, pd.DataFrame(), evals=frame)
+
+
 def test_time_to_target_is_the_first_evaluation_that_reaches_it() -> None:
     frame = evals([0.1, 0.35, 0.6, 0.55, 0.7], [2.3, 1.9, 1.2, 1.3, 0.9], 2.0)
     assert time_to_target(frame, "accuracy", 0.6) == {
@@ -45,10 +51,10 @@ def test_time_to_target_is_the_first_evaluation_that_reaches_it() -> None:
 
 def test_groups_count_repeats_that_reached_and_average_only_those() -> None:
     target = {"metric": "accuracy", "value": 0.5}
-    runs = [(manifest("fast", 0, target), evals([0.1, 0.6, 0.7], [2, 1, 0.8], 1.0)),
-            (manifest("fast", 1, target), evals([0.1, 0.4, 0.6], [2, 1.5, 1.0], 1.0)),
-            (manifest("slow", 0, target), evals([0.1, 0.2, 0.3], [2, 1.9, 1.8], 3.0)),
-            (manifest("none", 0, None), pd.DataFrame())]
+    runs = [evaluated(manifest("fast", 0, target), evals([0.1, 0.6, 0.7], [2, 1, 0.8], 1.0)),
+            evaluated(manifest("fast", 1, target), evals([0.1, 0.4, 0.6], [2, 1.5, 1.0], 1.0)),
+            evaluated(manifest("slow", 0, target), evals([0.1, 0.2, 0.3], [2, 1.9, 1.8], 3.0)),
+            evaluated(manifest("none", 0, None), pd.DataFrame())]
     table = convergence_table(runs)
     assert list(table["run"]) == ["fast", "fast", "slow"]  # the run without evaluations: none
     assert list(table["reached"]) == [True, True, False]

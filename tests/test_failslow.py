@@ -15,6 +15,7 @@ import pytest
 from hetbench.analysis.trends.failslow import PERSIST, describe, detect
 from hetbench.analysis.trends.failslow_check import check, suite_check
 from hetbench.harness.cli.main import main
+from hetbench.harness.records.results import Run
 from tests.synthetic import steps_frame, write_run
 
 STEPS = 300
@@ -104,14 +105,14 @@ def manifest(schedule: list[list[float]] | None, run_id: str = "r") -> dict:
 
 def test_the_check_reads_the_schedule_and_measures_error_and_delay() -> None:
     jump = noisy(lambda r, s: 3.0 if r == 0 and s >= 120 else 1.0, seed=4)
-    row = only(check(manifest([[119, 1.0], [120, 3.0]]), jump))
+    row = only(check(Run.of(manifest([[119, 1.0], [120, 3.0]]), jump)))
     assert row.truth == "worker 0 became 3.0x slower at step 120"
     assert row.step_error == 0 and abs(row.factor_error) < 0.05
     # Online, a jump is reported once it has held PERSIST steps, not before.
     assert PERSIST - 1 <= row.delay_steps <= PERSIST + 5
     assert row.false_alarms == 0
     # The same records against a schedule that jumped elsewhere: a miss and a false alarm.
-    wrong = check(manifest([[199, 1.0], [200, 3.0]]), jump)
+    wrong = check(Run.of(manifest([[199, 1.0], [200, 3.0]]), jump))
     assert list(wrong["detected"]) == ["missed", describe(next(detect(jump).itertuples()))]
     assert list(wrong["false_alarms"]) == [0, 1]
 
@@ -119,9 +120,9 @@ def test_the_check_reads_the_schedule_and_measures_error_and_delay() -> None:
 def test_the_suite_check_counts_false_alarms_on_steady_runs() -> None:
     jump = noisy(lambda r, s: 3.0 if r == 0 and s >= 120 else 1.0, seed=5)
     steady = noisy(lambda r, s: 1.0, seed=6)
-    _, summary = suite_check([(manifest([[119, 1.0], [120, 3.0]], "jump"), jump),
-                              (manifest(None, "steady"), steady),
-                              (manifest(None, "alarmed"), jump)])
+    _, summary = suite_check([Run.of(manifest([[119, 1.0], [120, 3.0]], "jump"), jump),
+                              Run.of(manifest(None, "steady"), steady),
+                              Run.of(manifest(None, "alarmed"), jump)])
     assert (summary["episodes"], summary["found"]) == (1, 1)
     assert (summary["steady_runs"], summary["steady_runs_alarmed"]) == (2, 1)
     assert summary["false_alarms_scheduled"] == 0

@@ -5,6 +5,7 @@ every figure at 300 dpi with TrueType fonts."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from hetbench.analysis.measures.timeline import batch_times, step_spans
 from hetbench.analysis.render.figures import DPI, phase_frame, phase_stack, write_all
+from hetbench.harness.records.results import Run
 from tests.conftest import Spawn
 from tests.synthetic import steps_frame, write_run
 
@@ -61,7 +63,7 @@ def test_chois_table_holds_each_batch_time_and_its_straggler(steps) -> None:
 def test_a_stacked_bar_is_the_workers_mean_step_with_idle_and_comm_apart(steps) -> None:
     manifest = {"run": {"name": "pair", "warmup_steps": WARMUP,
                         "workers": [{"device": "cpu"}, {"device": "cpu", "slowdown": 1.5}]}}
-    stack = phase_stack(phase_frame(manifest, steps))
+    stack = phase_stack(phase_frame(Run.of(manifest, steps)))
     assert list(stack.index) == ["0 cpu", "1 cpu-1.5x"]
     assert list(stack.columns) == ["forward", "backward", "idle", "comm", "apply"]
     after = steps[steps["step"] >= WARMUP]
@@ -86,7 +88,7 @@ def test_every_figure_is_written_at_300_dpi_with_truetype_fonts(tmp_path: Path, 
     runs = []
     for name in ("pair", "other"):
         run_dir = write_run(tmp_path / "runs", steps, name=name, slowdown=(1.0, 1.5))
-        runs.append((json.loads((run_dir / "manifest.json").read_text()), steps))
+        runs.append(Run.of(json.loads((run_dir / "manifest.json").read_text()), steps))
     paths = write_all(runs, tmp_path / "figures")
     names = {p.stem for p in paths}
     assert {"phase_breakdown", "what_if", "step_timeline", "batch_times", "heatmap"} <= names
@@ -143,3 +145,84 @@ def test_a_full_disk_is_an_os_error_naming_the_figure(tmp_path: Path, fail_on: s
     assert done.returncode == 0, done.stderr[-2000:]
     kind, errno, filename = done.stdout.split()
     assert (kind, int(errno), filename) == ("OSError", 28, str(disk / f"f.{fail_on}"))
+
+
+DRAW_BOTH_WAYS = """
+import sys
+from pathlib import Path
+from hetbench.analysis.render.figures import write_all
+from hetbench.harness.records.results import find_runs, load_run
+runs = [load_run(p) for p in find_runs([Path(sys.argv[1])])]
+told = []
+paths = write_all(runs, Path(sys.argv[2]), told.append, processes=int(sys.argv[3]))
+print("\\n".join(p.name for p in paths))
+print("told", len(told))
+"""
+
+
+def test_groups_drawn_side_by_side_write_the_files_drawn_one_by_one(tmp_path: Path, steps,
+                                                                     spawn: Spawn) -> None:
+    """The groups of figures drawn in two forked processes (a process of its own: in
+    pytest's, torch is loaded and drawing stays serial) are the same PNG files, byte for
+    byte, in the same order, as those drawn one group after another."""
+    import sys
+
+    from tests.conftest import REPO
+
+    for name in ("pair", "other"):
+        write_run(tmp_path / "runs", steps, name=name, slowdown=(1.0, 1.5))
+    program = tmp_path / "draw.py"
+    program.write_text(DRAW_BOTH_WAYS)
+    listed = {}
+    for processes in (1, 2):
+        done = spawn.run([sys.executable, str(program), str(tmp_path / "runs"),
+                          str(tmp_path / f"p{processes}"), str(processes)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        listed[processes] = done.stdout.split("\n")
+    assert listed[1] == listed[2] and "told 12" in listed[1]
+    pngs = [name for name in listed[1] if name.endswith(".png")]
+    assert len(pngs) >= 8, pngs
+    for name in pngs:
+        assert (tmp_path / "p1" / name).read_bytes() == (tmp_path / "p2" / name).read_bytes(), \
+            name
+
+
+GROUPS_WHERE_DRAWN = """
+import os, sys, time
+from pathlib import Path
+from hetbench.analysis.render import drawing
+def group(index):
+    def where():
+        time.sleep(0.3)  # long enough that both processes take groups
+        if index == 2 and sys.argv[1] == "fail":
+            raise OSError(28, "No space left on device", f"figure{index}.png")
+        return [Path(f"{index}-{os.getpid()}")]
+    return (f"group {index}", where)
+try:
+    paths = drawing.draw([group(i) for i in range(6)], processes=2)
+    print(os.getpid(), " ".join(p.name for p in paths))
+except OSError as exc:
+    print("OSError", exc.errno, exc.filename)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable core: no side by side")
+def test_groups_are_drawn_in_other_processes_in_order_and_raise_as_drawn(
+        tmp_path: Path, spawn: Spawn) -> None:
+    import sys
+
+    from tests.conftest import REPO
+
+    program = tmp_path / "where.py"
+    program.write_text(GROUPS_WHERE_DRAWN)
+    done = spawn.run([sys.executable, str(program), "draw"], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parent, *drawn = done.stdout.split()
+    assert [name.split("-")[0] for name in drawn] == [str(i) for i in range(6)]
+    pids = {name.split("-")[1] for name in drawn}
+    assert parent not in pids and 1 < len(pids) <= 2, (parent, pids)
+    done = spawn.run([sys.executable, str(program), "fail"], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+    assert done.stdout.split() == ["OSError", "28", "figure2.png"], done.stderr[-2000:]

@@ -14,6 +14,7 @@ import pytest
 from hetbench.analysis.measures.heatmap import MAX_COLUMNS, heatmap, hot_cells
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import RECORD_DTYPE
+from hetbench.harness.records.results import Run
 from tests.synthetic import MS, steps_frame, write_run
 
 WARMUP = 2
@@ -95,5 +96,5 @@ def test_a_long_run_is_binned_and_a_hot_cell_stays_hot(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "runs", steps.head(0), name="long",
                         slowdown=(1.0,) * 64)
     meta = json.loads((run_dir / "manifest.json").read_text())
-    paths = heatmap_figure([(meta, steps)], tmp_path / "figures", "64 x 10,000")
+    paths = heatmap_figure([Run.of(meta, steps)], tmp_path / "figures", "64 x 10,000")
     assert sorted(p.name for p in paths) == ["heatmap.pdf", "heatmap.png"]

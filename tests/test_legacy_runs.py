@@ -44,7 +44,7 @@ def same(a: object, b: object) -> bool:
 
 def test_an_earlier_run_reads_to_the_same_numbers(legacy: Path) -> None:
     data = load_run(the_run(legacy))
-    row = run_row(data.manifest, data.steps)
+    row = run_row(data)
     expected = EXPECTED["run_row"]
     assert set(expected) <= set(row)
     differ = {k: (row[k], v) for k, v in expected.items()

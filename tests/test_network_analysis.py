@@ -18,6 +18,7 @@ from hetbench.analysis.measures.network import (
 from hetbench.analysis.measures.stragglers import CAUSES, attribute
 from hetbench.analysis.render import report
 from hetbench.analysis.render.terminal import render
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import AGGREGATORS
 from hetbench.harness.spec.errors import UsageError
 from tests.synthetic import MS, steps_frame
@@ -67,7 +68,7 @@ def test_all_reduce_bandwidth_per_node_against_its_link() -> None:
     per worker; the communication after the last arrival is 80 ms, so 8 Mbit / 0.08 s =
     100 Mbit/s: all of the 100mbit link, the slowest the ring crosses, for both workers."""
     frame = steps_frame(10, lambda r, s: [2.0, 3.0][r], comm_ms=80.0)
-    table = exchange_bandwidth(manifest(["1gbit", "100mbit"]), frame).set_index("rank")
+    table = exchange_bandwidth(Run.of(manifest(["1gbit", "100mbit"]), frame)).set_index("rank")
     assert table["node"].tolist() == [0, 1] and table["host"].tolist() == ["host0", "host1"]
     np.testing.assert_allclose(table["mb_per_step"], 1.0)
     # not the allreduce phase: worker 0 also waited 1 ms there for worker 1
@@ -76,8 +77,8 @@ def test_all_reduce_bandwidth_per_node_against_its_link() -> None:
     np.testing.assert_allclose(table["link_mbit_s"], [100.0, 100.0])
     np.testing.assert_allclose(table["link_utilisation"], [1.0, 1.0])
     # three workers: 2 x 2 / 3 of the buffer; a link in the ring not described: no rate
-    three = exchange_bandwidth(manifest(["1gbit", None, "100mbit"]),
-                               steps_frame(10, lambda r, s: 2.0, world=3, comm_ms=80.0))
+    three = exchange_bandwidth(Run.of(manifest(["1gbit", None, "100mbit"]),
+                                      steps_frame(10, lambda r, s: 2.0, world=3, comm_ms=80.0)))
     np.testing.assert_allclose(three["mb_per_step"], 4 / 3)
     np.testing.assert_allclose(three["achieved_mbit_s"], 4 / 3 * 8 / 0.08)
     assert three["link_mbit_s"].isna().all() and three["link_utilisation"].isna().all()
@@ -102,7 +103,7 @@ def test_parameter_server_bandwidth_counts_the_traffic_that_crosses_the_link() -
                     workers=[{"rank": k, "parameters": PARAMETERS, "traffic": traffic}
                              for k in range(2)])
     meta["run"]["aggregator"].update(servers=2, server_nodes=[0, 1])
-    table = exchange_bandwidth(meta, frame).set_index("rank")
+    table = exchange_bandwidth(Run.of(meta, frame)).set_index("rank")
     np.testing.assert_allclose(table["mb_per_step"], 2.0)
     np.testing.assert_allclose(table["exchange_ms"], [4.0, 40.0])
     np.testing.assert_allclose(table["achieved_mbit_s"], [4000.0, 400.0])
@@ -116,7 +117,7 @@ def test_parameter_server_bandwidth_counts_the_traffic_that_crosses_the_link() -
 def test_a_run_on_one_host_has_no_bandwidth_table() -> None:
     meta = manifest(["1gbit", "100mbit"])
     del meta["nodes"]
-    assert exchange_bandwidth(meta, steps_frame(5, lambda r, s: 2.0)).empty
+    assert exchange_bandwidth(Run.of(meta, steps_frame(5, lambda r, s: 2.0))).empty
 
 
 def slow_exchange_at_step_7(rows: np.ndarray) -> None:
@@ -176,9 +177,9 @@ def test_the_report_shows_the_network_section_only_for_runs_across_hosts() -> No
     across = manifest(["1gbit", "100mbit"])
     one_host = {k: v for k, v in across.items() if k != "nodes"}
     title = "## Network: exchange bandwidth per node"
-    md, summary = report.build([(across, frame)])
+    md, summary = report.build([Run.of(across, frame)])
     assert title in md and "Network: exchange bandwidth per node" in render(summary)
     section = md.split(title)[1].split("\n## ")[0]
     assert "| pair | 1 | host1 | 1 | 1 | 100 | 1 | 80 | 100 | 1 |" in section
-    md, summary = report.build([(one_host, frame)])
+    md, summary = report.build([Run.of(one_host, frame)])
     assert title not in md and "Network:" not in render(summary)

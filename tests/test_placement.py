@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from hetbench.analysis.measures.traffic import per_endpoint, traffic_table
-from hetbench.harness.records.results import load_run
+from hetbench.harness.records.results import Run, load_run
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import parse_run
 from tests.conftest import completed_runs
@@ -102,7 +102,7 @@ def test_the_wire_carries_what_each_placement_places(placed):
     expected_sent = ((convolution + 1) * four + activations) / 1e6
     assert workers["sent_mb"].tolist() == pytest.approx([expected_sent] * 2, rel=1e-6)
     assert workers["total_mb"].max() < balanced.max() / 10
-    table = traffic_table([(m, load_run(placed[n]).steps) for n, m in meta.items()])
+    table = traffic_table([Run.of(m, load_run(placed[n]).steps) for n, m in meta.items()])
     assert sorted(table["placement"]) == ["data-parallel", "fc-on-server", "sharded"]
 
 

@@ -195,11 +195,11 @@ def test_the_report_says_which_steps_were_profiled_and_where_the_traces_are(runs
     from hetbench.analysis.render.report import run_section
 
     data = load_run(runs["pair"])
-    text = "\n".join(run_section(data.manifest, data.steps))
+    text = "\n".join(run_section(data))
     assert (f"**Profiled**: steps {FIRST}-{LAST} on every rank" in text
             and f"steps {FIRST}-{LAST + 1} are left out" in text)
     pipeline = load_run(runs["pipeline"])
-    assert "on ranks [1]" in "\n".join(run_section(pipeline.manifest, pipeline.steps))
+    assert "on ranks [1]" in "\n".join(run_section(pipeline))
 
 
 GPU_SUITE = f"""

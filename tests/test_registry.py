@@ -13,6 +13,7 @@ import pytest
 from hetbench.analysis.tables import registry
 from hetbench.analysis.tables.compare import RUN_LEVEL, run_metrics
 from hetbench.analysis.tables.runs import runs_table
+from hetbench.harness.records.results import Run
 from tests.synthetic import steps_frame
 from tests.test_simulate import recorded
 
@@ -31,7 +32,7 @@ def uneven_pair() -> tuple[dict[str, Any], pd.DataFrame]:
 
 def test_the_runs_table_and_compare_read_the_same_values() -> None:
     meta, steps = uneven_pair()
-    row = runs_table([(meta, steps)]).iloc[0]
+    row = runs_table([Run.of(meta, steps)]).iloc[0]
     values = run_metrics(steps, 10, meta)
     run_level = values[values["worker"] == RUN_LEVEL].set_index("metric")["value"]
     # every compared run-level metric has a value here (the manifest gives the standalone

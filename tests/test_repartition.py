@@ -21,6 +21,7 @@ from hetbench.harness.partition.policies import (
     equal_finish,
     limit_moves,
 )
+from hetbench.harness.records.results import Run
 from tests.synthetic import MS, steps_frame
 
 
@@ -163,8 +164,8 @@ def test_evaluation_table_reads_scenario_policy_balance_and_recovery() -> None:
         "workers": [{"device": "cpu", "slowdown_at": [[99, 1.0], [100, 3.0]]},
                     {"device": "cpu"}]},
         "partition_history": [{"step": 0}, {"step": 130}]}
-    (row,) = evaluation_table([(manifest, steps_frame(300, compute, comm_ms=0.0))], 0.5
-                              ).to_dict(orient="records")
+    (row,) = evaluation_table([Run.of(manifest, steps_frame(300, compute, comm_ms=0.0))],
+                              0.5).to_dict(orient="records")
     assert (row["scenario"], row["policy"], row["changes"]) == ("abrupt", "model", 1)
     assert row["recovery_steps"] == pytest.approx(30, abs=1)
     assert row["balance"] == pytest.approx(10.0 / 10.5 * 0.5 + 0.5, abs=1e-3)
@@ -220,8 +221,8 @@ def test_report_says_how_many_repeats_settled_after_the_jump() -> None:
             "partition_history": [{"step": 0}, {"step": 130}]}
     settles = steps_frame(300, compute, comm_ms=0.0)
     too_short = steps_frame(200, compute, comm_ms=0.0)  # too few steps after the jump to tell
-    text = "\n".join(repartition_section([(manifest(0), settles), (manifest(1), too_short)],
-                                          0.5))
+    text = "\n".join(repartition_section([Run.of(manifest(0), settles),
+                                           Run.of(manifest(1), too_short)], 0.5))
     row = next(line for line in text.splitlines() if line.startswith("| abrupt | model"))
     assert "| 1/2 |" in row
 

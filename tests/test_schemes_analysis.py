@@ -26,6 +26,7 @@ from hetbench.analysis.tables.schemes import (
 from hetbench.analysis.view.metrics import run_summary, with_derived
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import RECORD_DTYPE
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import parse_suite, run_from_dict
 from tests.synthetic import MS, steps_frame
@@ -107,11 +108,11 @@ def test_asynchronous_throughput_counts_only_samples_that_became_updates() -> No
 
 
 def test_staleness_counts_and_summary_pool_the_repeats_updates() -> None:
-    runs = [(manifest("ssp", 0, {"name": "ssp", "staleness": 2}),
-             asynchronous_steps([[0, 1, 1, 2], [0, 0, 3, 1]], dropped={(0, 3)})),
-            (manifest("ssp", 1, {"name": "ssp", "staleness": 2}),
-             asynchronous_steps([[0, 0, 0, 0], [1, 1, 1, 1]])),
-            (manifest("bsp", 0, {"name": "torch"}), steps_frame(4, lambda r, s: 1.0))]
+    runs = [Run.of(manifest("ssp", 0, {"name": "ssp", "staleness": 2}),
+                   asynchronous_steps([[0, 1, 1, 2], [0, 0, 3, 1]], dropped={(0, 3)})),
+            Run.of(manifest("ssp", 1, {"name": "ssp", "staleness": 2}),
+                   asynchronous_steps([[0, 0, 0, 0], [1, 1, 1, 1]])),
+            Run.of(manifest("bsp", 0, {"name": "torch"}), steps_frame(4, lambda r, s: 1.0))]
     counts = staleness_counts(runs)
     first = counts[(counts["run"] == "ssp") & (counts["repeat"] == 0)]
     # the dropped update (staleness 2) is not an update
@@ -126,22 +127,21 @@ def test_staleness_counts_and_summary_pool_the_repeats_updates() -> None:
     assert summary.loc["bsp", "max"] == 0 and summary.loc["bsp", "stale_share"] == 0
 
 
-def scheme_runs() -> tuple[list[Any], list[Any]]:
-    runs, run_evals = [], []
+def scheme_runs() -> list[Run]:
+    runs = []
     for repeat in range(2):
         for name, aggregator, steps, seconds in (
                 ("bsp", {"name": "torch"}, steps_frame(4, lambda r, s: [2.0, 4.0][r]), 2.0),
                 ("async", {"name": "ps-async"},
                  asynchronous_steps([[0, 1, 2, 1], [2, 3, 2, 2]]), 1.0 + repeat)):
-            m = manifest(name, repeat, aggregator)
-            runs.append((m, steps))
-            run_evals.append((m, evals([0.1, 0.3, 0.6, 0.7], seconds)))
-    return runs, run_evals
+            runs.append(Run.of(manifest(name, repeat, aggregator), steps,
+                               evals=evals([0.1, 0.3, 0.6, 0.7], seconds)))
+    return runs
 
 
 def test_scheme_table_puts_hardware_beside_statistical_efficiency() -> None:
-    runs, run_evals = scheme_runs()
-    table = scheme_table(runs, run_evals).set_index("run_id")
+    runs = scheme_runs()
+    table = scheme_table(runs).set_index("run_id")
     assert table.loc["async-r0", "bound"] == math.inf and table.loc["bsp-r1", "bound"] == 0
     assert table.loc["async-r0", "staleness_mean"] == pytest.approx(13 / 8)
     assert table.loc["bsp-r0", "staleness_mean"] == 0
@@ -150,25 +150,25 @@ def test_scheme_table_puts_hardware_beside_statistical_efficiency() -> None:
     assert table.loc["async-r1", "time_to_target_s"] == pytest.approx(4.0)
     assert table.loc["bsp-r0", "time_to_target_s"] == pytest.approx(4.0)
     assert table.loc["async-r0", "idle_fraction"] < table.loc["bsp-r0", "idle_fraction"]
-    groups = scheme_groups(scheme_table(runs, run_evals))
+    groups = scheme_groups(scheme_table(runs))
     row = groups[(groups["run"] == "async") & (groups["metric"] == "time_to_target_s")].iloc[0]
     assert row["mean"] == pytest.approx(3.0) and row["n"] == 2  # 2 s and 4 s
     assert row["reached"] == 2 and row["repeats"] == 2
 
 
 def test_report_and_figures_compare_the_schemes(tmp_path: Path) -> None:
-    runs, run_evals = scheme_runs()
-    markdown, summary = report.build(runs, evals=run_evals)
+    runs = scheme_runs()
+    markdown, summary = report.build(runs)
     section = markdown.split("## Synchronisation schemes")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows[2].startswith("| bsp | torch | 0 | 2/2 |")  # in the runs' order
     assert rows[3].startswith("| async | ps-async | inf | 2/2 |")
     assert "### Staleness of the updates" in section
     assert "Synchronisation schemes" in render(summary)
-    names = {p.name for p in write_all(runs, tmp_path, run_evals)}
+    names = {p.name for p in write_all(runs, tmp_path)}
     assert {"tradeoff.png", "tradeoff.pdf", "staleness.png"} <= names
     # all-reduce runs alone get no schemes section
-    only_bsp = [r for r in runs if r[0]["run"]["name"] == "bsp"]
+    only_bsp = [r for r in runs if r.name == "bsp"]
     assert "Synchronisation schemes" not in report.build(only_bsp)[0]
 
 

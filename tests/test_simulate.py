@@ -4,6 +4,7 @@ records it writes, and the residual process."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from hetbench.analysis.models import deviceclass, simulate
 from hetbench.analysis.models.deviceclass import CommModel, Source
 from hetbench.analysis.view.metrics import run_summary, step_metrics
 from hetbench.harness.records import collector
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.workers import WorkerSpec
 from tests.synthetic import MS, steps_frame
 
@@ -44,13 +46,17 @@ def steady_pair() -> tuple[dict[str, Any], pd.DataFrame]:
     return recorded(steps_frame(64, lambda r, s: [6.0, 2.0][r], batch=lambda r: 32))
 
 
+def as_runs(pairs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[Run]:
+    return [Run.of(meta, frame) for meta, frame in pairs]
+
+
 def classes_of(*runs: tuple[dict[str, Any], pd.DataFrame]):  # type: ignore[no-untyped-def]
-    classes, names = deviceclass.fit_classes(list(runs))
-    return classes, names, deviceclass.fit_comm(list(runs))
+    classes, names = deviceclass.fit_classes(as_runs(runs))
+    return classes, names, deviceclass.fit_comm(as_runs(runs))
 
 
 def workers(mix: str, runs: list[tuple[dict[str, Any], pd.DataFrame]]) -> list[Any]:
-    classes, names = deviceclass.fit_classes(runs)
+    classes, names = deviceclass.fit_classes(as_runs(runs))
     return deviceclass.resolve_mix(deviceclass.parse_mix(mix), classes, names)[0]
 
 
@@ -102,7 +108,7 @@ def test_the_ring_model_is_recovered_from_two_world_sizes() -> None:
         frame = steps_frame(16, lambda r, s: 3.0, world=world,
                             comm_ms=truth.allreduce_ns(world) / MS)
         meta, _ = recorded(frame, slowdowns=(1.0,) * world, run_id=f"w{world}")
-        runs.append((meta, frame))
+        runs.append(Run.of(meta, frame))
     fitted = deviceclass.fit_comm(runs)
     assert fitted.alpha_ns == pytest.approx(alpha, rel=1e-2)
     assert fitted.beta_ns_per_byte == pytest.approx(beta, rel=1e-2)
@@ -114,13 +120,13 @@ def test_runs_that_cannot_be_fitted_are_refused_by_name() -> None:
 
     meta, frame = steady_pair()
     with pytest.raises(UsageError, match="status failed"):
-        deviceclass.fit_classes([({**meta, "status": "failed"}, frame)])
+        deviceclass.fit_classes([Run.of({**meta, "status": "failed"}, frame)])
     asynchronous = frame.assign(asynchronous=True)
     with pytest.raises(UsageError, match="asynchronous scheme"):
-        deviceclass.fit_classes([(meta, asynchronous)])
+        deviceclass.fit_classes([Run.of(meta, asynchronous)])
     cnn = {**meta, "run": {**meta["run"], "workload": "cnn"}, "run_id": "other"}
     with pytest.raises(UsageError, match="more than one workload"):
-        deviceclass.fit_classes([(meta, frame), (cnn, frame)])
+        deviceclass.fit_classes([Run.of(meta, frame), Run.of(cnn, frame)])
     with pytest.raises(UsageError, match="no device class or profile 'gpu'"):
         workers("gpu:4", [steady_pair()])
     for bad in ("cpu", "cpu:0", "cpu:x", ":3"):

@@ -144,10 +144,9 @@ def test_the_recorded_configuration_is_reproduced_within_its_run_to_run_spread(
     assert set(written["launch"]) == {runs[0].launch}
     assert written["warmup"].sum() == 2 * 10 and written["repeat"].nunique() == 1
     real = pd.DataFrame([run_summary(r.steps, r.warmup_steps) for r in runs])
-    pairs = [(r.manifest, r.steps) for r in runs]
-    classes, names = deviceclass.fit_classes(pairs)
-    workers, _ = deviceclass.resolve_mix(deviceclass.recorded_mix(pairs, names), classes, names)
-    comm = deviceclass.fit_comm(pairs)
+    classes, names = deviceclass.fit_classes(runs)
+    workers, _ = deviceclass.resolve_mix(deviceclass.recorded_mix(runs, names), classes, names)
+    comm = deviceclass.fit_comm(runs)
     simulated = []
     for seed in range(30):  # simulated repeat r keeps to recorded repeat r mod 3: 10 each
         sim = simulate.simulate(workers, comm, simulate.Scheme("bsp"), 70, 64, seed=seed,

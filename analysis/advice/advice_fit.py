@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import recorded_name
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import name_matches, run_from_dict
@@ -67,17 +69,17 @@ def fitted_remedies(job: dict[str, Any], shape: Any = "no layer profile", tensor
     from hetbench.analysis.models.simulate import parse_scheme
 
     classes, names = deviceclass.fit_classes(job["fitted"])
-    meta = job["fitted"][0][0]
+    first = job["fitted"][0]
     by_rank = [classes[names[f"rank{w['rank']}"]]
-               for w in sorted(meta["workers"], key=lambda w: int(w["rank"]))]
-    text, sizes = deviceclass.recorded_scheme(*job["fitted"][0])
+               for w in sorted(first.workers, key=lambda w: int(w["rank"]))]
+    text, sizes = deviceclass.recorded_scheme(first)
     found, refused = advisor.remedies(job["recorded"], parse_scheme(text), sizes,
                                       [c.name for c in by_rank], shape, tensors, refusal)
     return FittedRemedies(job["recorded"], by_rank, deviceclass.fit_comm(job["fitted"]),
-                          recorded_host(*job["fitted"][0]), found, refused, shape)
+                          recorded_host(first), found, refused, shape)
 
 
-def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dict[str, Any]:
+def fitted_job(loaded: Sequence[Run], job: str | None) -> dict[str, Any]:
     """The job: the runs named `job` (a glob, else a substring; default: the first run that
     can be fitted), those of them that can be fitted (an all-reduce scheme, completed,
     instrumented), and its RunSpec. The devices and the exchange are fitted on these alone;
@@ -85,22 +87,22 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
     be fitted, or when the runs are of more than one workload."""
     from hetbench.analysis.models import deviceclass
 
-    workloads = {deviceclass.workload_name(m) for m, _ in loaded}
+    workloads = {deviceclass.workload_name(run.manifest) for run in loaded}
     if len(workloads) > 1:
         raise UsageError("RESULTS", f"runs of more than one workload "
                          f"({', '.join(sorted(workloads))}): advise one job at a time")
     fitted, problems = [], []
-    for meta, steps in loaded:
-        problem = deviceclass.fit_problem(meta, steps)
-        if not problem and meta["run"].get("pipeline"):
+    for run in loaded:
+        problem = deviceclass.fit_problem(run)
+        if not problem and run.spec.get("pipeline"):
             problem = "pipelined: advise fits data-parallel runs"
         if problem:
-            problems.append((str(meta["run"]["name"]), problem))
+            problems.append((str(run.manifest["run"]["name"]), problem))
         else:
-            fitted.append((meta, steps))
+            fitted.append(run)
     if not fitted:
         raise UsageError("RESULTS", f"no run can be fitted ({'; '.join(grouped(problems))})")
-    names = list(dict.fromkeys(str(m["run"]["name"]) for m, _ in fitted))
+    names = list(dict.fromkeys(run.name for run in fitted))
     chosen = [n for n in names if n == job] or [  # a name given whole is that job
         n for n in names if job is None or name_matches(n, job)]
     if not chosen:
@@ -109,17 +111,17 @@ def fitted_job(loaded: list[tuple[dict[str, Any], Any]], job: str | None) -> dic
     if len(chosen) > 1 and job is not None:
         raise UsageError("--job", f"{job!r} matches {len(chosen)} jobs ({', '.join(chosen)}): "
                          "name one")
-    runs = [(m, s) for m, s in fitted if m["run"]["name"] == chosen[0]]
+    runs = [run for run in fitted if run.name == chosen[0]]
     # runs of the same workers and exchange under another partition: other slice sizes,
     # which tell a line's intercept from its slope (one slice size cannot)
-    alike = [(m, s) for m, s in fitted
-             if m["run"]["name"] != chosen[0] and same_workers(m["run"], runs[0][0]["run"])]
+    alike = [run for run in fitted
+             if run.name != chosen[0] and same_workers(run.spec, runs[0].spec)]
     left_out = grouped(problems)
     for line in left_out:
         print(f"not fitted (the steps to target may use them): {line}")
-    return {"fitted": runs + alike, "recorded": run_from_dict(runs[0][0]["run"]),
+    return {"fitted": runs + alike, "recorded": run_from_dict(runs[0].spec),
             "left_out": left_out, "job_runs": len(runs),
-            "alike": sorted({str(m["run"]["name"]) for m, _ in alike})}
+            "alike": sorted({run.name for run in alike})}
 
 
 def same_workers(run: dict[str, Any], job: dict[str, Any]) -> bool:
@@ -145,7 +147,7 @@ def steps_model(loaded: list[Any], meta: dict[str, Any], target: dict[str, Any]
     leave-one-out prediction; None when no run of BSP's gradient reached the target."""
     from hetbench.analysis.tables import statistical
 
-    same = [(r.manifest, r.steps, r.evals) for r in loaded
+    same = [r for r in loaded
             if r.status == "completed" and len(r.manifest["workers"]) == len(meta["workers"])
             and target["metric"] in r.evals.columns]
     points = statistical.scheme_points(same, target["metric"], target["value"])
@@ -155,12 +157,13 @@ def steps_model(loaded: list[Any], meta: dict[str, Any], target: dict[str, Any]
     return {"model": fitted, "points": points, "validation": statistical.leave_one_out(points)}
 
 
-def recorded_host(meta: dict[str, Any], steps: Any) -> Any:
+def recorded_host(run: Run) -> Any:
     """The cores the recorded job's workers shared (its manifest's `load`), their threads
     on them and their typical slices (the median after warm-up)."""
     from hetbench.analysis.advice.advisor import Host
     from hetbench.analysis.view.metrics import after_warmup
 
+    meta, steps = run.manifest, run.steps
     workers = sorted(meta["workers"], key=lambda w: int(w["rank"]))
     specs = meta["run"]["workers"]
     threads = tuple(int(specs[int(w["rank"])].get("threads", 1))

@@ -122,7 +122,7 @@ def write_advice(out: Path, ranked: Any, refused: list[Any], job: dict[str, Any]
     from hetbench.analysis.render.figures import advice_figure
 
     recorded = ranked[ranked["kind"] == "recorded"].iloc[0]
-    meta = job["fitted"][0][0]
+    meta = job["fitted"][0].manifest
     ranked.to_csv(out / "advice.csv", index=False)
     advice_figure(ranked, out / "figures", f"hetbench advise: {meta['run']['name']} "
                   f"({len(meta['workers'])} workers), predicted")

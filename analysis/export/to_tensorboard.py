@@ -22,9 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from hetbench.analysis.view.metrics import complete_steps, with_derived
+from hetbench.harness.records.results import Run
 
 NS_PER_MS = 1e6
 PHASES = {"phase/compute_ms": "compute_ns", "phase/idle_ms": "idle_ns",
@@ -34,10 +33,10 @@ PHASES = {"phase/compute_ms": "compute_ns", "phase/idle_ms": "idle_ns",
 EVAL_BOOKKEEPING = {"step", "samples", "wall_s", "train_s", "eval_s", "heldout_samples"}
 
 
-def export(manifest: dict[str, Any], steps: pd.DataFrame, evals: pd.DataFrame,
-           out: Path) -> list[Path]:
+def export(run: Run, out: Path) -> list[Path]:
     """Write the run's event files under out/RUN_ID (replacing those of an earlier export);
     returns the folders written."""
+    manifest, steps, evals = run.manifest, run.steps, run.evals
     SummaryWriter = _summary_writer()
     run_dir = out / str(manifest.get("run_id", "run"))
     start_s = _start_seconds(manifest)

@@ -46,10 +46,11 @@ import numpy as np
 import pandas as pd
 
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, instrumented, with_derived
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 from hetbench.harness.spec.errors import UsageError
 
-Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
+Runs = Sequence[Run]
 BUFFER_VALUE_BYTES = 4  # float32: the buffer the exchange moves (harness/loop/worker.py)
 # tc's rate units (tc(8), "RATES"): bits or bytes per second, decimal or binary prefixes; a
 # bare number is bit/s
@@ -178,18 +179,17 @@ def exchange_ns(steps: pd.DataFrame) -> pd.Series:
     return after_arrival.where(measured <= 0, measured)
 
 
-def exchange_bandwidth(manifest: dict[str, Any], steps: pd.DataFrame,
-                       warmup_steps: int | None = None) -> pd.DataFrame:
+def exchange_bandwidth(run: Run, warmup_steps: int | None = None) -> pd.DataFrame:
     """One row per worker of a run across hosts, by node: node, host, rank, link_mbit_s
     (the slowest link its exchange crosses: path_rates; NaN: not described), mb_per_step
     (MB, 10**6 bytes, over the link per exchange), exchange_ms (median over steps after
     warm-up of exchange_ns), achieved_mbit_s (mb_per_step x 8 / exchange time) and
     link_utilisation (achieved over that rate). Empty for a run on one host."""
+    manifest = run.manifest
     if not spans_hosts(manifest):
         return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
-    warmup = int((manifest.get("run") or {}).get("warmup_steps", 0)) if warmup_steps is None \
-        else warmup_steps
-    steps = complete_steps(after_warmup(steps, warmup))
+    warmup = run.warmup_steps if warmup_steps is None else warmup_steps
+    steps = complete_steps(after_warmup(run.steps, warmup))
     if steps.empty or not instrumented(steps):
         return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
     links = node_links(manifest)
@@ -213,9 +213,8 @@ def exchange_bandwidth(manifest: dict[str, Any], steps: pd.DataFrame,
 
 def bandwidth_table(runs: Runs) -> pd.DataFrame:
     """exchange_bandwidth of every run across hosts, with its run name and repeat."""
-    frames = [exchange_bandwidth(manifest, steps).assign(
-        run=(manifest.get("run") or {}).get("name", ""), repeat=int(manifest.get("repeat", 0)))
-        for manifest, steps in runs if spans_hosts(manifest)]
+    frames = [exchange_bandwidth(run).assign(run=run.name, repeat=run.repeat)
+              for run in runs if spans_hosts(run.manifest)]
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=["run", "repeat", *BANDWIDTH_COLUMNS])

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hetbench.harness.records.results import Run
+
 STAGE_COLUMNS = ["virtual_worker", "stage", "rank", "layers", "predicted_ms", "measured_ms",
                  "error", "forward_ms", "backward_ms", "bubble_fraction", "ideal_bubble"]
 
@@ -24,13 +26,13 @@ def is_pipelined(manifest: dict[str, Any]) -> bool:
     return bool((manifest.get("run") or {}).get("pipeline")) and "pipeline" in manifest
 
 
-def stage_table(manifest: dict[str, Any], steps: pd.DataFrame, micro: pd.DataFrame
-                ) -> pd.DataFrame:
+def stage_table(run: Run) -> pd.DataFrame:
     """One row per stage of every virtual worker: its layers, the predicted and measured
     time of one micro-batch's forward + backward (median over waves after warm-up; error =
     measured / predicted - 1), and the bubble fraction: the share of the schedule's span
     the stage spent neither computing forward nor backward (mean over waves). ideal_bubble:
     GPipe's (S - 1) / (Nm + S - 1) for S equal stages and Nm micro-batches."""
+    manifest, steps, micro = run.manifest, run.steps, run.micro
     if not is_pipelined(manifest) or steps.empty or micro.empty:
         return pd.DataFrame(columns=STAGE_COLUMNS)
     plan = manifest["pipeline"]
@@ -63,12 +65,12 @@ def stage_table(manifest: dict[str, Any], steps: pd.DataFrame, micro: pd.DataFra
     return pd.DataFrame(rows, columns=STAGE_COLUMNS)
 
 
-def pipeline_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
-                   ) -> pd.DataFrame:
+def pipeline_table(runs: Sequence[Run]) -> pd.DataFrame:
     """stage_table of every pipelined run, with its run id, schedule and micro-batches."""
     parts = []
-    for manifest, steps, micro in runs:
-        table = stage_table(manifest, steps, micro)
+    for run in runs:
+        manifest = run.manifest
+        table = stage_table(run)
         if len(table):
             plan = manifest["pipeline"]
             parts.append(table.assign(run=manifest["run"].get("name", ""),
@@ -100,10 +102,9 @@ def pipeline_summary(table: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def typical_wave(manifest: dict[str, Any], steps: pd.DataFrame) -> int | None:
+def typical_wave(run: Run) -> int | None:
     """The wave after warm-up whose span (first begin to last end) is the median's."""
-    warmup = int((manifest.get("run") or {}).get("warmup_steps", 0))
-    steps = steps[steps["step"] >= warmup]
+    steps = run.steps[run.steps["step"] >= run.warmup_steps]
     if steps.empty:
         return None
     span = steps.groupby("step").agg(b=("begin_ns", "min"), e=("end_ns", "max"))

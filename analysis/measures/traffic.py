@@ -18,8 +18,9 @@ from typing import Any
 import pandas as pd
 
 from hetbench.analysis.view.metrics import run_summary
+from hetbench.harness.records.results import Run
 
-Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
+Runs = Sequence[Run]
 TRAFFIC_COLUMNS = ["run", "repeat", "placement", "servers", "worker_mb_per_step",
                    "busiest_worker_mb_per_step", "server_mb_per_step",
                    "busiest_server_mb_per_step", "mean_step_ms", "samples_per_s"]
@@ -62,16 +63,15 @@ def traffic_table(runs: Runs) -> pd.DataFrame:
     per worker (mean and busiest) and per server (mean and busiest), with the run's mean
     step time and samples/s after warm-up."""
     rows = []
-    for manifest, steps in runs:
-        placement = placement_of(manifest)
+    for run in runs:
+        placement = placement_of(run.manifest)
         if placement is None:
             continue
-        workers, servers = per_endpoint(manifest)
+        workers, servers = per_endpoint(run.manifest)
         if workers.empty:
             continue
-        run = manifest.get("run") or {}
-        summary = run_summary(steps, int(run.get("warmup_steps", 0)))
-        rows.append({"run": run.get("name", ""), "repeat": int(manifest.get("repeat", 0)),
+        summary = run_summary(run.steps, run.warmup_steps)
+        rows.append({"run": run.name, "repeat": run.repeat,
                      "placement": placement, "servers": len(servers),
                      "worker_mb_per_step": float(workers["total_mb"].mean()),
                      "busiest_worker_mb_per_step": float(workers["total_mb"].max()),

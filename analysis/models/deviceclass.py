@@ -31,6 +31,7 @@ from hetbench.analysis.models import simulated
 from hetbench.analysis.models.simulated import SIMULATED
 from hetbench.analysis.view.metrics import after_warmup, complete_steps, lockstep, with_derived
 from hetbench.harness.records.collector import COMPUTE_PHASES
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.workers import WorkerSpec
@@ -135,9 +136,6 @@ class CommModel:
                 "origin": self.origin}
 
 
-Run = tuple[dict[str, Any], pd.DataFrame]  # (manifest, steps) as results.load_run reads
-
-
 def short_name(worker: dict[str, Any]) -> str:
     parts = [] if worker.get("framework", "pytorch") == "pytorch" else [worker["framework"]]
     parts.append(str(worker.get("device", "cpu")).split(":")[0])
@@ -190,8 +188,8 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
     runs and repeats that have it), and the names each answers to (module docstring)."""
     if not runs:
         raise UsageError("RESULTS", "no runs to fit")
-    workloads = {(m["run"].get("framework"), m["run"].get("workload"), m["run"].get("dataset"),
-                  m["run"].get("size")) for m, _ in runs}
+    workloads = {(run.spec.get("framework"), run.spec.get("workload"),
+                  run.spec.get("dataset"), run.spec.get("size")) for run in runs}
     if len(workloads) > 1:
         shown = ", ".join(sorted("/".join(str(x) for x in w[1:3]) for w in workloads))
         raise UsageError("RESULTS", f"runs of more than one workload ({shown}): fit one "
@@ -201,14 +199,14 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
     shares: dict[str, list[np.ndarray]] = {}
     workers_of: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}
-    for meta, steps in runs:
-        problem = fit_problem(meta, steps)
+    for run in runs:
+        problem = fit_problem(run)
         if problem:
-            raise UsageError(f"run {meta.get('run_id')}", problem)
+            raise UsageError(f"run {run.manifest.get('run_id')}", problem)
     exchange = comm_points(runs)
     typical = exchange.groupby(["world", "bytes"])["comm_ns"].transform("median").clip(lower=1.0)
-    for index, (meta, steps) in enumerate(runs):
-        warmup = int(meta["run"].get("warmup_steps", 0))
+    for index, run in enumerate(runs):
+        meta, steps, warmup = run.manifest, run.steps, run.warmup_steps
         fit = costmodel.fit(steps, meta, warmup)
         d = with_derived(complete_steps(after_warmup(steps, warmup))).sort_values(
             ["rank", "step"])
@@ -256,7 +254,7 @@ def fit_classes(runs: Sequence[Run]) -> tuple[dict[str, DeviceClass], dict[str, 
             schedule=_spec(workers_of[label]), sources=tuple(sources[label]),
             phase_shares=tuple(np.mean(shares[label], axis=0)),
             origin={"from": sorted({s.run_id for s in sources[label]}),
-                    "workload": workload_name(runs[0][0])})
+                    "workload": workload_name(runs[0].manifest)})
     return classes, names
 
 
@@ -282,8 +280,9 @@ def _hardware_lines(points: dict[str, list[tuple[np.ndarray, np.ndarray]]],
     return {label: fitted[hardware(label)] for label in points}
 
 
-def fit_problem(meta: dict[str, Any], steps: pd.DataFrame) -> str:
+def fit_problem(run: Run) -> str:
     """Why a run cannot be fitted ('' if it can)."""
+    meta, steps = run.manifest, run.steps
     if meta.get("status") != "completed":
         return f"status {meta.get('status')}: only completed runs are fitted"
     if not meta["run"].get("instrument", True):
@@ -303,10 +302,10 @@ def comm_points(runs: Sequence[Run]) -> pd.DataFrame:
     """One row per run, in order: its world size, gradient bytes and exchange after the
     last arrival (the median over its steps after warm-up)."""
     rows = []
-    for meta, steps in runs:
-        d = with_derived(complete_steps(after_warmup(
-            steps, int(meta["run"].get("warmup_steps", 0)))))
-        rows.append((int(d["rank"].nunique()), _bytes(meta), float(d["comm_ns"].median())))
+    for run in runs:
+        d = with_derived(complete_steps(after_warmup(run.steps, run.warmup_steps)))
+        rows.append((int(d["rank"].nunique()), _bytes(run.manifest),
+                     float(d["comm_ns"].median())))
     return pd.DataFrame(rows, columns=["world", "bytes", "comm_ns"])
 
 
@@ -396,16 +395,14 @@ def _fitted_workload(classes: dict[str, DeviceClass]) -> str:
 
 def recorded_mix(runs: Sequence[Run], names: dict[str, str]) -> list[tuple[str, int]]:
     """The first run's workers, in rank order: the configuration that was recorded."""
-    meta = runs[0][0]
-    return [(f"rank{w['rank']}", 1) for w in sorted(meta["workers"], key=lambda w: w["rank"])]
+    return [(f"rank{w['rank']}", 1) for w in sorted(runs[0].workers, key=lambda w: w["rank"])]
 
 
-def recorded_scheme(meta: dict[str, Any], steps: pd.DataFrame
-                    ) -> tuple[str, tuple[int, ...] | None]:
+def recorded_scheme(recorded: Run) -> tuple[str, tuple[int, ...] | None]:
     """The scheme (simulate's name) and bsp's static slices that reproduce a run: its
     aggregator and partition policy (simulated.recorded), the slices of its first step
     after warm-up."""
-    run = meta["run"]
+    steps, run = recorded.steps, recorded.manifest["run"]
     name = simulated.recorded(run)
     scheme = SIMULATED[name]
     if scheme.key is not None:  # the option as the recorded aggregator names it

@@ -1,7 +1,7 @@
 """Figures (the only module that plots), as PNG and PDF. Each figure's title says which
 runs it shows and whether heterogeneity was real or emulated; axes carry units.
 
-Inputs are (manifest, steps) pairs, as hetbench.harness.records.results.load_run gives them."""
+Inputs are recorded runs (hetbench.harness.records.results.Run, as load_run gives them)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hetbench.analysis.measures.stragglers import attribute, cause_shares, straggler_summary
-from hetbench.analysis.measures.whatif import what_if
 from hetbench.analysis.models.deviceclass import short_name
+from hetbench.analysis.render import drawing
 from hetbench.analysis.tables.convergence import curves
 from hetbench.analysis.tables.repartition import slices_over_steps
-from hetbench.analysis.tables.runs import runs_table, slowdowns
+from hetbench.analysis.tables.runs import run_row, run_tables, runs_table
 from hetbench.analysis.tables.schemes import compares_schemes, scheme_table, staleness_counts
 from hetbench.analysis.view.metrics import (
     PHASE_COLUMNS,
@@ -27,10 +26,9 @@ from hetbench.analysis.view.metrics import (
     phase_stats,
     with_derived,
 )
+from hetbench.harness.records.results import Run
 
-Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
-# (manifest, steps, micro-batches) of pipelined runs (analysis/measures/pipeline.py)
-Pipelines = Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]]
+Runs = Sequence[Run]
 MAX_TIMELINES = 6  # panels of the pipeline timeline figure (and of the step timeline)
 DPI = 300  # PNGs print sharp in a paper's column
 # One colour per phase in every figure (stacked bars, step timeline): idle red,
@@ -55,19 +53,23 @@ def _warmup(manifest: dict[str, Any]) -> int:
 
 
 def _scope(runs: Runs) -> str:
-    kinds = sorted({m.get("heterogeneity", "?") for m, _ in runs})
-    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    kinds = sorted({run.manifest.get("heterogeneity", "?") for run in runs})
+    suites = sorted({run.manifest.get("suite", {}).get("name", "?") for run in runs})
     return f"{len(runs)} run(s) of {', '.join(suites)}; heterogeneity: {', '.join(kinds)}"
 
 
-def per_run_frame(runs: Runs, build: Callable[[dict[str, Any], pd.DataFrame], pd.DataFrame]
-                  ) -> pd.DataFrame:
+def _drawn(run: Run) -> bool:
+    """The run has instrumented steps after its warm-up: the per-run figures draw it."""
+    return bool(len(run.steps)) and instrumented(after_warmup(run.steps, run.warmup_steps))
+
+
+def per_run_frame(runs: Runs, build: Callable[[Run], pd.DataFrame]) -> pd.DataFrame:
     parts = []
-    for manifest, steps in runs:
-        if len(steps) and instrumented(after_warmup(steps, _warmup(manifest))):
-            frame = build(manifest, steps)
+    for run in runs:
+        if _drawn(run):
+            frame = build(run)
             if len(frame):
-                parts.append(frame.assign(run=_label(manifest)))
+                parts.append(frame.assign(run=_label(run.manifest)))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -78,7 +80,8 @@ def worker_names(manifest: dict[str, Any], ranks: pd.Series) -> pd.Series:
     return ranks.map(lambda r: names.get(int(r), str(r))).astype(str)
 
 
-def compute_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+def compute_frame(run: Run) -> pd.DataFrame:
+    manifest, steps = run.manifest, run.steps
     d = with_derived(complete_steps(after_warmup(steps, _warmup(manifest))))
     return pd.DataFrame({"worker": worker_names(manifest, d["rank"]), "step": d["step"],
                          "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
@@ -91,7 +94,8 @@ BREAKDOWN = ("load", "to_device", "forward", "backward", "bubble", "pack", "idle
 assert set(BREAKDOWN) == set(PHASE_COLUMNS) - {"allreduce"} | {"idle", "comm", "bubble"}
 
 
-def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+def phase_frame(run: Run) -> pd.DataFrame:
+    manifest, steps = run.manifest, run.steps
     stats = phase_stats(steps, _warmup(manifest))
     stats = stats[stats["phase"].isin(BREAKDOWN)]
     phase = stats["phase"].astype(str)
@@ -100,11 +104,11 @@ def phase_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     return stats.assign(worker=worker_names(manifest, stats["rank"]), phase=phase)
 
 
-def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
-    warmup = _warmup(manifest)
-    shares = cause_shares(attribute(steps, warmup, slowdowns(manifest), manifest=manifest))
+def cause_frame(run: Run) -> pd.DataFrame:
+    manifest, tables = run.manifest, run_tables(run)  # as the report's section of the run
+    shares = tables["causes"]
     shares = shares[shares["rank"] >= 0]
-    last = straggler_summary(steps, warmup).set_index("rank")["share_last"]
+    last = tables["stragglers"].set_index("rank")["share_last"]
     shares = shares.assign(worker=worker_names(manifest, shares["rank"]),
                            share_last=shares["rank"].map(last))
     # Each cause's part of all steps: share of steps last x share of its excess.
@@ -112,15 +116,16 @@ def cause_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
     return shares
 
 
-def slices_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+def slices_frame(run: Run) -> pd.DataFrame:
+    manifest, steps = run.manifest, run.steps
     frame = slices_over_steps(steps)
     return frame.assign(worker=worker_names(manifest, frame["rank"]))
 
 
-def whatif_frame(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
-    if (manifest.get("run") or {}).get("pipeline"):  # no data-parallel batch to re-slice
+def whatif_frame(run: Run) -> pd.DataFrame:
+    if run.spec.get("pipeline"):  # no data-parallel batch to re-slice
         return pd.DataFrame()
-    return what_if(steps, _warmup(manifest), manifest)
+    return run_tables(run)["what_if"]
 
 
 def _save(figure: Any, out: Path, name: str) -> list[Path]:
@@ -159,22 +164,20 @@ def _facets(frame: pd.DataFrame) -> dict[str, Any]:
     return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
 
 
-# what write_all says it is drawing, for a command's progress (`progress`)
-Progress = Callable[[str], None]
-
-
-def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = (),
-              progress: Progress | None = None) -> list[Path]:
-    """Every figure that the runs have data for; returns the files written. `evals`: the
-    runs' held-out evaluations as (manifest, eval frame); `micro`: their micro-batch records
-    as (manifest, steps, micro-batches), for the pipeline timeline; `progress`, where given,
-    is told each group of figures as it begins ("3 of 12: ...")."""
+def write_all(runs: Runs, out: Path, progress: drawing.Progress | None = None,
+              processes: int | None = None) -> list[Path]:
+    """Every figure that the runs have data for (their steps, held-out evaluations and
+    micro-batches); returns the files written. The groups of figures are drawn side by
+    side, at most `processes` at once (analysis/render/drawing.py); `progress`, where
+    given, is told each group as it is done ("3 of 12 done: phases")."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - imported once here, not in each drawing process
+    import seaborn  # noqa: F401
 
     scope = _scope(runs)
-    groups: list[tuple[str, Callable[[], list[Path]]]] = [
+    groups: list[drawing.Group] = [
         ("compute and idle per step",
          lambda: _compute_figures(per_run_frame(runs, compute_frame), out, scope)),
         ("phases", lambda: _phase_bars(per_run_frame(runs, phase_frame), out, scope)),
@@ -183,19 +186,32 @@ def write_all(runs: Runs, out: Path, evals: Runs = (), micro: Pipelines = (),
         ("what-if", lambda: _whatif_bars(per_run_frame(runs, whatif_frame), out, scope)),
         ("slices", lambda: _slices_figure(per_run_frame(runs, slices_frame), out, scope)),
         ("compute CV over repeats", lambda: _cv_figure(runs_table(runs), out, scope)),
-        ("convergence", lambda: _convergence_figure(curves(evals), out, scope)),
-        ("schemes", lambda: _scheme_figures(runs, evals, out, scope)),
-        ("pipeline", lambda: pipeline_figure(micro, out, scope)),
+        ("convergence", lambda: _convergence_figure(curves(runs), out, scope)),
+        ("schemes", lambda: _scheme_figures(runs, out, scope)),
+        ("pipeline", lambda: pipeline_figure(runs, out, scope)),
         ("step timeline", lambda: step_timeline_figure(runs, out, scope)),
         ("slices of a step", lambda: batch_table_figure(runs, out, scope)),
-        ("heatmap", lambda: heatmap_figure(runs, out, scope, evals)),
+        ("heatmap", lambda: heatmap_figure(runs, out, scope)),
     ]
-    paths: list[Path] = []
-    for number, (what, draw) in enumerate(groups, 1):
-        if progress is not None:
-            progress(f"{number} of {len(groups)}: {what}")
-        paths += draw()
-    return paths
+    _work_out_shared_tables(runs)
+    return drawing.draw(groups, progress, processes, LONGEST_FIRST)
+
+
+# The groups that take longest, longest first: drawn one by one on the `quick` suite's runs,
+# 3.2, 2.1, 1.9, 1.4, 1.3, 1.1, 1.1 and 0.6 s (2026-11-29), the others 0.02 s or nothing
+LONGEST_FIRST = ("compute and idle per step", "straggler causes", "heatmap",
+                 "slices of a step", "step timeline", "phases", "what-if",
+                 "compute CV over repeats")
+
+
+def _work_out_shared_tables(runs: Runs) -> None:
+    """What several groups of figures and the report read, worked out before the groups
+    are drawn (in other processes, which would each work it out again, and keep it from
+    the report): each run's runs-table row and, where the figures draw them, its tables."""
+    for run in runs:
+        run_row(run)
+        if _drawn(run):
+            run_tables(run)
 
 
 def _causes_figure(causes: pd.DataFrame, out: Path, scope: str) -> list[Path]:
@@ -227,11 +243,11 @@ def _slices_figure(slices: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     return _save(grid.figure, out, "slices_per_step")
 
 
-def _scheme_figures(runs: Runs, evals: Runs, out: Path, scope: str) -> list[Path]:
+def _scheme_figures(runs: Runs, out: Path, scope: str) -> list[Path]:
     """The schemes' trade-off, and their staleness, where the runs compare schemes."""
     if not compares_schemes(runs):
         return []
-    paths = _tradeoff_figure(scheme_table(runs, evals), out, scope)
+    paths = _tradeoff_figure(scheme_table(runs), out, scope)
     counts = staleness_counts(runs)
     if len(counts) and counts["staleness"].max() > 0:
         paths += _staleness_figure(counts, out, scope)
@@ -367,14 +383,14 @@ def _whatif_bars(whatif: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     return _save(figure, out, "what_if")
 
 
-def _first_of_each_run(runs: Runs) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+def _first_of_each_run(runs: Runs) -> list[Run]:
     """The first repeat of each run name (at most MAX_TIMELINES): the close-up figures
     show one example of each configuration."""
-    chosen: dict[str, tuple[dict[str, Any], pd.DataFrame]] = {}
-    for manifest, steps in runs:
-        name = manifest.get("run", {}).get("name", "?")
+    chosen: dict[str, Run] = {}
+    for run in runs:
+        name = run.manifest.get("run", {}).get("name", "?")
         if name not in chosen and len(chosen) < MAX_TIMELINES:
-            chosen[name] = (manifest, steps)
+            chosen[name] = run
     return list(chosen.values())
 
 
@@ -384,8 +400,8 @@ def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     waited for whom."""
     from hetbench.analysis.measures.timeline import STEPS_SHOWN, step_spans
 
-    shown = [(m, spans) for m, s in _first_of_each_run(runs)
-             if len(spans := step_spans(s, _warmup(m)))]
+    shown = [(run.manifest, spans) for run in _first_of_each_run(runs)
+             if len(spans := step_spans(run.steps, _warmup(run.manifest)))]
     if not shown:
         return []
     import matplotlib.pyplot as plt
@@ -423,10 +439,10 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     from hetbench.analysis.measures.timeline import batch_times
 
     shown = []
-    for manifest, steps in _first_of_each_run(runs):
-        table, straggler = batch_times(steps, _warmup(manifest))
+    for run in _first_of_each_run(runs):
+        table, straggler = batch_times(run.steps, _warmup(run.manifest))
         if len(table):
-            shown.append((manifest, table, straggler))
+            shown.append((run.manifest, table, straggler))
     if not shown:
         return []
     import seaborn as sns
@@ -449,7 +465,7 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     return _save(figure, out, "batch_times")
 
 
-def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[Path]:
+def heatmap_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     """SMon's heatmap of each run (its first repeat): workers as rows, steps as columns,
     each cell the step's compute over the worker's median (analysis/measures/heatmap.py); slice
     changes marked above, evaluations below."""
@@ -457,9 +473,8 @@ def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[
 
     from hetbench.analysis.measures.heatmap import heatmap
 
-    evaluated = {m.get("run_id"): e for m, e in evals}
-    shown = [(m, h) for m, s in _first_of_each_run(runs)
-             if (h := heatmap(s, _warmup(m), evaluated.get(m.get("run_id")))) is not None]
+    shown = [(run.manifest, h) for run in _first_of_each_run(runs)
+             if (h := heatmap(run.steps, _warmup(run.manifest), run.evals)) is not None]
     if not shown:
         return []
     import matplotlib.pyplot as plt
@@ -497,7 +512,7 @@ def heatmap_figure(runs: Runs, out: Path, scope: str, evals: Runs = ()) -> list[
     return _save(figure, out, "heatmap")
 
 
-def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
+def pipeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     """HetPipe's picture: one wave of virtual worker 0 of each pipelined run (the first
     repeat of each run name; the wave of median span after warm-up), a row per stage, a
     box per micro-batch's forward (light) and backward (dark) labelled with its number;
@@ -507,11 +522,12 @@ def pipeline_figure(runs: Pipelines, out: Path, scope: str) -> list[Path]:
     from hetbench.analysis.measures.pipeline import is_pipelined, timeline, typical_wave
 
     chosen: dict[str, tuple[dict[str, Any], pd.DataFrame, int]] = {}
-    for manifest, steps, micro in runs:
+    for run in runs:
+        manifest, micro = run.manifest, run.micro
         name = manifest.get("run", {}).get("name", "?")
         if name in chosen or not is_pipelined(manifest) or micro.empty:
             continue
-        wave = typical_wave(manifest, steps)
+        wave = typical_wave(run)
         if wave is not None:
             chosen[name] = (manifest, timeline(manifest, micro, wave), wave)
         if len(chosen) == MAX_TIMELINES:

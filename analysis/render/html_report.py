@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from hetbench.analysis.tables.runs import runs_table
+from hetbench.harness.records.results import Run
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222;
@@ -30,10 +31,8 @@ nav a { margin-right: 1em; }
 HISTORY_METRICS = ("samples_per_s", "mean_step_ms", "idle_fraction")
 
 
-def history_table(points: Sequence[tuple[str, str, str, Sequence[tuple[dict[str, Any],
-                                                                        pd.DataFrame]]]]
-                  ) -> pd.DataFrame:
-    """A row per baseline snapshot (commit, date, subject, its runs as (manifest, steps)):
+def history_table(points: Sequence[tuple[str, str, str, Sequence[Run]]]) -> pd.DataFrame:
+    """A row per baseline snapshot (commit, date, subject, its runs):
     the number of completed runs, the median over them of HISTORY_METRICS and the host and
     CPU they ran on (a change there, not the code, may explain a step)."""
     rows = []
@@ -42,7 +41,7 @@ def history_table(points: Sequence[tuple[str, str, str, Sequence[tuple[dict[str,
         table = table[table["status"] == "completed"] if len(table) else table
         if table.empty:
             continue
-        environment = runs[0][0].get("environment") or {}
+        environment = runs[0].manifest.get("environment") or {}
         rows.append({"commit": commit[:10], "date": date, "subject": subject,
                      "runs": len(table),
                      **{m: float(table[m].median()) for m in HISTORY_METRICS},
@@ -77,14 +76,14 @@ def _json_block(title: str, value: Any) -> str:
 
 
 def page(title: str, report_markdown: str, figures: Path,
-         runs: Sequence[tuple[dict[str, Any], pd.DataFrame]], history: pd.DataFrame,
+         runs: Sequence[Run], history: pd.DataFrame,
          history_figure: Path | None) -> str:
     """The page: the report (figures from folder `figures`), each run name's configuration,
     each distinct environment, and the regression history (its table and figure)."""
     configurations: dict[str, Any] = {}
     environments: dict[str, list[str]] = {}
-    for manifest, _ in runs:
-        run = manifest.get("run") or {}
+    for recorded in runs:
+        manifest, run = recorded.manifest, recorded.spec
         configurations.setdefault(run.get("name", "?"), run)
         key = json.dumps(manifest.get("environment") or {}, sort_keys=True, default=str)
         environments.setdefault(key, []).append(manifest.get("run_id", "?"))

@@ -13,6 +13,7 @@ import pandas as pd
 from hetbench.analysis.render.report import markdown_table
 from hetbench.analysis.tables import registry
 from hetbench.analysis.tables.runs import group_table, runs_table
+from hetbench.harness.records.results import Run
 
 # the headline metrics (hetbench.analysis.tables.registry gives each its heading, format and
 # definition)
@@ -30,7 +31,7 @@ def _cell(row: pd.Series | None, fmt: str) -> str:
     return f"{format(row['mean'], fmt)} ± {half:g}"
 
 
-def study_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+def study_table(runs: Sequence[Run]) -> pd.DataFrame:
     """A row per run name in the suite's order: its devices, repeats and PAPER_METRICS."""
     table = runs_table(runs)
     table = table[table["status"] == "completed"]
@@ -74,9 +75,9 @@ def latex_table(table: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def caption(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]], table: pd.DataFrame) -> str:
+def caption(runs: Sequence[Run], table: pd.DataFrame) -> str:
     """What the table shows, with the definition of each of its metrics that needs one."""
-    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    suites = sorted({run.manifest.get("suite", {}).get("name", "?") for run in runs})
     defined = [f"{m.heading}: {m.definition}" for m in (registry.BY_NAME[n] for n in PAPER_METRICS)
                if m.heading in table.columns]
     return (f"Suite {', '.join(suites)}: mean ± 95% t half-interval over repeats, after "

@@ -12,10 +12,11 @@ import pandas as pd
 from hetbench.analysis.measures.whatif import costs
 from hetbench.analysis.render.terminal import Summary, Table
 from hetbench.analysis.tables import registry
-from hetbench.analysis.tables.runs import analyse_run, group_table, runs_table, slowdowns
+from hetbench.analysis.tables.runs import group_table, run_tables, runs_table
 from hetbench.analysis.trends.persistence import compute_series
 from hetbench.analysis.view.metrics import idle_agreement
 from hetbench.harness.partition.policies import ADAPTIVE
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec import profiling
 
 FIRST_STEPS = 10
@@ -129,11 +130,10 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
-                failslow: list[dict[str, Any]] | None = None) -> list[str]:
+def run_section(recorded: Run, failslow: list[dict[str, Any]] | None = None) -> list[str]:
     """The run's part of report.md; its fail-slow detections appended to `failslow`."""
-    run = manifest.get("run", {})
-    warmup = int(run.get("warmup_steps", 0))
+    manifest, steps, run = recorded.manifest, recorded.steps, recorded.spec
+    warmup = recorded.warmup_steps
     title = f"### {manifest.get('run_id', '?')}"
     lines = [title, "",
              f"status **{manifest.get('status')}**"
@@ -156,7 +156,7 @@ def run_section(manifest: dict[str, Any], steps: pd.DataFrame,
         return [*lines, "No instrumented steps to analyse.", ""]
     lines += ["Compute time per batch (ms):", "", markdown_table(table), ""]
     # The tables come from analyse_run, the path the 1M-record benchmark times.
-    tables = analyse_run(steps, warmup, slowdowns(manifest), manifest)
+    tables = run_tables(recorded)
     stats = tables["phases"]
     main = stats[stats["phase"].isin(["compute", "idle", "comm", "forward", "backward"])]
     lines += ["Per worker and phase (ms):", "",
@@ -206,13 +206,12 @@ def failslow_lines(found: pd.DataFrame) -> list[str]:
     return ["Fail-slow: " + "; ".join(describe(r) for r in found.itertuples()) + ".", ""]
 
 
-def failslow_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                     summary: Summary | None = None) -> list[str]:
+def failslow_section(runs: Sequence[Run], summary: Summary | None = None) -> list[str]:
     """The fail-slow detector against the emulated schedules, when some run has one."""
     from hetbench.analysis.trends.failslow import MIN_FACTOR, PERSIST
     from hetbench.analysis.trends.failslow_check import scheduled, suite_check
 
-    if not any(scheduled(m) for m, _ in runs):
+    if not any(scheduled(run.manifest) for run in runs):
         return []
     table, s = suite_check(runs)
     if summary is not None:
@@ -258,18 +257,17 @@ def side_by_side(by_setup: pd.DataFrame, setup_keys: list[str]) -> pd.DataFrame:
     return out
 
 
-def repartition_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                        target_loss: float, summary: Summary | None = None) -> list[str]:
+def repartition_section(runs: Sequence[Run], target_loss: float,
+                        summary: Summary | None = None) -> list[str]:
     """Scenario x policy: efficiency, idle, recovery and time to a target loss, over repeats
     (only when some run repartitions or changes its emulated slowdown)."""
     from hetbench.analysis.tables.repartition import evaluation_table
 
-    def moves(m: dict[str, Any]) -> bool:
-        run = m.get("run", {})
+    def moves(run: dict[str, Any]) -> bool:
         return run.get("partition", {}).get("policy") in ADAPTIVE or any(
             w.get("slowdown_at") for w in run.get("workers", []))
 
-    if not any(moves(m) for m, _ in runs):
+    if not any(moves(run.manifest.get("run", {})) for run in runs):
         return []
     table = evaluation_table(runs, target_loss)
     metrics = ["efficiency", "balance", "idle_fraction", "changes", "recovery_steps",
@@ -314,8 +312,7 @@ def aggregator_section(table: pd.DataFrame, summary: Summary | None = None) -> l
             markdown_table(wide), ""]
 
 
-def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                    evals: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+def schemes_section(runs: Sequence[Run],
                     summary: Summary | None = None) -> list[str]:
     """Hardware against statistical efficiency per synchronisation scheme, and the
     staleness of their updates; only when the runs compare schemes."""
@@ -330,7 +327,7 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
 
     if not compares_schemes(runs):
         return []
-    groups = scheme_groups(scheme_table(runs, evals))
+    groups = scheme_groups(scheme_table(runs))
     if groups.empty:
         return []
 
@@ -346,7 +343,7 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
     view = pd.concat([first, view.reindex(first.index)[[m for m in SCHEME_METRICS
                                                         if m in view.columns]]], axis=1)
     view["reached"] = [f"{int(r.reached)}/{int(r.repeats)}" for r in first.itertuples()]
-    order = list(dict.fromkeys(m.get("run", {}).get("name", "") for m, _ in runs))
+    order = list(dict.fromkeys(run.manifest.get("run", {}).get("name", "") for run in runs))
     view = view.drop(columns="repeats").reindex([r for r in order if r in view.index])
     view = view.reset_index()
     staleness = staleness_summary(staleness_counts(runs))
@@ -366,12 +363,12 @@ def schemes_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
             markdown_table(staleness), ""]
 
 
-def convergence_section(evals: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+def convergence_section(runs: Sequence[Run],
                         summary: Summary | None = None) -> list[str]:
     """Held-out metric and time to target per run name, over repeats."""
     from hetbench.analysis.tables.convergence import convergence_groups, convergence_table
 
-    table = convergence_table(evals)
+    table = convergence_table(runs)
     if table.empty:
         return []
     groups = convergence_groups(table)
@@ -409,7 +406,7 @@ def table_section(heading: str, table: pd.DataFrame, explanation: str,
     return [f"## {heading}", "", explanation, "", markdown_table(table), ""]
 
 
-def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]],
+def pipeline_section(runs: Sequence[Run],
                      summary: Summary | None = None) -> list[str]:
     """Per stage of each pipelined run: measured against predicted time per micro-batch,
     and the bubble; only when some run pipelined its model."""
@@ -425,7 +422,7 @@ def pipeline_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataF
         "stages); each the mean over repeats, layers the split chosen most often.", summary)
 
 
-def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+def placement_section(runs: Sequence[Run],
                       summary: Summary | None = None) -> list[str]:
     """Bytes on the wire per step under each layer placement on the parameter servers;
     only when some run placed layers."""
@@ -443,7 +440,7 @@ def placement_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         "weights.", summary)
 
 
-def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
+def network_section(runs: Sequence[Run],
                     summary: Summary | None = None) -> list[str]:
     """Each worker's exchange bandwidth against the slowest link it crosses; only when some
     run spans hosts (its manifest's `nodes`)."""
@@ -464,14 +461,10 @@ def network_section(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         "(analysis/measures/network.py).", summary)
 
 
-def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-          figures: Sequence[str] = (), target_loss: float = 0.5,
-          evals: Sequence[tuple[dict[str, Any], pd.DataFrame]] = (),
-          micro: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]] = ()
+def build(runs: Sequence[Run], figures: Sequence[str] = (), target_loss: float = 0.5
           ) -> tuple[str, Summary]:
-    """(report.md text, the summary for the terminal and scripts) for the runs, given as
-    (manifest, steps), with their held-out evaluations as (manifest, evals) and micro-batch
-    records as (manifest, steps, micro-batches)."""
+    """(report.md text, the summary for the terminal and scripts) for the runs: their
+    steps, held-out evaluations and micro-batches."""
     table = runs_table(runs)
     kinds = sorted(set(table["heterogeneity"])) if len(table) else []
     overview = table[RUNS_COLUMNS]
@@ -498,10 +491,10 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
            "[95% t interval], one column per setup.", "",
            markdown_table(side_by_side(by_setup, setup_keys)), ""]
     md += aggregator_section(table, summary)
-    md += schemes_section(runs, evals, summary)
-    md += convergence_section(evals, summary)
+    md += schemes_section(runs, summary)
+    md += convergence_section(runs, summary)
     md += repartition_section(runs, target_loss, summary)
-    md += pipeline_section(micro, summary)
+    md += pipeline_section(runs, summary)
     md += placement_section(runs, summary)
     md += network_section(runs, summary)
     md += failslow_section(runs, summary)
@@ -509,8 +502,8 @@ def build(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]
     detected: list[dict[str, Any]] = []
-    for manifest, steps in runs:
-        md += run_section(manifest, steps, detected)
+    for run in runs:
+        md += run_section(run, detected)
     _keep(summary, Table("Fail-slow: workers that became slower and stayed so "
                       "(analysis/trends/failslow.py)", pd.DataFrame(detected), ("run_id",)))
     return "\n".join(md), summary

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from hetbench.analysis.tables import registry
-from hetbench.harness.records.results import RunData, find_runs, load_run
+from hetbench.harness.records.results import Run, find_runs, load_run
 from hetbench.harness.spec.errors import UsageError
 
 LOWER, HIGHER = "lower", "higher"
@@ -90,12 +90,12 @@ def run_metrics(steps: pd.DataFrame, warmup_steps: int = 0,
     return frame[np.isfinite(frame["value"].astype(float))].reset_index(drop=True)
 
 
-def run_key(run: RunData) -> tuple[str, str]:
+def run_key(run: Run) -> tuple[str, str]:
     return str(run.manifest.get("suite", {}).get("name", "")), str(
         run.manifest.get("run", {}).get("name", ""))
 
 
-def metric_values(runs: Iterable[RunData],
+def metric_values(runs: Iterable[Run],
                   selects: Callable[[str], bool] = lambda name: True) -> pd.DataFrame:
     """Tidy per-run values of a group, of the metrics `selects` keeps. Columns:
     VALUE_COLUMNS."""
@@ -120,12 +120,12 @@ def metric_values(runs: Iterable[RunData],
 # -- reading groups -------------------------------------------------------------------------
 
 
-def load_group(path: Path) -> list[RunData]:
+def load_group(path: Path) -> list[Run]:
     """The runs at `path`: a run directory, a suite's folder or a results folder."""
     return [load_run(d) for d in find_runs([path])]
 
 
-def usable_runs(runs: Sequence[RunData], side: str) -> tuple[list[RunData], list[str]]:
+def usable_runs(runs: Sequence[Run], side: str) -> tuple[list[Run], list[str]]:
     """Completed runs, and a warning for each one left out (a failed run's steps describe a
     run that did not finish, so its speed is not comparable)."""
     kept, warnings = [], []
@@ -147,7 +147,7 @@ SUITE_KEYS_IGNORED = ("repeats", "source")
 RUN_KEYS_IGNORED = ("project",)
 
 
-def environment_facts(run: RunData) -> dict[str, str]:
+def environment_facts(run: Run) -> dict[str, str]:
     """Flat environment facts a result depends on: machine, Python, every library version,
     GPU names, backend. Values are strings so that groups can be compared as sets."""
     env = run.manifest.get("environment", {})
@@ -163,7 +163,7 @@ def environment_facts(run: RunData) -> dict[str, str]:
     return facts
 
 
-def environment_warnings(base: Sequence[RunData], current: Sequence[RunData]) -> list[str]:
+def environment_warnings(base: Sequence[Run], current: Sequence[Run]) -> list[str]:
     """One line per environment fact or run configuration that differs between the groups
     (or within one: a group mixing two machines is not one condition)."""
     warnings = []
@@ -180,8 +180,8 @@ def environment_warnings(base: Sequence[RunData], current: Sequence[RunData]) ->
     return warnings
 
 
-def _config_warnings(base: Sequence[RunData], current: Sequence[RunData]) -> list[str]:
-    def configs(runs: Sequence[RunData]) -> dict[tuple[str, str], set[str]]:
+def _config_warnings(base: Sequence[Run], current: Sequence[Run]) -> list[str]:
+    def configs(runs: Sequence[Run]) -> dict[tuple[str, str], set[str]]:
         out: dict[tuple[str, str], set[str]] = {}
         for run in runs:
             suite = {k: v for k, v in (run.manifest.get("suite") or {}).items()
@@ -434,7 +434,7 @@ class Comparison:
         return EXIT_STATUS[self.verdict]
 
 
-def compare_runs(base: Sequence[RunData], current: Sequence[RunData],
+def compare_runs(base: Sequence[Run], current: Sequence[Run],
                  settings: Settings | None = None) -> Comparison:
     """Everything `hetbench compare` reports: per-metric table, overall verdict, warnings
     (runs left out, unmatched runs, environment and configuration differences) and the

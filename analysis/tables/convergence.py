@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hetbench.harness.records.results import Run
+
 METRICS = ("accuracy", "token_accuracy")
 CONVERGENCE_METRICS = ("steps_to_target", "time_to_target_s", "wall_to_target_s",
                        "final_metric", "final_loss")
@@ -42,17 +44,17 @@ def time_to_target(evals: pd.DataFrame, metric: str, value: float) -> dict[str, 
             "wall_to_target_s": float(first["wall_s"])}
 
 
-def convergence_row(manifest: dict[str, Any], evals: pd.DataFrame) -> dict[str, Any] | None:
+def convergence_row(run: Run) -> dict[str, Any] | None:
     """One run's statistical efficiency, or None when it made no held-out evaluation."""
+    evals = run.evals
     if evals.empty:
         return None
-    run = manifest.get("run", {})
     metric = metric_column(evals)
-    target = run.get("target") or {}
+    target = run.spec.get("target") or {}
     last = evals.sort_values("step").iloc[-1]
     row: dict[str, Any] = {
-        "run_id": manifest.get("run_id", ""), "run": run.get("name", ""),
-        "repeat": int(manifest.get("repeat", 0)), "workload": run.get("workload", ""),
+        "run_id": run.run_id, "run": run.name,
+        "repeat": run.repeat, "workload": run.spec.get("workload", ""),
         "metric": metric or "loss", "target_metric": target.get("metric", ""),
         "target": target.get("value", np.nan),
         "final_metric": float(last[metric]) if metric else np.nan,
@@ -66,9 +68,9 @@ def convergence_row(manifest: dict[str, Any], evals: pd.DataFrame) -> dict[str, 
     return row
 
 
-def convergence_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+def convergence_table(runs: Sequence[Run]) -> pd.DataFrame:
     """One row per run that evaluated (see convergence_row)."""
-    rows = [r for m, e in runs if (r := convergence_row(m, e)) is not None]
+    rows = [row for run in runs if (row := convergence_row(run)) is not None]
     return pd.DataFrame(rows)
 
 
@@ -85,18 +87,19 @@ def convergence_groups(table: pd.DataFrame) -> pd.DataFrame:
     return groups.merge(counts.reset_index(), on="run")
 
 
-def curves(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+def curves(runs: Sequence[Run]) -> pd.DataFrame:
     """Long form for the figure: run, repeat, step, train_s, measure (loss or the metric),
     value."""
     frames = []
-    for manifest, evals in runs:
+    for run in runs:
+        evals = run.evals
         if evals.empty:
             continue
         metric = metric_column(evals)
         keep = ["loss", *([metric] if metric else [])]
         long = evals.melt(id_vars=["step", "train_s"], value_vars=keep, var_name="measure",
                           value_name="value")
-        long["run"] = manifest.get("run", {}).get("name", "")
-        long["repeat"] = int(manifest.get("repeat", 0))
+        long["run"] = run.name
+        long["repeat"] = run.repeat
         frames.append(long)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

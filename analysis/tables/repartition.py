@@ -18,6 +18,7 @@ from hetbench.harness.partition.policies import (
     WindowStats,
     equal_sizes,
 )
+from hetbench.harness.records.results import Run
 
 
 def slices_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -149,8 +150,7 @@ def change_step(manifest: dict) -> int | None:
     return None
 
 
-def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: float
-                     ) -> pd.DataFrame:
+def evaluation_table(runs: Sequence[Run], target_loss: float) -> pd.DataFrame:
     """One row per run: scenario and policy (from a run name 'scenario.policy', else the
     whole name and the partition policy), efficiency, balance (median of step_balance after
     warm-up), idle fraction, partition changes, whether the run has an abrupt change and the
@@ -158,19 +158,19 @@ def evaluation_table(runs: Sequence[tuple[dict, pd.DataFrame]], target_loss: flo
     from hetbench.analysis.tables.runs import run_row
 
     rows = []
-    for manifest, steps in runs:
-        row = run_row(manifest, steps)
-        name = manifest.get("run", {}).get("name", "")
-        scenario, _, policy = name.partition(".")
-        change = change_step(manifest)
-        warmup = int(manifest.get("run", {}).get("warmup_steps", 0))
+    for run in runs:
+        steps = run.steps
+        row = run_row(run)
+        scenario, _, policy = run.name.partition(".")
+        change = change_step(run.manifest)
+        warmup = run.warmup_steps
         rows.append({
             "scenario": scenario, "policy": policy or row["policy"], "repeat": row["repeat"],
             "efficiency": row["efficiency"],
             "balance": float(step_balance(after_warmup(steps, warmup)).median()),
             "idle_fraction": row["idle_fraction"],
             "samples_per_s": row["samples_per_s"],
-            "changes": max(0, len(manifest.get("partition_history") or []) - 1),
+            "changes": max(0, len(run.partition_history) - 1),
             "abrupt": change is not None,
             "recovery_steps": recovery_steps(steps, change) if change is not None else np.nan,
             "time_to_loss_s": time_to_loss(steps, target_loss),

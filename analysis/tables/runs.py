@@ -11,7 +11,7 @@ import pandas as pd
 
 from hetbench.analysis.tables import registry
 from hetbench.analysis.view.metrics import phase_stats, run_summary
-from hetbench.harness.spec.aggregators import recorded_name
+from hetbench.harness.records.results import Run
 
 # the run-level metrics of the registry: the runs table's columns after its identity
 RUN_METRICS = registry.RUN_LEVEL_NAMES
@@ -37,21 +37,33 @@ def device_mix(manifest: dict[str, Any]) -> str:
 
 
 
-def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
-    """One run's identity and every run-level metric of hetbench.analysis.tables.registry (after its
-    warm-up steps)."""
-    run = manifest.get("run", {})
-    view = registry.RunView(steps, manifest)
+def run_row(recorded: Run) -> dict[str, Any]:
+    """One run's identity and every run-level metric of hetbench.analysis.tables.registry
+    (after its warm-up steps); worked out once per run (the report, its figures, the
+    schemes' and the repartitioning tables read it)."""
+    return dict(recorded.once("run_row", lambda: _run_row(recorded)))
+
+
+def run_tables(run: Run) -> dict[str, pd.DataFrame]:
+    """analyse_run of the run's steps after its warm-up, worked out once per run (the
+    report's section of the run and the figures of causes and what-if read it)."""
+    return run.once("analyse_run", lambda: analyse_run(
+        run.steps, run.warmup_steps, slowdowns(run.manifest), run.manifest))
+
+
+def _run_row(recorded: Run) -> dict[str, Any]:
+    manifest, run = recorded.manifest, recorded.spec
+    view = registry.RunView(recorded.steps, manifest)
     frameworks = sorted({w.get("framework", run.get("framework", "?"))
                          for w in run.get("workers", [])}) or [run.get("framework", "?")]
     expected_steps = int(run.get("steps", 0)) - view.warmup
     return {
-        "run_id": manifest.get("run_id", ""),
+        "run_id": recorded.run_id,
         "suite": manifest.get("suite", {}).get("name", ""),
-        "run": run.get("name", ""),
-        "repeat": int(manifest.get("repeat", 0)),
-        "launch": str(manifest.get("launch") or "unrecorded"),
-        "status": manifest.get("status", "unknown"),
+        "run": recorded.name,
+        "repeat": recorded.repeat,
+        "launch": recorded.launch,
+        "status": recorded.status,
         "partial": view.summary["steps"] < expected_steps,
         # more worker threads than cores (recorded since hetbench records it)
         "oversubscribed": bool((manifest.get("load") or {}).get("oversubscribed", False)),
@@ -59,7 +71,7 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
         "workload": run.get("workload", ""),
         "dataset": run.get("dataset", ""),
         "policy": run.get("partition", {}).get("policy", ""),
-        "aggregator": recorded_name(run),
+        "aggregator": recorded.aggregator,
         "devices": device_mix(manifest),
         "heterogeneity": manifest.get("heterogeneity", ""),
         "steps": view.summary["steps"],
@@ -67,9 +79,9 @@ def run_row(manifest: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def runs_table(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pd.DataFrame:
+def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     """One row per run (see run_row), in the given order."""
-    return pd.DataFrame([run_row(m, s) for m, s in runs])
+    return pd.DataFrame([run_row(run) for run in runs])
 
 
 def group_table(table: pd.DataFrame, by: Sequence[str] = ("run",),

@@ -3,7 +3,7 @@ efficiency (issue 13). Asynchronous and stale schemes trade one for the other: t
 idle time (more samples/s) and pay in updates computed on old parameters (more steps, and
 perhaps more time, to a held-out target).
 
-Pure functions: (manifest, steps) and (manifest, evals) pairs in, tidy frames out.
+Pure functions: recorded runs (records.results.Run) in, tidy frames out.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pandas as pd
 
 from hetbench.analysis.tables.convergence import convergence_table
 from hetbench.analysis.tables.runs import group_table, runs_table
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 
-Runs = Sequence[tuple[dict[str, Any], pd.DataFrame]]
+Runs = Sequence[Run]
 # What `scheme_groups` summarises per run name, with 95% t intervals over repeats.
 SCHEME_METRICS = ("samples_per_s", "idle_fraction", "staleness_mean", "dropped_share",
                   "steps_to_target", "time_to_target_s")
@@ -41,10 +42,10 @@ def staleness_bound(run: dict[str, Any]) -> float:
     return 0.0
 
 
-def _updates(manifest: dict[str, Any], steps: pd.DataFrame) -> pd.DataFrame:
+def _updates(run: Run) -> pd.DataFrame:
     """The rows that became updates (not dropped), after the run's warm-up steps."""
-    warmup = int(manifest.get("run", {}).get("warmup_steps", 0))
-    kept = steps[steps["step"] >= warmup]
+    steps = run.steps
+    kept = steps[steps["step"] >= run.warmup_steps]
     if "dropped" in kept.columns:
         kept = kept[~kept["dropped"].to_numpy(dtype=bool)]
     return kept
@@ -54,15 +55,14 @@ def staleness_counts(runs: Runs) -> pd.DataFrame:
     """Per run (name, repeat) and staleness value: how many updates had it. Columns: run,
     repeat, aggregator, staleness, updates."""
     frames = []
-    for manifest, steps in runs:
-        if steps.empty or "staleness" not in steps.columns:
+    for run in runs:
+        if run.steps.empty or "staleness" not in run.steps.columns:
             continue
-        measured = _updates(manifest, steps)["staleness"]
+        measured = _updates(run)["staleness"]
         counts = measured[measured >= 0].value_counts().sort_index()  # -1: not reported
-        run = manifest.get("run", {})
         frames.append(pd.DataFrame({
-            "run": run.get("name", ""), "repeat": int(manifest.get("repeat", 0)),
-            "aggregator": recorded_name(run), "staleness": counts.index.astype(int),
+            "run": run.name, "repeat": run.repeat,
+            "aggregator": run.aggregator, "staleness": counts.index.astype(int),
             "updates": counts.to_numpy()}))
     columns = ["run", "repeat", "aggregator", "staleness", "updates"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(
@@ -86,7 +86,7 @@ def staleness_summary(counts: pd.DataFrame) -> pd.DataFrame:
                                        "p99", "max", "stale_share"])
 
 
-def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
+def scheme_table(runs: Runs) -> pd.DataFrame:
     """One row per run: its scheme (aggregator, staleness bound), hardware efficiency
     (samples/s into updates, idle fraction), its staleness (mean over updates, share of
     computed gradients dropped) and statistical efficiency (steps and training seconds to
@@ -94,8 +94,8 @@ def scheme_table(runs: Runs, evals: Runs) -> pd.DataFrame:
     table = runs_table(runs)
     if table.empty:
         return pd.DataFrame()
-    table["bound"] = [staleness_bound(manifest.get("run", {})) for manifest, _ in runs]
-    convergence = convergence_table(evals)
+    table["bound"] = [staleness_bound(run.spec) for run in runs]
+    convergence = convergence_table(runs)
     columns = ["run_id", "steps_to_target", "time_to_target_s", "reached"]
     if convergence.empty:
         convergence = pd.DataFrame(columns=columns)
@@ -118,6 +118,6 @@ def scheme_groups(table: pd.DataFrame) -> pd.DataFrame:
 def compares_schemes(runs: Runs) -> bool:
     """The runs use more than one aggregator, or one that is not all-reduce: worth a
     section of their own."""
-    names = {recorded_name(m.get("run", {})) for m, _ in runs}
+    names = {run.aggregator for run in runs}
     baseline = {name for name, kind in AGGREGATORS.items() if kind.baseline}
     return len(names) > 1 or bool(names - baseline)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from hetbench.analysis.tables.convergence import time_to_target
 from hetbench.analysis.tables.runs import run_row
+from hetbench.harness.records.results import Run
 from hetbench.harness.spec.aggregators import AGGREGATORS, recorded_name
 
 FEATURES = ("staleness", "dropped", "period")
@@ -41,18 +42,17 @@ def period(manifest: dict[str, Any]) -> int:
     return int(aggregator.get(kind.staleness_bound, 1))
 
 
-def scheme_points(runs: Sequence[tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]],
-                  metric: str, value: float) -> pd.DataFrame:
-    """One row per run name (scheme) of (manifest, steps, evals) triples: its features
-    (means over repeats), steps to the target (the mean over the repeats that reached
-    it), how many repeats ran and reached it."""
+def scheme_points(runs: Sequence[Run], metric: str, value: float) -> pd.DataFrame:
+    """One row per run name (scheme): its features (means over repeats), steps to the
+    target (the mean over the repeats that reached it), how many repeats ran and reached
+    it."""
     rows = []
-    for manifest, steps, evals in runs:
-        row = run_row(manifest, steps)
+    for run in runs:
+        row = run_row(run)
         rows.append({"run": row["run"], "staleness": _number(row.get("staleness_mean")),
                      "dropped": _number(row.get("dropped_share")),
-                     "period": float(period(manifest)),
-                     "steps_to_target": time_to_target(evals, metric, value)[
+                     "period": float(period(run.manifest)),
+                     "steps_to_target": time_to_target(run.evals, metric, value)[
                          "steps_to_target"]})
     table = pd.DataFrame(rows, columns=["run", *FEATURES, "steps_to_target"])
     grouped = table.groupby("run", sort=False)

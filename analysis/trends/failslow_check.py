@@ -21,6 +21,7 @@ from hetbench.analysis.trends.failslow import (
     episodes,
     worker_series,
 )
+from hetbench.harness.records.results import Run
 
 MATCH_STEPS = 10  # a detected jump this close to the schedule's is the same one
 CHECK_COLUMNS = ["run_id", "rank", "truth", "detected", "step_error", "factor_error",
@@ -64,13 +65,12 @@ def _matches(found: Any, truth: dict[str, Any]) -> bool:
     return found.step <= truth["end_step"] and found.end_step >= truth["step"]
 
 
-def check(manifest: dict[str, Any], steps: pd.DataFrame,
-          min_factor: float = MIN_FACTOR) -> pd.DataFrame:
+def check(run: Run, min_factor: float = MIN_FACTOR) -> pd.DataFrame:
     """Per emulated episode of the run (and one row per worker with false alarms): what
     was detected, the error in its step (jumps) and factor, the detection delay (steps
     after the jump, or after a drift reached `min_factor`, until the detector run on the
     steps recorded so far reports it) and the detections that match no episode."""
-    warmup = int(manifest.get("run", {}).get("warmup_steps", 0))
+    manifest, steps, warmup = run.manifest, run.steps, run.warmup_steps
     series = worker_series(steps, warmup)
     if not series:
         return pd.DataFrame(columns=CHECK_COLUMNS)
@@ -122,14 +122,14 @@ class _Row:
         self.__dict__.update({"pm_steps": math.nan, "equal_slice": True, **values})
 
 
-def suite_check(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
-                min_factor: float = MIN_FACTOR) -> tuple[pd.DataFrame, dict[str, float]]:
+def suite_check(runs: Sequence[Run], min_factor: float = MIN_FACTOR
+                ) -> tuple[pd.DataFrame, dict[str, float]]:
     """check() over a suite's runs, and its summary: episodes emulated and found, median
     absolute step error of the jumps, median and largest delay, median absolute factor
     error of the readings at equal slice, and false alarms: steady runs (no schedule) with
     any, and detections on scheduled runs that match no episode."""
-    tables = [check(manifest, steps, min_factor).assign(scheduled=scheduled(manifest))
-              for manifest, steps in runs]
+    tables = [check(run, min_factor).assign(
+        scheduled=scheduled(run.manifest)) for run in runs]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=[*CHECK_COLUMNS, "scheduled"])
     emulated = table[table["truth"] != "none"]
@@ -142,7 +142,7 @@ def suite_check(runs: Sequence[tuple[dict[str, Any], pd.DataFrame]],
         "delay_median": float(found["delay_steps"].median()),
         "delay_max": float(found["delay_steps"].max()),
         "factor_error_median": float(equal["factor_error"].abs().median()),
-        "steady_runs": sum(not scheduled(m) for m, _ in runs),
+        "steady_runs": sum(not scheduled(run.manifest) for run in runs),
         "steady_runs_alarmed": alarmed.loc[~alarmed["scheduled"].astype(bool), "run_id"]
         .nunique(),
         "false_alarms_scheduled": int(alarmed.loc[alarmed["scheduled"].astype(bool),

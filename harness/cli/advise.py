@@ -82,15 +82,15 @@ def run(args: argparse.Namespace) -> int:
     _bounded(args.suite_repeats, "--suite-repeats", 1, MAX_REPEATS)
     _bounded(args.steps, "--steps", 2, 1_000_000)
     loaded = load_runs(args.results, args.runs)
-    job = advice_fit.fitted_job([(r.manifest, r.steps) for r in loaded], args.job)
+    job = advice_fit.fitted_job(loaded, args.job)
     if args.steps is not None:
         if args.steps <= job["recorded"].warmup_steps:
             raise UsageError("--steps", f"{args.steps} must be above the recorded warm-up "
                              f"({job['recorded'].warmup_steps} steps)")
         job["recorded"] = dataclasses.replace(job["recorded"], steps=args.steps)
     target = advice_fit.parse_target(args.target, job["recorded"], loaded)
-    model = advice_fit.steps_model(loaded, job["fitted"][0][0], target) if target else None
-    recorded, manifest = job["recorded"], job["fitted"][0][0]
+    model = advice_fit.steps_model(loaded, job["fitted"][0].manifest, target) if target else None
+    recorded, manifest = job["recorded"], job["fitted"][0].manifest
     if recorded.is_imported and args.verify:
         raise UsageError("--verify", "the job was imported from its traces: hetbench cannot "
                          "run it or its remedies")
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     by_name = {r.name: r for r in found}
     suite_path = out / f"{SUITE}.toml"
     if not recorded.is_imported:  # an imported job's remedies are predictions only
-        _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0][0])
+        _write_suite(suite_path, [by_name[n] for n in chosen], args, job["fitted"][0].manifest)
     print(advice_report.table(ranked, target))
     measured = verify(suite_path, out, target, args.no_figures) if args.verify else None
     if measured is not None:

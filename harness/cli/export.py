@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         from hetbench.analysis.export.to_tensorboard import export as to_tensorboard
 
         for r in runs:
-            for written in to_tensorboard(r.manifest, r.steps, r.evals, out):
+            for written in to_tensorboard(r, out):
                 print(written)
         print(f"\nread them with: tensorboard --logdir {out}")
         return 0

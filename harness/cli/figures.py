@@ -28,8 +28,6 @@ def run(args: argparse.Namespace) -> int:
     for name, runs in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
         progress(f"suite {name}: {len(runs)} runs read")
-        for path in write_all([(r.manifest, r.steps) for r in runs], out,
-                              [(r.manifest, r.evals) for r in runs],
-                              [(r.manifest, r.steps, r.micro) for r in runs], progress):
+        for path in write_all(runs, out, progress):
             print(path)
     return 0

@@ -27,13 +27,10 @@ def run(args: argparse.Namespace) -> int:
                                     launches.choice(args))
     writable_folder(args.out, "--out")
     progress = Progress("paper")
-    for name, loaded in suites.items():
+    for name, runs in suites.items():
         out = args.out if len(suites) == 1 else writable_folder(args.out / name, "--out")
-        runs = [(r.manifest, r.steps) for r in loaded]
         progress(f"suite {name}: {len(runs)} runs read")
-        for path in write_all(runs, out, [(r.manifest, r.evals) for r in loaded],
-                              [(r.manifest, r.steps, r.micro) for r in loaded],
-                              progress.figures):
+        for path in write_all(runs, out, progress.figures):
             print(path)
         progress("the study's table")
         table = paper.study_table(runs)

@@ -68,24 +68,21 @@ def write_missing_traces(runs: list[Any]) -> None:
                  f"({exc.strerror or exc})")
 
 
-def report_suite(loaded: list[Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def report_suite(runs: list[Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """report.md (and the figures) of one suite's runs in `out`; the summary printed as
     text, or returned for JSON."""
     from hetbench.analysis.render import report, terminal
 
-    runs = [(r.manifest, r.steps) for r in loaded]
-    evals = [(r.manifest, r.evals) for r in loaded]
-    micro = [(r.manifest, r.steps, r.micro) for r in loaded]
     progress = Progress("report")
     progress(f"{len(runs)} runs read")
     figures: list[str] = []
     if not args.no_figures:
         from hetbench.analysis.render.figures import write_all
 
-        figures = [p.name for p in write_all(runs, out, evals, micro, progress.figures)
+        figures = [p.name for p in write_all(runs, out, progress.figures)
                    if p.suffix == ".png"]
     progress("tables")
-    markdown, summary = report.build(runs, figures, args.target_loss, evals, micro)
+    markdown, summary = report.build(runs, figures, args.target_loss)
     (out / "report.md").write_text(markdown)
     files = {"report": str(out / "report.md"), "figures": [str(out / f) for f in figures]}
     if args.html:
@@ -115,11 +112,10 @@ def write_html(runs: list[Any], markdown: str, out: Path) -> None:
             except UsageError as exc:  # a snapshot this version cannot read: left out, said
                 note(f"regression history: commit {snapshot.commit[:10]} left out: {exc}")
                 continue
-            points.append((snapshot.commit, snapshot.date, snapshot.subject,
-                           [(r.manifest, r.steps) for r in loaded]))
+            points.append((snapshot.commit, snapshot.date, snapshot.subject, loaded))
     history = history_table(points)
     drawn = history_figure(history, out)
-    suites = sorted({m.get("suite", {}).get("name", "?") for m, _ in runs})
+    suites = sorted({run.manifest.get("suite", {}).get("name", "?") for run in runs})
     text = page(f"hetbench report: {', '.join(suites)}", markdown, out, runs, history,
                 drawn[0] if drawn else None)
     (out / "report.html").write_text(text)

@@ -301,7 +301,7 @@ def _held_out_line(data: Any) -> str | None:
     """The last held-out evaluation and the time to target, when the run evaluated."""
     from hetbench.analysis.tables.convergence import convergence_row
 
-    row = convergence_row(data.manifest, data.evals)
+    row = convergence_row(data)
     if row is None:
         return None
     text = (f"   held-out after step {row['final_step']}: loss {row['final_loss']:.3f}, "
@@ -319,7 +319,4 @@ def write_figures(suite_name: str, results: list[Any], out: Path) -> list[Path]:
     from hetbench.harness.records.results import load_run
 
     loaded = [load_run(r.run_dir) for r in results if r.status != "skipped"]
-    return [p for p in write_all([(d.manifest, d.steps) for d in loaded], out,
-                                 [(d.manifest, d.evals) for d in loaded],
-                                 [(d.manifest, d.steps, d.micro) for d in loaded])
-            if p.suffix == ".png"]
+    return [p for p in write_all(loaded, out) if p.suffix == ".png"]

@@ -100,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.results and not mixes:
         raise UsageError("RESULTS", "give recorded runs to fit, or --mix with named "
                          "profiles (--profiles lists them)")
-    runs = [(r.manifest, r.steps) for r in load_runs(args.results, args.runs)] \
-        if args.results else []
+    runs = load_runs(args.results, args.runs) if args.results else []
     classes, names = deviceclass.fit_classes(runs) if runs else ({}, {})
     comm = deviceclass.fit_comm(runs) if runs else None
     from hetbench.harness.records.results import writable_folder
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
-    """The runs at `paths` (RunData), those whose name matches `pattern` where given."""
+    """The runs at `paths` (Run), those whose name matches `pattern` where given."""
     from hetbench.harness.records.results import find_runs, load_run
 
     loaded = [load_run(p) for p in find_runs(paths)]
@@ -140,13 +139,13 @@ def _jobs(runs: list[Any], names: dict[str, str], mixes: list[Any], schemes: lis
     if not mixes:  # the recorded job: its workers, its slices, its scheme unless given
         mixes = [deviceclass.recorded_mix(runs, names)]
         if first is not None:
-            text, recorded_sizes = deviceclass.recorded_scheme(*first)
+            text, recorded_sizes = deviceclass.recorded_scheme(first)
             schemes = schemes or [parse_scheme(text)]
     schemes = schemes or [parse_scheme(s) for s in DEFAULT_SCHEMES]
     per_worker = None
     default_steps = 1000
     if first is not None:
-        meta = first[0]
+        meta = first.manifest
         per_worker = meta["run"]["global_batch"] / max(len(meta["workers"]), 1)
         default_steps = max(meta["run"]["steps"] - meta["run"].get("warmup_steps", 0), 1)
     jobs = []
@@ -232,7 +231,7 @@ def _write_run(out: Path, sim: Any, job: dict[str, Any], repeat: int, launch: st
     while run_dir.exists():
         run_dir, n = out / f"{name}-r{repeat}-{stamp}-{n}", n + 1
     run_dir.mkdir(parents=True)
-    recorded = runs[0][0]["run"] if runs else {}
+    recorded = runs[0].spec if runs else {}
     simulated = SIMULATED[scheme.name]
     policy = simulated.policy or ("sizes" if job["sizes"] else "equal")
     default = AggregatorSpec()
@@ -282,7 +281,7 @@ def _save_profiles(folder: Path, classes: dict[str, Any], comm: Any, runs: list[
     from hetbench.analysis.models import deviceclass
 
     folder.mkdir(parents=True, exist_ok=True)
-    meta = runs[0][0]
+    meta = runs[0].manifest
     workload = deviceclass.workload_name(meta)
     host = environment.describe()
     for cls in classes.values():

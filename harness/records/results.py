@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -24,9 +24,16 @@ from hetbench.harness.spec.errors import UsageError, listed
 from hetbench.harness.system import procfs
 from hetbench.harness.system import sampler as system
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class RunData:
+class Run:
+    """One recorded run as analysis reads it: the manifest's fields as attributes, and its
+    records as frames: steps, held-out evaluations, a pipeline's micro-batches, a DDP run's
+    buckets. Made by `load_run` from a run directory, or by `Run.of` from a manifest and
+    steps (the simulator's runs, tests). `manifest` stays for what no attribute says yet."""
+
     run_dir: Path
     manifest: dict[str, Any]
     steps: pd.DataFrame
@@ -35,6 +42,57 @@ class RunData:
     micro: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
     # a DDP run's gradient buckets (buckets.parquet); empty for other runs
     buckets: pd.DataFrame = dataclass_field(default_factory=pd.DataFrame)
+    # what analysis worked out from the run, by what it is (`once`)
+    derived: dict[str, Any] = dataclass_field(default_factory=dict, compare=False, repr=False)
+
+    def once(self, what: str, work: Callable[[], T]) -> T:
+        """`work()`, done the first time `what` is asked of this run and kept with it: a
+        table that the report and its figures both read is worked out once."""
+        if what not in self.derived:
+            self.derived[what] = work()
+        return self.derived[what]  # type: ignore[no-any-return]
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any], steps: pd.DataFrame,
+           evals: pd.DataFrame | None = None, micro: pd.DataFrame | None = None,
+           run_dir: Path = Path()) -> Run:
+        """A run from its manifest and frames, without a directory."""
+        return cls(run_dir, manifest, steps,
+                   pd.DataFrame() if evals is None else evals,
+                   pd.DataFrame() if micro is None else micro)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The suite's run table as recorded (RunSpec.to_dict); {} when not recorded."""
+        return self.manifest.get("run") or {}
+
+    @property
+    def name(self) -> str:
+        """The run's name in its suite ("" when not recorded)."""
+        return str(self.spec.get("name", ""))
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id", ""))
+
+    @property
+    def repeat(self) -> int:
+        return int(self.manifest.get("repeat", 0))
+
+    @property
+    def aggregator(self) -> str:
+        """The aggregator's registry name (aggregators.recorded_name: older names read)."""
+        return aggregators.recorded_name(self.spec)
+
+    @property
+    def workers(self) -> list[dict[str, Any]]:
+        """Each worker as the run described it (device, label, slowdown, ...), by rank."""
+        return list(self.manifest.get("workers") or [])
+
+    @property
+    def partition_history(self) -> list[dict[str, Any]]:
+        """Every partition the run took: from which step, the sizes, and why."""
+        return list(self.manifest.get("partition_history") or [])
 
     @property
     def status(self) -> str:
@@ -42,7 +100,7 @@ class RunData:
 
     @property
     def warmup_steps(self) -> int:
-        return int(self.manifest["run"].get("warmup_steps", 0))
+        return int(self.spec.get("warmup_steps", 0))
 
     @property
     def suite(self) -> str:
@@ -55,17 +113,17 @@ class RunData:
         return str(self.manifest.get("launch") or "unrecorded")
 
 
-def load_run(run_dir: Path) -> RunData:
+def load_run(run_dir: Path) -> Run:
     """A run directory's manifest and steps; a run that never finalised is read from its
     flushed parts, so a crashed run still shows every step it recorded."""
     return _load(run_dir, manifest.read(run_dir))
 
 
-def _load(run_dir: Path, meta: dict[str, Any]) -> RunData:
+def _load(run_dir: Path, meta: dict[str, Any]) -> Run:
     steps = checked_steps(run_dir, meta)
     if (samples := read_system(run_dir)) is not None:
         steps = system.join_to_steps(steps, samples)
-    return RunData(run_dir, meta, steps, read_evals(run_dir),
+    return Run(run_dir, meta, steps, read_evals(run_dir),
                    read_side(run_dir, collector.MICRO), read_side(run_dir, collector.BUCKETS))
 
 
@@ -394,7 +452,7 @@ def _one_line(exc: Exception) -> str:
 # -- several runs ---------------------------------------------------------------------------
 
 
-def load_finished_runs(run_dirs: Iterable[Path]) -> list[RunData]:
+def load_finished_runs(run_dirs: Iterable[Path]) -> list[Run]:
     """The runs that are not still going, each loaded; a run whose manifest says `running`
     is left out with a note saying why (its records are still being written, or its
     launcher died before it could close it), never analysed as if it had ended."""
@@ -422,16 +480,16 @@ def running_note(run_dir: Path, meta: dict[str, Any]) -> str:
            "left out"
 
 
-def by_suite(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+def by_suite(runs: Iterable[Run]) -> dict[str, list[Run]]:
     """Runs grouped by suite, in the order suites first appear: runs of different suites
     are never pooled (a run name may mean different things in two suites)."""
-    groups: dict[str, list[RunData]] = {}
+    groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(run.suite, []).append(run)
     return groups
 
 
-def finished_runs(paths: list[Path]) -> list[RunData]:
+def finished_runs(paths: list[Path]) -> list[Run]:
     """The finished runs at `paths` (load_finished_runs); none at all is an error."""
     runs = load_finished_runs(find_runs(paths))
     if not runs:
@@ -441,7 +499,7 @@ def finished_runs(paths: list[Path]) -> list[RunData]:
 
 
 def finished_runs_by_suite(paths: list[Path], outcome: str,
-                           launches: LaunchChoice | None = None) -> dict[str, list[RunData]]:
+                           launches: LaunchChoice | None = None) -> dict[str, list[Run]]:
     """The finished runs at `paths` by suite (see load_finished_runs and by_suite), with a
     note saying so when there are several suites (`outcome`: what is done with them), and
     of each suite the launches chosen (`choose_launches`). No finished run at all is an
@@ -460,7 +518,7 @@ class LaunchChoice:
     pool: bool = False  # every launch, pooled as repeats
 
 
-def choose_launches(runs: list[RunData], choice: LaunchChoice, where: str) -> list[RunData]:
+def choose_launches(runs: list[Run], choice: LaunchChoice, where: str) -> list[Run]:
     """Runs of different launches are not repeats of one experiment unless the user says
     so: the launches matching `choice.pattern`, or all of them with `choice.pool`, else
     the newest launch alone; a note says which were read whenever there was a choice."""
