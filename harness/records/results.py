@@ -32,7 +32,7 @@ class Run:
     """One recorded run as analysis reads it: the manifest's fields as attributes, and its
     records as frames: steps, held-out evaluations, a pipeline's micro-batches, a DDP run's
     buckets. Made by `load_run` from a run directory, or by `Run.of` from a manifest and
-    steps (the simulator's runs, tests). `manifest` stays for what no attribute says yet."""
+    frames (a run made up by a test). `manifest` stays for what no attribute says yet."""
 
     run_dir: Path
     manifest: dict[str, Any]
@@ -124,7 +124,7 @@ def _load(run_dir: Path, meta: dict[str, Any]) -> Run:
     if (samples := read_system(run_dir)) is not None:
         steps = system.join_to_steps(steps, samples)
     return Run(run_dir, meta, steps, read_evals(run_dir),
-                   read_side(run_dir, collector.MICRO), read_side(run_dir, collector.BUCKETS))
+               read_side(run_dir, collector.MICRO), read_side(run_dir, collector.BUCKETS))
 
 
 def checked_steps(run_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:
