@@ -8,8 +8,9 @@ nothing is pickled but a group's index and the paths it wrote. What several grou
 (a run's tables: `Run.once`) is worked out in the parent before the fork (`figures.py`).
 
 Forked only where that is safe and pays: not once torch is imported in this process (its
-thread pools do not survive a fork; `hetbench run` draws after training, in serial), not
-with one core, nor for one group.
+thread pools do not survive a fork: a script that trains and then draws, pytest's process;
+`hetbench run`, `report`, `figures` and `paper` import no torch), not with one core, nor
+for one group.
 """
 
 from __future__ import annotations
