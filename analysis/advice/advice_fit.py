@@ -169,7 +169,7 @@ def recorded_host(run: Run) -> Any:
     threads = tuple(int(specs[int(w["rank"])].get("threads", 1))
                     if str(specs[int(w["rank"])].get("device", "cpu")) == "cpu" else 0
                     for w in workers)
-    slices = after_warmup(steps, int(meta["run"].get("warmup_steps", 0))).groupby(
+    slices = after_warmup(steps, run.warmup_steps).groupby(
         "rank")["batch_size"].median()
     return Host((meta.get("load") or {}).get("cores"), threads,
                 tuple(int(slices[int(w["rank"])]) for w in workers))

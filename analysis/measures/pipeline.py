@@ -36,7 +36,7 @@ def stage_table(run: Run) -> pd.DataFrame:
     if not is_pipelined(manifest) or steps.empty or micro.empty:
         return pd.DataFrame(columns=STAGE_COLUMNS)
     plan = manifest["pipeline"]
-    warmup = int(manifest["run"].get("warmup_steps", 0))
+    warmup = run.warmup_steps
     micro = micro[micro["wave"] >= warmup]
     steps = steps[steps["step"] >= warmup]
     n_micro = int(plan["micro_batches"])

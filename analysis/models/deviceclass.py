@@ -289,8 +289,7 @@ def fit_problem(run: Run) -> str:
         return "recorded with instrument = false: no compute times to fit"
     if not lockstep(steps):
         return "recorded under an asynchronous scheme: fit runs of an all-reduce scheme"
-    warmup = int(meta["run"].get("warmup_steps", 0))
-    left = complete_steps(after_warmup(steps, warmup))
+    left = complete_steps(after_warmup(steps, run.warmup_steps))
     if left["step"].nunique() < 8:
         return f"{left['step'].nunique()} complete steps after warm-up (8 or more are needed)"
     if len(meta.get("workers") or []) != left["rank"].nunique():
@@ -412,7 +411,7 @@ def recorded_scheme(recorded: Run) -> tuple[str, tuple[int, ...] | None]:
         return f"{name}:{int(value)}", None
     if not scheme.takes_sizes:
         return name, None
-    first = after_warmup(steps, int(run.get("warmup_steps", 0)))
+    first = after_warmup(steps, recorded.warmup_steps)
     first = first[first["step"] == first["step"].min()].sort_values("rank")
     return name, tuple(int(n) for n in first["batch_size"])
 

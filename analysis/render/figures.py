@@ -48,10 +48,6 @@ def _label(manifest: dict[str, Any]) -> str:
     return f"{name} r{manifest.get('repeat', 0)} ({manifest.get('heterogeneity', '?')})"
 
 
-def _warmup(manifest: dict[str, Any]) -> int:
-    return int(manifest.get("run", {}).get("warmup_steps", 0))
-
-
 def _scope(runs: Runs) -> str:
     kinds = sorted({run.manifest.get("heterogeneity", "?") for run in runs})
     suites = sorted({run.manifest.get("suite", {}).get("name", "?") for run in runs})
@@ -82,7 +78,7 @@ def worker_names(manifest: dict[str, Any], ranks: pd.Series) -> pd.Series:
 
 def compute_frame(run: Run) -> pd.DataFrame:
     manifest, steps = run.manifest, run.steps
-    d = with_derived(complete_steps(after_warmup(steps, _warmup(manifest))))
+    d = with_derived(complete_steps(after_warmup(steps, run.warmup_steps)))
     return pd.DataFrame({"worker": worker_names(manifest, d["rank"]), "step": d["step"],
                          "compute_ms": d["compute_ns"] / 1e6, "idle_ms": d["idle_ns"] / 1e6})
 
@@ -96,7 +92,7 @@ assert set(BREAKDOWN) == set(PHASE_COLUMNS) - {"allreduce"} | {"idle", "comm", "
 
 def phase_frame(run: Run) -> pd.DataFrame:
     manifest, steps = run.manifest, run.steps
-    stats = phase_stats(steps, _warmup(manifest))
+    stats = phase_stats(steps, run.warmup_steps)
     stats = stats[stats["phase"].isin(BREAKDOWN)]
     phase = stats["phase"].astype(str)
     if (manifest.get("run") or {}).get("pipeline"):  # a stage's pack slot holds its bubble
@@ -401,7 +397,7 @@ def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     from hetbench.analysis.measures.timeline import STEPS_SHOWN, step_spans
 
     shown = [(run.manifest, spans) for run in _first_of_each_run(runs)
-             if len(spans := step_spans(run.steps, _warmup(run.manifest)))]
+             if len(spans := step_spans(run.steps, run.warmup_steps))]
     if not shown:
         return []
     import matplotlib.pyplot as plt
@@ -440,7 +436,7 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
 
     shown = []
     for run in _first_of_each_run(runs):
-        table, straggler = batch_times(run.steps, _warmup(run.manifest))
+        table, straggler = batch_times(run.steps, run.warmup_steps)
         if len(table):
             shown.append((run.manifest, table, straggler))
     if not shown:
@@ -474,7 +470,7 @@ def heatmap_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     from hetbench.analysis.measures.heatmap import heatmap
 
     shown = [(run.manifest, h) for run in _first_of_each_run(runs)
-             if (h := heatmap(run.steps, _warmup(run.manifest), run.evals)) is not None]
+             if (h := heatmap(run.steps, run.warmup_steps, run.evals)) is not None]
     if not shown:
         return []
     import matplotlib.pyplot as plt
