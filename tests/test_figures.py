@@ -8,6 +8,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -97,6 +98,57 @@ def test_every_figure_is_written_at_300_dpi_with_truetype_fonts(tmp_path: Path, 
             assert _png_dpi(path) == pytest.approx(DPI, abs=1)
         else:
             assert b"/Type3" not in path.read_bytes()
+
+
+def _outside_parts(layout: str | None) -> Any:
+    """A figure with parts outside its axes, as the figures have them: a legend right of
+    the panels and a title above (tight_layout, as most figures), or a colour bar that
+    constrained layout places (the heatmap's)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axes = plt.subplots(2, 2, figsize=(6, 4), layout=layout)
+    for i, ax in enumerate(axes.flat):
+        if layout == "constrained":
+            image = ax.imshow(np.arange(12.0).reshape(3, 4) * (i + 1), aspect="auto")
+        else:
+            ax.plot(range(50), np.sin(np.arange(50) / (i + 2)), label=f"worker {i}")
+            ax.set_title(f"hetero-profiled r{i}", size=8)
+    if layout == "constrained":
+        figure.colorbar(image, ax=list(axes.flat), label="compute / worker's median")
+    else:
+        figure.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), title="worker")
+        figure.tight_layout()
+    figure.suptitle("Per-batch compute time per worker (2 run(s) of quick)", y=1.02)
+    return figure
+
+
+@pytest.mark.parametrize("layout", [None, "constrained"])
+def test_a_figure_is_saved_in_the_box_savefig_finds_for_it(tmp_path: Path,
+                                                           layout: str | None) -> None:
+    """_save finds a figure's tight box once for its PNG and PDF: the PNG has the size that
+    matplotlib's own bbox_inches="tight" gives the same figure, legend, title and colour bar
+    inside it, and the PDF its size in points."""
+    import re
+
+    from PIL import Image
+
+    from hetbench.analysis.render.figures import _save
+
+    reference = tmp_path / "reference.png"
+    _outside_parts(layout).savefig(reference, bbox_inches="tight", dpi=DPI)
+    png, pdf = _save(_outside_parts(layout), tmp_path, "saved")
+    expected = Image.open(reference).size
+    width, height = Image.open(png).size
+    assert abs(width - expected[0]) <= 1 and abs(height - expected[1]) <= 1, \
+        ((width, height), expected)
+    box = re.search(rb"/MediaBox \[\s*0 0 ([0-9.]+) ([0-9.]+)", pdf.read_bytes())
+    assert box is not None
+    assert float(box[1]) == pytest.approx(expected[0] / DPI * 72, abs=0.5)
+    assert float(box[2]) == pytest.approx(expected[1] / DPI * 72, abs=0.5)
 
 
 FILL_AND_SAVE = """

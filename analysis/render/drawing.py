@@ -1,8 +1,8 @@
 """Groups of figures drawn side by side, each in a forked worker process, as many at once
 as this process may use cores; the files come back in the groups' order.
 
-Drawing and saving the figures is most of a report's time (docs/measurements.md, "Analysis
-in rooms": 16 of a `quick` report's 20 s, 9 of them in savefig), and the groups share
+Drawing and saving the figures is most of a report's work (docs/measurements.md, "Analysis
+in rooms": 10 of the 13 CPU seconds of a `quick` report), and the groups share
 nothing but the runs, which a forked worker reads in the parent's memory as they are:
 nothing is pickled but a group's index and the paths it wrote. What several groups read
 (a run's tables: `Run.once`) is worked out in the parent before the fork (`figures.py`).

@@ -126,6 +126,8 @@ def whatif_frame(run: Run) -> pd.DataFrame:
 
 def _save(figure: Any, out: Path, name: str) -> list[Path]:
     import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+    from matplotlib.text import Text
 
     # TrueType (42), not Type 3, fonts in the PDF: what journals' submission checks ask for
     plt.rcParams["pdf.fonttype"] = 42
@@ -134,9 +136,28 @@ def _save(figure: Any, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     try:
+        # savefig draws a figure once more for each file before drawing it, to run its
+        # layout engine and find its tight box: here the box is found once for both, at
+        # the dpi they are saved at, padded as savefig pads it; a figure drawn only where a
+        # layout engine places its parts when drawn (constrained layout's colour bar: a box
+        # found before it cropped the colour bar), the others being laid out already
+        # (tight_layout at their end). The engine is then set aside, as savefig sets it
+        # aside while it draws.
+        figure.set_dpi(DPI)
+        if not isinstance(figure.get_layout_engine(), (PlaceHolderLayoutEngine, type(None))):
+            figure.draw_without_rendering()
+        box = figure.get_tightbbox(figure.canvas.get_renderer()).padded(
+            plt.rcParams["savefig.pad_inches"])
+        figure.set_layout_engine(None)
+        # no ligatures: the glyph of "fi" (a run named "profiled") lies past the font's
+        # first 256 characters, and each PDF embedded a second subset of the font for it
+        # (0.1-0.3 s a PDF; text of several lines is drawn without these features: the CV
+        # figure's labels)
+        for text in figure.findobj(Text):
+            text.set_fontfeatures(["-liga"])
         for path in paths:
             try:
-                figure.savefig(path, bbox_inches="tight", dpi=DPI)
+                figure.savefig(path, bbox_inches=box, dpi=DPI)
             except Exception as exc:  # noqa: BLE001 - a full disk, whatever the writer says
                 # Pillow's OSError names no file; matplotlib's PDF writer answers a full disk
                 # with an AttributeError raised while handling the OSError: say which file
@@ -155,9 +176,48 @@ def _workers(frame: pd.DataFrame) -> list[str]:
     return sorted(frame["worker"].unique(), key=lambda name: int(name.split()[0]))
 
 
-def _facets(frame: pd.DataFrame) -> dict[str, Any]:
-    n = frame["run"].nunique()
-    return {"col": "run", "col_wrap": min(3, n), "height": 2.8, "aspect": 1.4}
+# a panel's drawing: (its axes, its run's rows, each hue value's colour)
+PanelDrawing = Callable[[Any, pd.DataFrame, dict[str, Any]], None]
+
+
+def _per_run_panels(frame: pd.DataFrame, draw: PanelDrawing, hue: str,
+                    axis_labels: tuple[str, str], sharey: bool = True
+                    ) -> tuple[Any, list[Any]]:
+    """A panel per run (frame["run"], at most three a row; x shared, y where `sharey`),
+    each drawn by `draw(ax, the run's rows, colours)`, where colours gives each `hue` value
+    one colour in every panel (the default cycle, in order of appearance), and one legend
+    of them right of the panels: the layout of seaborn's relplot, laid out once (its grid
+    laid itself out again after each label, a third of these figures' time)."""
+    names = list(dict.fromkeys(frame["run"]))
+    figure, axes = _panels(len(names), 3.92, 2.8, sharex=True, sharey=sharey)
+    cycle = _colour_cycle()
+    colours = {value: cycle[i % len(cycle)]
+               for i, value in enumerate(dict.fromkeys(frame[hue]))}
+    for index, (ax, name) in enumerate(zip(axes, names, strict=True)):
+        draw(ax, frame[frame["run"] == name], colours)
+        ax.set_title(name, size=8)
+        ax.spines[["top", "right"]].set_visible(False)
+        if index + 3 >= len(names):  # no panel below: this column's x axis is labelled here
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(axis_labels[0])
+        if index % 3 == 0:
+            ax.set_ylabel(axis_labels[1])
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    labels = [str(value) for value in colours if str(value) in entries]
+    figure.legend([entries[x] for x in labels], labels, title=hue, loc="center left",
+                  bbox_to_anchor=(1.0, 0.5), frameon=False)
+    figure.tight_layout()
+    return figure, axes
+
+
+def _colour_cycle() -> list[str]:
+    """The default colour cycle (seaborn's palette where no theme is set)."""
+    import matplotlib.pyplot as plt
+
+    return list(plt.rcParams["axes.prop_cycle"].by_key()["color"])
 
 
 def write_all(runs: Runs, out: Path, progress: drawing.Progress | None = None,
@@ -194,10 +254,10 @@ def write_all(runs: Runs, out: Path, progress: drawing.Progress | None = None,
 
 
 # The groups that take longest, longest first: drawn one by one on the `quick` suite's runs,
-# 3.2, 2.1, 1.9, 1.4, 1.3, 1.1, 1.1 and 0.6 s (2026-11-29), the others 0.02 s or nothing
-LONGEST_FIRST = ("compute and idle per step", "straggler causes", "heatmap",
-                 "slices of a step", "step timeline", "phases", "what-if",
-                 "compute CV over repeats")
+# 2.2, 1.8, 1.3, 1.3, 1.1, 1.0, 0.9 and 0.6 s (2026-11-29, medians of 3), the others 0.05 s
+# or nothing
+LONGEST_FIRST = ("compute and idle per step", "heatmap", "straggler causes", "step timeline",
+                 "phases", "what-if", "slices of a step", "compute CV over repeats")
 
 
 def _work_out_shared_tables(runs: Runs) -> None:
@@ -211,17 +271,27 @@ def _work_out_shared_tables(runs: Runs) -> None:
 
 
 def _causes_figure(causes: pd.DataFrame, out: Path, scope: str) -> list[Path]:
-    """Each worker's share of the steps it was last, split over the causes."""
+    """Each worker's share of the steps it was last, split over the causes: a bar per cause
+    beside each other, every worker of the runs on each panel's axis."""
     if not len(causes):
         return []
-    import seaborn as sns
+    workers = _workers(causes)
+    kinds = list(dict.fromkeys(causes["cause"]))
+    width = 0.8 / len(kinds)
 
-    grid = sns.catplot(data=causes, x="worker", y="part", hue="cause", kind="bar",
-                       order=_workers(causes), **_facets(causes))
-    grid.set_axis_labels("worker", "share of steps last x share of excess")
-    grid.set_titles("{col_name}", size=8)
-    grid.figure.suptitle(f"Straggler share and causes per worker — {scope}", y=1.02, size=10)
-    return _save(grid.figure, out, "straggler_causes")
+    def bars(ax: Any, part: pd.DataFrame, colours: dict[str, Any]) -> None:
+        for k, cause in enumerate(kinds):
+            rows = part[part["cause"] == cause]
+            if len(rows):
+                at = [workers.index(w) + (k - (len(kinds) - 1) / 2) * width
+                      for w in rows["worker"]]
+                ax.bar(at, rows["part"], width=width, color=colours[cause], label=cause)
+        ax.set_xticks(range(len(workers)), workers)
+
+    figure, _ = _per_run_panels(causes, bars, "cause",
+                                ("worker", "share of steps last x share of excess"))
+    figure.suptitle(f"Straggler share and causes per worker ({scope})", y=1.02, size=10)
+    return _save(figure, out, "straggler_causes")
 
 
 def _slices_figure(slices: pd.DataFrame, out: Path, scope: str) -> list[Path]:
@@ -229,14 +299,29 @@ def _slices_figure(slices: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     if not (len(slices) and
             slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1):
         return []
-    import seaborn as sns
+    figure, _ = _per_run_panels(slices, _lines("step", "batch_size", drawstyle="steps-post"),
+                                "worker", ("step", "slice size (samples)"), sharey=False)
+    figure.suptitle(f"Slice sizes over steps per worker ({scope})", y=1.02, size=10)
+    return _save(figure, out, "slices_per_step")
 
-    grid = sns.relplot(data=slices, x="step", y="batch_size", hue="worker", kind="line",
-                       drawstyle="steps-post", facet_kws={"sharey": False}, **_facets(slices))
-    grid.set_axis_labels("step", "slice size (samples)")
-    grid.set_titles("{col_name}", size=8)
-    grid.figure.suptitle(f"Slice sizes over steps per worker — {scope}", y=1.02, size=10)
-    return _save(grid.figure, out, "slices_per_step")
+
+def _lines(x: str, y: str, **style: Any) -> PanelDrawing:
+    """A panel's drawing: a line of y over x per worker, in x's order."""
+    def draw(ax: Any, part: pd.DataFrame, colours: dict[str, Any]) -> None:
+        for worker, rows in part.groupby("worker", sort=False):
+            rows = rows.sort_values(x, kind="stable")
+            ax.plot(rows[x], rows[y], color=colours[worker], label=worker, **style)
+    return draw
+
+
+def _ecdfs(ax: Any, part: pd.DataFrame, colours: dict[str, Any]) -> None:
+    """A panel's drawing: each worker's ECDF of its idle time (its share of steps idle at
+    most x), a step at each value."""
+    for worker, rows in part.groupby("worker", sort=False):
+        values = np.sort(rows["idle_ms"].dropna().to_numpy(dtype=float))
+        line, = ax.plot(values, np.arange(1, len(values) + 1) / len(values),
+                        drawstyle="steps-post", color=colours[worker], label=worker)
+        line.sticky_edges.y[:] = [0, 1]
 
 
 def _scheme_figures(runs: Runs, out: Path, scope: str) -> list[Path]:
@@ -254,23 +339,17 @@ def _compute_figures(compute: pd.DataFrame, out: Path, scope: str) -> list[Path]
     """Each worker's compute time per step, and the ECDF of its idle time."""
     if not len(compute):
         return []
-    import seaborn as sns
-
     paths: list[Path] = []
     # panels share their axes: runs are read against each other
-    grid = sns.relplot(data=compute, x="step", y="compute_ms", hue="worker", kind="line",
-                       linewidth=0.8, **_facets(compute))
-    grid.set_axis_labels("step", "compute time per batch (ms)")
-    grid.set_titles("{col_name}", size=8)
-    grid.figure.suptitle(f"Per-batch compute time per worker — {scope}", y=1.02, size=10)
-    paths += _save(grid.figure, out, "compute_per_step")
+    figure, _ = _per_run_panels(compute, _lines("step", "compute_ms", linewidth=0.8),
+                                "worker", ("step", "compute time per batch (ms)"))
+    figure.suptitle(f"Per-batch compute time per worker ({scope})", y=1.02, size=10)
+    paths += _save(figure, out, "compute_per_step")
 
-    grid = sns.displot(data=compute, x="idle_ms", hue="worker", kind="ecdf",
-                       **_facets(compute))
-    grid.set_axis_labels("idle before all-reduce (ms)", "share of steps")
-    grid.set_titles("{col_name}", size=8)
-    grid.figure.suptitle(f"ECDF of idle time before all-reduce — {scope}", y=1.02, size=10)
-    paths += _save(grid.figure, out, "idle_ecdf")
+    figure, _ = _per_run_panels(compute, _ecdfs, "worker",
+                                ("idle before all-reduce (ms)", "share of steps"))
+    figure.suptitle(f"ECDF of idle time before all-reduce ({scope})", y=1.02, size=10)
+    paths += _save(figure, out, "idle_ecdf")
     return paths
 
 
@@ -279,20 +358,32 @@ def _cv_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     if not (len(table) and table["compute_cv_max"].notna().any()):
         return []
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     figure, ax = plt.subplots(figsize=(7, 3.2))
     # a group is one configuration (a run of a suite) and its points are its repeats:
     # runs that differ in anything (the partition too) are never pooled
     several = table["suite"].nunique() > 1
-    table["group"] = ((table["suite"] + ": " if several else "") + table["run"]
-                      + "\n" + table["devices"])
-    sns.boxplot(data=table, x="group", y="compute_cv_max", ax=ax, color="0.85")
-    sns.stripplot(data=table, x="group", y="compute_cv_max", ax=ax, color="k", size=4)
+    group = ((table["suite"] + ": " if several else "") + table["run"] + "\n"
+             + table["devices"])
+    names = list(dict.fromkeys(group))
+    values = [table.loc[group == name, "compute_cv_max"].dropna().to_numpy(dtype=float)
+              for name in names]
+    drawn = [i for i, v in enumerate(values) if len(v)]
+    grey = {"color": "0.5"}
+    ax.boxplot([values[i] for i in drawn], positions=drawn, widths=0.8, patch_artist=True,
+               boxprops={"facecolor": "0.85", "edgecolor": "0.5"}, medianprops=grey,
+               whiskerprops=grey, capprops=grey, flierprops={"markeredgecolor": "0.5"})
+    # each repeat a point, spread sideways at random (seeded: the same figure each time)
+    jitter = np.random.default_rng(0)
+    for i in drawn:
+        ax.scatter(i + jitter.uniform(-0.08, 0.08, len(values[i])), values[i], color="k",
+                   s=16, zorder=3, linewidths=0)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_xlabel("run, devices (each point: one repeat)")
     ax.set_ylabel("largest worker CV of compute time")
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_title(f"Compute-time CV over repeats — {scope}", size=10)
+    ax.set_title(f"Compute-time CV over repeats ({scope})", size=10)
     return _save(figure, out, "cv_by_group")
 
 
@@ -353,7 +444,7 @@ def _phase_bars(phases: pd.DataFrame, out: Path, scope: str) -> list[Path]:
         ax.set_xlabel("worker")
     axes[0].set_ylabel("mean time per step (ms)")
     _legend_right(figure, axes)
-    figure.suptitle(f"Phase breakdown per worker — {scope}", size=10)
+    figure.suptitle(f"Phase breakdown per worker ({scope})", size=10)
     figure.tight_layout()
     return _save(figure, out, "phase_breakdown")
 
@@ -373,7 +464,7 @@ def _whatif_bars(whatif: pd.DataFrame, out: Path, scope: str) -> list[Path]:
         ax.set_title(name, size=8)
         ax.tick_params(axis="x", labelsize=7, rotation=20)
     axes[0].set_ylabel("total time / measured")
-    figure.suptitle(f"What-if: without variability, balanced, all fastest — {scope}",
+    figure.suptitle(f"What-if: without variability, balanced, all fastest ({scope})",
                     size=10)
     figure.tight_layout()
     return _save(figure, out, "what_if")
@@ -421,7 +512,7 @@ def step_timeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
     flat[-1].set_xlabel(f"time from the first step's begin (ms); {STEPS_SHOWN} steps after "
                         "warm-up")
     _legend_right(figure, flat)
-    figure.suptitle(f"Step timeline per worker — {scope}", size=10)
+    figure.suptitle(f"Step timeline per worker ({scope})", size=10)
     figure.tight_layout()
     return _save(figure, out, "step_timeline")
 
@@ -441,12 +532,9 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
             shown.append((run.manifest, table, straggler))
     if not shown:
         return []
-    import seaborn as sns
-
     figure, axes = _panels(len(shown), 4.2, 0.9 + 0.45 * max(len(t) for _, t, _ in shown))
     for ax, (manifest, table, straggler) in zip(axes, shown, strict=True):
-        sns.heatmap(table, annot=True, fmt=".1f", cmap="Greys", cbar=False, ax=ax,
-                    annot_kws={"size": 7}, linewidths=0.5, linecolor="white")
+        _labelled_cells(ax, table)
         for col, step in enumerate(table.columns):
             row = list(table.index).index(straggler[step])
             ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="#d62728", lw=1.5))
@@ -455,10 +543,32 @@ def batch_table_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
         ax.set_xlabel("batch (step)", size=8)
         ax.set_ylabel("")
         ax.set_title(_label(manifest), size=8)
-    figure.suptitle(f"Compute time per batch (ms), the straggler of each outlined — {scope}",
+    figure.suptitle(f"Compute time per batch (ms), the straggler of each outlined ({scope})",
                     size=10)
     figure.tight_layout()
     return _save(figure, out, "batch_times")
+
+
+def _labelled_cells(ax: Any, table: pd.DataFrame) -> None:
+    """The table as grey cells (darker: longer), each labelled with its value, the first
+    row at the top: seaborn's annotated heatmap, drawn without the trial draws of the whole
+    figure it makes to see whether tick labels overlap."""
+    values = table.to_numpy(dtype=float)
+    mesh = ax.pcolormesh(values, cmap="Greys", edgecolors="white", linewidth=0.5,
+                         vmin=np.nanmin(values), vmax=np.nanmax(values))
+    for (row, col), value in np.ndenumerate(values):
+        if np.isfinite(value):
+            # dark text on light cells, white on dark (the W3C's relative luminance)
+            rgb = np.asarray(mesh.to_rgba(value))[:3]
+            linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+            light = linear @ [0.2126, 0.7152, 0.0722] > 0.408
+            ax.text(col + 0.5, row + 0.5, f"{value:.1f}", ha="center", va="center", size=7,
+                    color="0.15" if light else "white")
+    ax.set_xlim(0, values.shape[1])
+    ax.set_ylim(values.shape[0], 0)
+    ax.set_xticks(np.arange(values.shape[1]) + 0.5, [str(c) for c in table.columns])
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
 
 
 def heatmap_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
@@ -503,7 +613,7 @@ def heatmap_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
                           shrink=0.8)
     bar.set_ticks([0.25, 0.5, 1, 2, 4], labels=["≤0.25", "0.5", "1", "2", "≥4"])
     bar.minorticks_off()
-    figure.suptitle(f"Compute per worker and step over the worker's median — {scope}",
+    figure.suptitle(f"Compute per worker and step over the worker's median ({scope})",
                     size=10)
     return _save(figure, out, "heatmap")
 
@@ -551,7 +661,7 @@ def pipeline_figure(runs: Runs, out: Path, scope: str) -> list[Path]:
                      f"micro-batches, wave {wave}, split {plan['bounds'][0]}", size=8)
     axes[-1, 0].set_xlabel("time from the wave's first micro-batch (ms); light: forward, "
                            "dark: backward")
-    figure.suptitle(f"Pipeline timeline of virtual worker 0 — {scope}", size=10)
+    figure.suptitle(f"Pipeline timeline of virtual worker 0 ({scope})", size=10)
     figure.tight_layout()
     return _save(figure, out, "pipeline_timeline")
 
@@ -593,7 +703,7 @@ def _tradeoff_figure(table: pd.DataFrame, out: Path, scope: str) -> list[Path]:
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["inf"])
         ax.set_xlabel("staleness bound (ssp: s; local SGD: H - 1; ps-async: inf)")
         ax.set_ylabel(label)
-    figure.suptitle(f"Statistical against hardware efficiency per scheme — {scope}", size=10)
+    figure.suptitle(f"Statistical against hardware efficiency per scheme ({scope})", size=10)
     figure.tight_layout()
     return _save(figure, out, "tradeoff")
 
@@ -612,7 +722,7 @@ def _staleness_figure(counts: pd.DataFrame, out: Path, scope: str) -> list[Path]
     ax.set_xlabel("staleness (server versions)")
     ax.set_ylabel("share of updates")
     ax.legend(fontsize=7)
-    ax.set_title(f"Staleness of the updates — {scope}", size=10)
+    ax.set_title(f"Staleness of the updates ({scope})", size=10)
     return _save(figure, out, "staleness")
 
 
@@ -646,7 +756,7 @@ def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path
             ax.set_ylabel(f"held-out {measure.replace('_', ' ')}")
     if axes[0][1].get_legend() is not None:
         sns.move_legend(axes[0][1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
-    figure.suptitle(f"Held-out metric against time and steps — {scope}", size=10)
+    figure.suptitle(f"Held-out metric against time and steps ({scope})", size=10)
     figure.tight_layout()
     return _save(figure, out, "convergence")
 
