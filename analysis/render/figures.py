@@ -181,8 +181,7 @@ PanelDrawing = Callable[[Any, pd.DataFrame, dict[str, Any]], None]
 
 
 def _per_run_panels(frame: pd.DataFrame, draw: PanelDrawing, hue: str,
-                    axis_labels: tuple[str, str], sharey: bool = True
-                    ) -> tuple[Any, list[Any]]:
+                    axis_labels: tuple[str, str], sharey: bool = True) -> Any:
     """A panel per run (frame["run"], at most three a row; x shared, y where `sharey`),
     each drawn by `draw(ax, the run's rows, colours)`, where colours gives each `hue` value
     one colour in every panel (the default cycle, in order of appearance), and one legend
@@ -202,15 +201,12 @@ def _per_run_panels(frame: pd.DataFrame, draw: PanelDrawing, hue: str,
             ax.set_xlabel(axis_labels[0])
         if index % 3 == 0:
             ax.set_ylabel(axis_labels[1])
-    entries: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
+    entries = _handles_by_label(axes)
     labels = [str(value) for value in colours if str(value) in entries]
     figure.legend([entries[x] for x in labels], labels, title=hue, loc="center left",
                   bbox_to_anchor=(1.0, 0.5), frameon=False)
     figure.tight_layout()
-    return figure, axes
+    return figure
 
 
 def _colour_cycle() -> list[str]:
@@ -288,7 +284,7 @@ def _causes_figure(causes: pd.DataFrame, out: Path, scope: str) -> list[Path]:
                 ax.bar(at, rows["part"], width=width, color=colours[cause], label=cause)
         ax.set_xticks(range(len(workers)), workers)
 
-    figure, _ = _per_run_panels(causes, bars, "cause",
+    figure = _per_run_panels(causes, bars, "cause",
                                 ("worker", "share of steps last x share of excess"))
     figure.suptitle(f"Straggler share and causes per worker ({scope})", y=1.02, size=10)
     return _save(figure, out, "straggler_causes")
@@ -299,7 +295,7 @@ def _slices_figure(slices: pd.DataFrame, out: Path, scope: str) -> list[Path]:
     if not (len(slices) and
             slices.groupby(["run", "worker"])["batch_size"].nunique().max() > 1):
         return []
-    figure, _ = _per_run_panels(slices, _lines("step", "batch_size", drawstyle="steps-post"),
+    figure = _per_run_panels(slices, _lines("step", "batch_size", drawstyle="steps-post"),
                                 "worker", ("step", "slice size (samples)"), sharey=False)
     figure.suptitle(f"Slice sizes over steps per worker ({scope})", y=1.02, size=10)
     return _save(figure, out, "slices_per_step")
@@ -341,12 +337,12 @@ def _compute_figures(compute: pd.DataFrame, out: Path, scope: str) -> list[Path]
         return []
     paths: list[Path] = []
     # panels share their axes: runs are read against each other
-    figure, _ = _per_run_panels(compute, _lines("step", "compute_ms", linewidth=0.8),
+    figure = _per_run_panels(compute, _lines("step", "compute_ms", linewidth=0.8),
                                 "worker", ("step", "compute time per batch (ms)"))
     figure.suptitle(f"Per-batch compute time per worker ({scope})", y=1.02, size=10)
     paths += _save(figure, out, "compute_per_step")
 
-    figure, _ = _per_run_panels(compute, _ecdfs, "worker",
+    figure = _per_run_panels(compute, _ecdfs, "worker",
                                 ("idle before all-reduce (ms)", "share of steps"))
     figure.suptitle(f"ECDF of idle time before all-reduce ({scope})", y=1.02, size=10)
     paths += _save(figure, out, "idle_ecdf")
@@ -404,14 +400,20 @@ def _panels(count: int, width: float, height: float, **kwargs: Any) -> tuple[Any
 def _legend_right(figure: Any, axes: list[Any]) -> None:
     """One legend for every panel, right of them: each label once, phases in the order a
     step runs them (PHASE_COLOURS' order)."""
-    entries: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
+    entries = _handles_by_label(axes)
     order = list(PHASE_COLOURS)
     labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
     figure.legend([entries[x] for x in labels], labels, loc="upper left",
                   bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)
+
+
+def _handles_by_label(axes: list[Any]) -> dict[str, Any]:
+    """Each label drawn on the panels, once, with the first handle drawn for it."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    return entries
 
 
 def phase_stack(phases: pd.DataFrame) -> pd.DataFrame:
