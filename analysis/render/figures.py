@@ -750,8 +750,9 @@ def _convergence_figure(curve: pd.DataFrame, out: Path, scope: str) -> list[Path
             # against time every repeat is its own line (their evaluation times differ);
             # against steps, repeats share x: their mean with a 95% band
             per_repeat = {"units": "repeat", "estimator": None} if x == "train_s" else {}
+            # seed: the band's bootstrap draws the same figure from the same runs
             sns.lineplot(data=part, x=x, y="value", hue="run", palette=palette, ax=ax,
-                         marker="o", markersize=3, linewidth=1,
+                         marker="o", markersize=3, linewidth=1, seed=0,
                          legend=row == 0 and col == 1, **per_repeat)
             ax.set_xlabel("training time (s, evaluations excluded)" if x == "train_s"
                           else "step")
