@@ -13,8 +13,8 @@ Prints median per-step times of each mode and each timed mode's overhead over th
 of the same round, relative and in microseconds, with 95% intervals (targets: at most 1% of
 a step of 5 ms or more, at most 30 us). The modes alternate step by step (a round is one step
 of each), so that the machine's drift falls on both sides of every difference; a timed mode
-per `--counters-every` value (the run key: the CPU clocks and getrusage read over one step
-in k, harness/loop/counters.py). `--parts` then times each part of the
+per `--counters-every` value (the run key: getrusage read over one step in k; the kernel's
+counts are read at every step, harness/loop/counters.py). `--parts` then times each part of the
 instrumentation alone, right after a bare step (so with the caches a step leaves), as the
 median over the rounds: where the microseconds go.
 """
@@ -116,7 +116,7 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
     timer = trainer.timer
     exchange = Exchange(Holds.SUMS, args.batch, None)
     counters.start()
-    record = (0, 0, args.batch, 0, list(range(len(PHASES) + 1)), 0, counters.compute_cpu(),
+    record = (0, 0, args.batch, 0, list(range(len(PHASES) + 1)), (0, 0, 0), counters.compute(),
               0.0, 0.0, counters.take(), exchange)  # a timed step's parts (worker.timed_step)
 
     now = time.perf_counter_ns
@@ -126,12 +126,13 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
         for _ in PHASES:
             timer.end(now())
 
-    def thread_clocks() -> None:
-        counters.clock.stop(counters.clock.start())
+    def kernel_counts() -> None:  # a sampled step's (harness/loop/counters.py)
+        counters.start()
+        counters.compute()
 
     def sampled_counters() -> None:
         counters.start()
-        counters.compute_cpu()
+        counters.compute()
         counters.take()
 
     unsampled = Counters(10**9)
@@ -140,13 +141,19 @@ def parts(trainer: Any, counters: Counters, writer: RecordWriter, args: Any, ste
 
     def step_parts() -> tuple[Any, ...]:  # a timed step's record: its parts (worker.timed_step)
         unsampled.start()
-        return (0, 0, args.batch, 0, timer.marks, 0, unsampled.compute_cpu(), 0.0, 0.0,
+        return (0, 0, args.batch, 0, timer.marks, (0, 0, 0), unsampled.compute(), 0.0, 0.0,
                 unsampled.take(), exchange)
 
+    software = counters.kernel.software
     named = {"nothing (the floor of this measurement)": lambda: None,
+             "perf group of all threads, one read": (software.read if software is not None
+                                                     else lambda: None),
+             "main thread's schedstat, one read": counters.schedstat.read,
+             "main thread's CPU clock, one read": time.thread_time_ns,
              "phase timer (begin and 8 marks)": phase_timer,
-             "all threads' CPU clocks (a window)": thread_clocks,
-             "a sampled step's counters (clocks, 2 getrusage, rss every 8, gc)":
+             "a sampled step's kernel counts (perf group, schedstat, thread clock, twice)":
+                 kernel_counts,
+             "a sampled step's counters (kernel's, 2 getrusage, rss every 8, gc)":
                  sampled_counters,
              "an unsampled step's counters and record": step_parts,
              "writer append (rows built and written every 16)": lambda: writer.append(record)}

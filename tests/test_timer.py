@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from hetbench.harness.loop.counters import COMPUTE_FIELDS, UNMEASURED_COMPUTE
 from hetbench.harness.loop.timer import RULES, CudaEventTimer, HostTimer, StepTimer
 from hetbench.harness.records import collector, fields
 from hetbench.harness.records.collector import PHASES, RECORD_DTYPE, Phase
@@ -70,7 +71,7 @@ def test_the_host_timer_keeps_the_loops_instants_and_a_record_missing_one_is_ref
     timer.begin()  # a new list: the last step's record still holds its own
     assert first == [first[0], first[0] + 5] and timer.marks is not first
     with pytest.raises(RuntimeError, match="a step marked 0 phase ends, not 8"):
-        collector.timed_record(0, 0, 1, 0, timer.marks, 0, (-1, -1), 0.0, 0.0,
+        collector.timed_record(0, 0, 1, 0, timer.marks, (0, 0, 0), UNMEASURED_COMPUTE, 0.0, 0.0,
                                (-1,) * 7, Exchanged())
 
 
@@ -86,9 +87,31 @@ def test_the_slowdown_stretches_the_compute_phases_only() -> None:
     run_phases(timer, work_s=0.002)
     assert stretched == COMPUTE == list(collector.COMPUTE_PHASES)
     durations = dict(zip(PHASES, timer.durations(), strict=True))
-    # a stretched phase lasts at least 3x its own 2 ms (the stretcher waits until then)
-    assert all(durations[p] >= 3 * 2_000_000 for p in COMPUTE)
-    assert stretch.total_ns >= len(COMPUTE) * 2 * 2_000_000
+    # the compute phases last 3x their own 2 ms together (a sleep's overshoot comes off
+    # the next phase's stretch); the others are not stretched
+    assert sum(durations[p] for p in COMPUTE) >= 3 * len(COMPUTE) * 2_000_000
+    assert all(durations[p] < 3 * 2_000_000 for p in PHASES if p not in COMPUTE)
+    assert stretch.take()[0] >= len(COMPUTE) * 2 * 2_000_000
+    assert stretch.take() == (0, 0, 0)  # taken once
+
+
+def test_a_sleep_that_overshoots_is_taken_off_the_next_stretch(monkeypatch) -> None:
+    """Each sleep wakes 1 ms late (as when no core is free to wake it): the phases'
+    stretches add up to (factor - 1) x their compute but for the last sleep's overshoot,
+    where a stretch that waited out each phase's own target overshot at every phase."""
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + 0.001))
+    stretch = Stretcher(2.0)
+    phase_ns, phases = 3_000_000, 8
+    clock = time.perf_counter_ns()
+    for _ in range(phases):
+        start, end = clock, clock + phase_ns
+        while time.perf_counter_ns() < end:
+            pass
+        clock = stretch(start, end)
+    total, _, _ = stretch.take()
+    asked = phases * phase_ns  # (2 - 1) x each phase's 3 ms
+    assert asked <= total < asked + 1_600_000  # one overshoot, not eight
 
 
 @dataclass
@@ -134,7 +157,8 @@ class Exchanged:
 def test_the_record_puts_each_value_in_its_named_field() -> None:
     marks = [1000 + 10 * i * i for i in range(len(PHASES) + 1)]
     counters = (1, 2, 300, 400, 5 << 20, 600, 7)
-    row = np.array([collector.timed_record(3, 42, 16, 32, marks, 99, (1234, 5678), 0.5, 0.25,
+    compute = tuple(1234 + i for i in range(len(COMPUTE_FIELDS)))
+    row = np.array([collector.timed_record(3, 42, 16, 32, marks, (99, 98, 97), compute, 0.5, 0.25,
                                            counters, Exchanged())], dtype=RECORD_DTYPE)[0]
     assert (row["rank"], row["step"], row["batch_size"], row["slice_start"]) == (3, 42, 16, 32)
     assert row["begin_ns"] == marks[0] and row["end_ns"] == marks[-1]
@@ -142,8 +166,9 @@ def test_the_record_puts_each_value_in_its_named_field() -> None:
     assert row["reduced_ns"] == marks[PHASES.index(Phase.ALLREDUCE) + 1]
     for i, phase in enumerate(PHASES):
         assert row[f"{phase.value}_ns"] == marks[i + 1] - marks[i]
-    assert (row["stretch_ns"], row["compute_cpu_ns"], row["compute_cpu_all_ns"]) == (99, 1234,
-                                                                                     5678)
+    assert (row["stretch_ns"], row["stretch_wait_ns"], row["stretch_cpu_ns"]) == (99, 98, 97)
+    assert [row[f] for f in fields.written_by("cpu")] == list(compute)
+    assert fields.written_by("cpu") == COMPUTE_FIELDS
     assert (row["loss"], row["local_loss"]) == (0.5, 0.25)
     assert [row[f] for f in fields.written_by("counters")] == list(counters)
     assert [row[f] for f in collector.EXCHANGE_FIELDS] == [2, 11, 12, 13, True, False]
@@ -153,8 +178,8 @@ def test_a_timed_steps_parts_become_its_row_when_the_writer_flushes(tmp_path: Pa
     """A worker leaves a timed step's parts; the writer builds the row as it flushes, and
     writes the rows it was given whole (a step sat out) as they are, in order."""
     marks = [1000 + 10 * i * i for i in range(len(PHASES) + 1)]
-    parts = (3, 42, 16, 32, marks, 99, (1234, 5678), 0.5, 0.25, (1, 2, 300, 400, 5, 6, 7),
-             Exchanged())
+    parts = (3, 42, 16, 32, marks, (99, 0, 0), UNMEASURED_COMPUTE, 0.5, 0.25,
+             (1, 2, 300, 400, 5, 6, 7), Exchanged())
     assert len(parts) == collector.TIMED_STEP_PARTS and parts[collector.TIMED_MARKS] is marks
     path = tmp_path / "rank3.bin"
     writer = collector.RecordWriter(path, flush_every=2)

@@ -184,14 +184,22 @@ def _per_run_panels(frame: pd.DataFrame, draw: PanelDrawing, hue: str,
                     axis_labels: tuple[str, str], sharey: bool = True) -> Any:
     """A panel per run (frame["run"], at most three a row; x shared, y where `sharey`),
     each drawn by `draw(ax, the run's rows, colours)`, where colours gives each `hue` value
-    one colour in every panel (the default cycle, in order of appearance), and one legend
+    one colour in every panel (the default cycle, in order of appearance; tab20 where the
+    values are more than its colours), and one legend
     of them right of the panels: the layout of seaborn's relplot, laid out once (its grid
     laid itself out again after each label, a third of these figures' time)."""
     names = list(dict.fromkeys(frame["run"]))
     figure, axes = _panels(len(names), 3.92, 2.8, sharex=True, sharey=sharey)
+    values = list(dict.fromkeys(frame[hue]))
     cycle = _colour_cycle()
-    colours = {value: cycle[i % len(cycle)]
-               for i, value in enumerate(dict.fromkeys(frame[hue]))}
+    if len(values) > len(cycle):  # more than the cycle tells apart (the 13 causes)
+        import matplotlib
+        from matplotlib.colors import to_hex
+
+        tab20 = matplotlib.colormaps["tab20"]
+        # its ten hues first, then their light shades: neighbours stay told apart
+        cycle = [to_hex(tab20(i)) for i in (*range(0, 20, 2), *range(1, 20, 2))]
+    colours = {value: cycle[i % len(cycle)] for i, value in enumerate(values)}
     for index, (ax, name) in enumerate(zip(axes, names, strict=True)):
         draw(ax, frame[frame["run"] == name], colours)
         ax.set_title(name, size=8)

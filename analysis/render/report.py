@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from hetbench.analysis.measures.stragglers import CAUSES, breakdown_lines, cause_evidence
 from hetbench.analysis.measures.whatif import costs
 from hetbench.analysis.render.terminal import Summary, Table
 from hetbench.analysis.tables import registry
@@ -171,6 +172,11 @@ def run_section(recorded: Run, failslow: list[dict[str, Any]] | None = None) -> 
               "(rank -1: all workers):", "",
               markdown_table(shares.pivot(index="rank", columns="cause", values="share")
                              .reset_index()), ""]
+    lines += [f"- {line}" for line in cause_evidence(tables["attribution"])] + [""]
+    lines += ["Where each worker's compute went (shares of its compute time; the main "
+              "thread's on a CPU, waiting for one, blocked; the emulated stretch; the "
+              "garbage collector):", "", markdown_table(tables["breakdown"]), ""]
+    lines += breakdown_lines(tables["breakdown"]) + [""]
     acf = tables["autocorrelation"]
     lines += ["Persistence (autocorrelation of compute time by lag):", "",
               markdown_table(acf.pivot(index="rank", columns="lag", values="acf")
@@ -195,6 +201,39 @@ def run_section(recorded: Run, failslow: list[dict[str, Any]] | None = None) -> 
               "partition; every worker at the fastest one's per-sample rate would save "
               f"{c['cost_of_heterogeneity']:.1%} over the medians.", ""]
     return lines
+
+
+def causes_section(runs: Sequence[Run], summary: Summary | None = None) -> list[str]:
+    """Why the stragglers were late, over every run: the largest causes of straggler excess
+    pooled over the runs (a headline line), and each run's shares by cause."""
+    rows = []
+    for run in runs:
+        if run.spec.get("pipeline"):
+            continue
+        shares = run_tables(run)["causes"]
+        everyone = shares[shares["rank"] == -1].set_index("cause")
+        if everyone.empty or not everyone["excess_ms"].sum() > 0:
+            continue
+        rows.append({"run_id": run.run_id, "excess_ms": everyone["excess_ms"].sum(),
+                     **everyone["share"].where(everyone["share"] > 0).to_dict()})
+    if not rows:
+        return []
+    table = pd.DataFrame(rows)
+    causes = [c for c in CAUSES if c in table]
+    pooled = (table[causes].fillna(0.0).mul(table["excess_ms"], axis=0).sum()
+              / table["excess_ms"].sum()).sort_values(ascending=False)
+    largest = ", ".join(f"{cause} {share:.0%}" for cause, share in pooled.items()
+                        if share >= 0.05) or "none above 5%"
+    line = (f"Straggler excess (the time the last worker lost beyond its typical compute), "
+            f"by cause over the {len(table)} runs: {largest}; unexplained "
+            f"{pooled.get('unexplained', 0.0):.0%} (median run "
+            f"{table['unexplained'].fillna(0.0).median() if 'unexplained' in table else 0:.0%}).")
+    if summary is not None:
+        summary.headline.append(line)
+        _keep(summary, Table("Straggler excess by cause (share of each run's, all workers)",
+                             table[["run_id", "excess_ms", *causes]], ("run_id",)))
+    return ["## Why the stragglers were late", "", line, "",
+            markdown_table(table[["run_id", "excess_ms", *causes]]), ""]
 
 
 def failslow_lines(found: pd.DataFrame) -> list[str]:
@@ -498,6 +537,7 @@ def build(runs: Sequence[Run], figures: Sequence[str] = (), target_loss: float =
     md += placement_section(runs, summary)
     md += network_section(runs, summary)
     md += failslow_section(runs, summary)
+    md += causes_section(runs, summary)
     if figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     md += ["## Each run", ""]

@@ -107,7 +107,12 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
                 manifest: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """Every per-run table the report shows: metrics, variability, idle, stragglers and
     their causes, persistence and what-if (what the 1M-record benchmark times)."""
-    from hetbench.analysis.measures.stragglers import attribute, cause_shares, straggler_summary
+    from hetbench.analysis.measures.stragglers import (
+        attribute,
+        cause_shares,
+        compute_breakdown,
+        straggler_summary,
+    )
     from hetbench.analysis.measures.whatif import what_if
     from hetbench.analysis.trends.failslow import detect
     from hetbench.analysis.trends.persistence import autocorrelation, change_points
@@ -133,6 +138,7 @@ def analyse_run(steps: pd.DataFrame, warmup_steps: int = 0,
         "stragglers": straggler_summary(d, per_step=per_step),
         "attribution": attribution,
         "causes": cause_shares(attribution),
+        "breakdown": compute_breakdown(d),
         "autocorrelation": autocorrelation(d),
         "change_points": change_points(d),
         "failslow": detect(d),

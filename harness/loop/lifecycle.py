@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from hetbench.harness.loop import counters
 from hetbench.harness.records import collector, rundir
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.spec.workers import WorkerSpec
@@ -24,7 +25,8 @@ def describe(run: RunSpec, rank: int, worker: WorkerSpec, versions: dict[str, st
             "pid": os.getpid(), "label": worker.label, **run.to_dict()["workers"][rank],
             "emulated": worker.emulated, "affinity": sorted(os.sched_getaffinity(0)),
             "versions": versions, "dataset_source": data.source,
-            "dataset_fingerprint": data.fingerprint, "parameters": parameters, **more}
+            "dataset_fingerprint": data.fingerprint, "parameters": parameters,
+            "counters": counters.describe(), **more}
 
 
 def start(run_dir: Path, info: dict[str, Any], device: Any) -> dict[str, Any]:

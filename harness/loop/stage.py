@@ -381,7 +381,7 @@ class WaveSteps:
         if sync:
             torch.cuda.synchronize(device)
         ready = now()
-        compute_cpu = counters.compute_cpu()
+        compute = counters.compute()
         micro_records, forward_ns, backward_ns = self.timer.take()
         local_sum = float(sum(float(v) for v in losses)) if last else math.nan
         if last:
@@ -407,9 +407,9 @@ class WaveSteps:
         backward_end = min(moved + forward_ns + backward_ns, ready)
         marks = (begin, loaded, moved, min(moved + forward_ns, backward_end), backward_end,
                  ready, reduced, unpacked, done)
-        stretched, stretch.total_ns = stretch.total_ns, 0
+        stretched = stretch.take()
         record = collector.timed_record(
-            self.rank, wave, hi - lo, lo, marks, stretched, compute_cpu, loss,
+            self.rank, wave, hi - lo, lo, marks, stretched, compute, loss,
             local_sum / (hi - lo), counters.take(), exchange)
         for micro in micro_records:
             self.micro_writer.append(micro)

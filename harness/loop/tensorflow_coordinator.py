@@ -54,6 +54,7 @@ from hetbench.harness.exchange import Exchange, Holds
 from hetbench.harness.exchange import tensorflow_ps as served
 from hetbench.harness.exchange.tensorflow_ps import COORDINATOR, TIMES
 from hetbench.harness.loop import engine
+from hetbench.harness.loop.counters import UNMEASURED_COMPUTE
 from hetbench.harness.loop.engine import Record, Turn
 from hetbench.harness.partition.policies import equal_sizes, largest_remainder, slice_bounds
 from hetbench.harness.records import collector, rundir
@@ -188,7 +189,8 @@ class Recorder:
         loss = float(cur["loss"]) / n
         return collector.timed_record(
             rank, int(cur["step"]), n, self.bounds[rank][0], marks,
-            t["ready"] - t["backward"], (0, 0), loss, loss, NO_COUNTERS, exchange)
+            (t["ready"] - t["backward"], 0, 0), UNMEASURED_COMPUTE, loss, loss, NO_COUNTERS,
+            exchange)
 
 
 class RemoteSteps:

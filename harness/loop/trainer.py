@@ -18,7 +18,7 @@ import numpy as np
 
 from hetbench.adapters.base import Adapter, DeviceEvents, Loss
 from hetbench.harness.exchange import Aggregator, Exchange, Holds, Overlaps, Unattached
-from hetbench.harness.loop.counters import UNMEASURED_CPU, Counters
+from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import Phase
@@ -142,15 +142,15 @@ class Trainer:
                    ) -> tuple[tuple[Any, ...], Exchange]:
         """One step, its phases marked by the timer, and its record (a timed step's parts,
         collector.TIMED_STEP_PARTS: the writer builds the row): the loss of the update and
-        the local loss, the CPU time during compute of the main thread (wall minus this is
-        time the worker was off the CPU: preempted, blocked, or stretched by slowdown) and
-        of all its threads (on the steps `counters` samples), the counters, and what the
+        the local loss, the kernel's counts over the compute (the main thread's CPU time and
+        wait for a CPU: wall minus both is time it was blocked or stretched by slowdown; all
+        its threads' CPU time, faults, switches, migrations), the counters, and what the
         aggregator's exchange did. One function: each call costs ~1 us right after a step."""
         timer = self.timer
-        sampled = counters.start()
+        counters.start()
         timer.begin()
         self.compute(step, lo, hi)
-        compute_cpu = counters.compute_cpu() if sampled else UNMEASURED_CPU
+        compute = counters.compute()
         local_loss = self.loss_slot[0] / (hi - lo)
         exchange = self.aggregator.exchange(step, hi - lo)
         timer.end(now())  # allreduce
@@ -161,9 +161,8 @@ class Trainer:
             self.adapter.apply(scale)
         self.adapter.zero_grad()
         timer.end(now())  # apply
-        stretch = self.stretch
-        stretched, stretch.total_ns = stretch.total_ns, 0
-        return (self.rank, step, hi - lo, lo, timer.marks, stretched, compute_cpu, loss,
+        stretched = self.stretch.take()
+        return (self.rank, step, hi - lo, lo, timer.marks, stretched, compute, loss,
                 local_loss, counters.take(), exchange), exchange
 
     def take(self, step: int, exchange: Exchange) -> float | None:

@@ -52,7 +52,7 @@ from hetbench.harness.records.collector import RecordWriter
 from hetbench.harness.spec.errors import UsageError
 from hetbench.harness.spec.suite import RunSpec, load_suite, run_from_dict
 from hetbench.harness.spec.workers import WorkerSpec
-from hetbench.harness.system import allocator, interfaces, orphans
+from hetbench.harness.system import allocator, interfaces, orphans, perf
 from hetbench.harness.system.exits import exit_after
 
 if TYPE_CHECKING:
@@ -75,6 +75,9 @@ def prepare_process(worker: WorkerSpec, keep_freed_memory: bool) -> None:
         os.sched_setaffinity(0, worker.cores)
     for name in THREAD_VARIABLES:
         os.environ[name] = str(worker.threads)
+    # the kernel's counters on this thread before it starts any other: every thread and
+    # process it starts after is counted with it (harness/system/perf.py)
+    perf.open_process_counters()
     orphans.follow_launcher()  # no worker outlives a killed `hetbench run`
 
 
@@ -191,7 +194,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
     if rank == 0:
         collector.write_partition_log(run_dir, trainer.partition_history, standalone)
-    trainer.stretch.total_ns = 0
+    trainer.stretch.take()
     membership = None
     if run.partition.may_leave_out:
         membership = Membership(rank, run.world_size, sizes, run.timeout_s, device,

@@ -73,15 +73,18 @@ _UNTIMED_MIDDLE = _LEFT_OUT[RECORD_FIELDS.index("end_ns") + 1:RECORD_FIELDS.inde
 
 
 def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
-                 marks: Sequence[int], stretch_ns: int, compute_cpu: tuple[int, int],
+                 marks: Sequence[int], stretch: tuple[int, int, int], compute: Any,
                  loss: float, local_loss: float, counters: tuple[int, ...], exchange: Any
                  ) -> tuple[Any, ...]:
     """One step's row, in the order hetbench.harness.records.fields declares (spelled out
     here and in untimed_record, for speed; tests/test_collector.py checks both by name):
-    `marks` the timer's (begin, each phase's end), `compute_cpu` the main thread's and all
-    threads' CPU time during compute, `counters` hetbench.harness.loop.counters.Counters.take()'s
-    (context switches, user and system CPU, rss, gc time and collections), `exchange` the
-    aggregator's Exchange (its EXCHANGE_FIELDS)."""
+    `marks` the timer's (begin, each phase's end), `stretch` the emulation's (its time, its
+    wait for a CPU and its CPU time: Stretcher.take()), `compute` the kernel's counts over the
+    compute (the fields the `cpu` writer fills: a tuple, or the step's raw readings that
+    hetbench.harness.loop.counters.Readings.values() decodes), `counters`
+    hetbench.harness.loop.counters.Counters.take()'s (context switches, user and system CPU,
+    rss, gc time and collections), `exchange` the aggregator's Exchange (its
+    EXCHANGE_FIELDS)."""
     # spelled out, not a loop over PHASES: built once a step right after its compute, where
     # each Python operation costs several times its cost in a loop of its own (half the
     # time of `map(operator.sub, marks[1:], marks)` there: benchmarks/overhead.py --parts)
@@ -93,13 +96,14 @@ def timed_record(rank: int, step: int, batch_size: int, slice_start: int,
     return (rank, step, batch_size, slice_start, begin, ready, reduced, end,
             load - begin, to_device - load, forward - to_device, backward - forward,
             ready - backward, reduced - ready, unpack - reduced, end - unpack,
-            stretch_ns, *compute_cpu, loss, local_loss, *counters,
+            *stretch, *(compute if compute.__class__ is tuple else compute.values()),
+            loss, local_loss, *counters,
             exchange.staleness, exchange.push_ns, exchange.wait_ns, exchange.pull_ns,
             exchange.asynchronous, exchange.dropped)
 
 
 # A timed step as its trainer leaves it: timed_record's arguments (rank, step, batch_size,
-# slice_start, marks, stretch_ns, compute_cpu, loss, local_loss, counters, exchange), with
+# slice_start, marks, stretch, compute, loss, local_loss, counters, exchange), with
 # the marks at TIMED_MARKS. The writer builds its row when it flushes (step_row), in a loop
 # over the flush's rows where Python runs warm; built right after the step, whose compute
 # leaves the caches cold, the row cost ~10 us of the step's 30 us budget (issue 28).

@@ -33,7 +33,7 @@ WRITERS = {
     "loop": "the loop, as the step begins: who, which step, which slice",
     "timer": "the phase timer's marks (harness/loop/timer.py)",
     "emulation": "the emulated slowdown (harness/spec/emulation.py)",
-    "cpu": "the CPU clocks around the compute (harness/system/cputime.py)",
+    "cpu": "the kernel's counts over the compute (harness/loop/counters.py)",
     "loss": "the exchanged loss sums",
     "counters": "the step's counters (harness/loop/counters.py)",
     "exchange": "the aggregator's Exchange (harness/exchange)",
@@ -51,11 +51,13 @@ class Field:
     # what a run recorded before the field existed reads as (EVERY_RUN: none lacks it;
     # None: left missing, analysis does without it)
     older: Any = EVERY_RUN
-    # read over one step in a run's counters_every: the other steps hold UNMEASURED (-1)
+    # may hold UNMEASURED (-1): read over one step in a run's counters_every, or not counted
+    # on the host that ran the worker
     sampled: bool = False
 
 
 _NOT_SAMPLED = " (-1: a step between the sampled ones, counters_every)"
+_NOT_COUNTED = " (-1: not counted on this host: the manifest's workers[].counters say why)"
 
 STEP_FIELDS: tuple[Field, ...] = (
     Field("rank", "<i4", "loop", "the worker"),
@@ -68,14 +70,34 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field("end_ns", "<i8", "timer", "update applied"),
     *(Field(f"{p.value}_ns", "<i8", "timer", f"the {p.value} phase's time") for p in PHASES),
     Field("stretch_ns", "<i8", "emulation", "emulated slowdown inside the compute phases"),
-    # CPU time during compute: of the main thread (wall minus it: off the CPU), and of all
-    # the worker's threads (intra-op pools, the input pipeline: work done on its behalf)
+    Field("stretch_wait_ns", "<i8", "emulation", "of the stretch, the time the main thread "
+          "waited for a CPU to wake on from its sleeps (schedstat; 0: not slowed)",
+          older=None),
+    Field("stretch_cpu_ns", "<i8", "emulation", "of the stretch, the main thread's CPU time "
+          "(its sleeps' calls; 0: not slowed)", older=None),
+    # Over the compute (begin to ready), what the kernel counted (harness/loop/counters.py):
+    # of the main thread, which drives the step (wall minus its CPU time and its wait for a
+    # CPU is time it was blocked), and of all the worker's threads and the processes they
+    # started (intra-op pools, a DataLoader's processes: work done on its behalf)
     Field("compute_cpu_ns", "<i8", "cpu",
-          "CPU time of the main thread from begin to ready" + _NOT_SAMPLED,
-          older=None, sampled=True),
+          "CPU time of the main thread from begin to ready", older=None, sampled=True),
     Field("compute_cpu_all_ns", "<i8", "cpu",
-          "CPU time of all the worker's threads from begin to ready (-1: not sampled)",
-          older=None, sampled=True),
+          "CPU time of all the worker's threads and their processes from begin to ready "
+          "(perf's task-clock; without perf events: the threads' CPU clocks, on one step in "
+          "counters_every, -1 on the others)", older=None, sampled=True),
+    Field("compute_wait_ns", "<i8", "cpu",
+          "time the main thread waited on a run queue for a CPU from begin to ready "
+          "(schedstat)" + _NOT_COUNTED, older=None, sampled=True),
+    Field("compute_slices", "<i8", "cpu",
+          "times the main thread was put on a CPU from begin to ready (schedstat)"
+          + _NOT_COUNTED, older=None, sampled=True),
+    *(Field(f"compute_{name}", "<i8", "cpu", f"{meaning} of all the worker's threads and "
+            f"their processes from begin to ready (perf)" + _NOT_COUNTED, older=None,
+            sampled=True)
+      for name, meaning in (("faults", "minor page faults"), ("major_faults", "major page faults"),
+                            ("switches", "context switches"), ("migrations", "CPU migrations"),
+                            ("instructions", "instructions"), ("cycles", "CPU cycles"),
+                            ("cache_misses", "cache misses"))),
     Field("loss", "<f8", "loss", "global mean loss"),
     Field("local_loss", "<f8", "loss", "this worker's mean loss"),
     Field("ctx_voluntary", "<i8", "counters",

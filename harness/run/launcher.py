@@ -379,6 +379,10 @@ STARVED = {
     os.strerror(errno.EMFILE): "file descriptors (Too many open files: raise `ulimit -n`)",
     os.strerror(errno.ENFILE): "file descriptors (the system's table is full)",
     os.strerror(errno.ENOMEM): "memory (Cannot allocate memory)",
+    # c10d's libuv store says no more when its event loop cannot open its own descriptors
+    "Failed to init uv loop": "file descriptors, most likely (the store's event loop did not "
+                              "start, as when a process may open no more files: raise "
+                              "`ulimit -n`)",
 }
 LOG_TAIL_BYTES = 64 * 1024
 

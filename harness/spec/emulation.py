@@ -10,6 +10,9 @@ import random
 import time
 from typing import Protocol
 
+from hetbench.harness.system import timers
+from hetbench.harness.system.procfs import ThreadSchedstat
+
 
 class Emulated(Protocol):
     """The fields of a worker spec (hetbench.harness.spec.suite.WorkerSpec) that say how it is
@@ -59,22 +62,60 @@ def least(worker: Emulated) -> float:
 
 class Stretcher:
     """Emulated slowdown: after a compute phase of d ns, wait (factor - 1) * d more.
-    Sleeps for the bulk and spins the last stretch, as sleep overshoots by ~50-100 us."""
+
+    The wait sleeps for the bulk (its timer slack cut to 1 ns: harness/system/timers.py)
+    and spins the last SPIN_NS (a sleep ends ~50 us late here with a core free), and
+    whatever it still overshoots (milliseconds when no core is free to wake it, or the
+    spinning thread lost its core) is taken off the next phase's stretch, up to that
+    stretch's length: the emulated device's time adds up over the phases and steps to the
+    factor's. Before (issue 76) an overshoot stayed in its step, and the emulation was the
+    largest source of the slowed worker's variability. `total_ns`: the stretch so far;
+    `wait_ns`: of it, the time the thread waited on a run queue for a CPU to wake on
+    (harness/system/procfs.py); `cpu_ns`: the thread's CPU time in the stretch (its
+    sleeps' calls and reads): neither is the worker's natural compute."""
 
     SPIN_NS = 100_000
 
     def __init__(self, factor: float) -> None:
         self.extra = factor - 1.0
         self.total_ns = 0
+        self.wait_ns = 0
+        self.cpu_ns = 0
+        self._owed = 0  # what the last sleep overshot, taken off the next stretch
+        self._schedstat: ThreadSchedstat | None = None
 
     def __call__(self, start: int, end: int) -> int:
         if self.extra <= 0.0:
             return end
-        target = end + int(self.extra * (end - start))
-        remaining = target - time.perf_counter_ns()
-        if remaining > self.SPIN_NS:
-            time.sleep((remaining - self.SPIN_NS) / 1e9)
-        while (now := time.perf_counter_ns()) < target:
-            pass
+        if self._schedstat is None:  # made on the thread that steps, at its first stretch
+            self._schedstat = ThreadSchedstat()
+            timers.precise_sleeps()
+        awake = time.thread_time_ns()
+        asked = int(self.extra * (end - start))
+        target = end + asked - self._owed
+        now = time.perf_counter_ns()
+        if target > now:
+            schedstat = self._schedstat
+            before = schedstat.read()
+            if target - now > self.SPIN_NS:
+                time.sleep((target - now - self.SPIN_NS) / 1e9)
+            while time.perf_counter_ns() < target:
+                pass
+            if schedstat.available:
+                self.wait_ns += schedstat.decode(schedstat.read())[1] \
+                    - schedstat.decode(before)[1]
+            now = time.perf_counter_ns()  # the reads are the stretch's, owed as its overshoot
+            # the overshoot; one of more than was asked is a stop, not a late wake
+            self._owed = min(now - target, asked)
+        else:  # what was owed beyond this phase's stretch, owed on
+            self._owed = now - target
+        self.cpu_ns += time.thread_time_ns() - awake
         self.total_ns += now - end
         return now
+
+    def take(self) -> tuple[int, int, int]:
+        """The stretch, its wait for a CPU and its own CPU time since the last take (a
+        step's record)."""
+        out = (self.total_ns, self.wait_ns, self.cpu_ns)
+        self.total_ns = self.wait_ns = self.cpu_ns = 0
+        return out

@@ -115,9 +115,10 @@ class RunSpec:
     instrument: bool = True
     calibrate: bool = False
     calibrate_steps: int = 10
-    # the CPU clocks and getrusage are read over one step in this many, the others record
-    # -1 there (harness/loop/counters.py: each read costs microseconds inside a step); 1:
-    # every step
+    # all threads' kernel counts (CPU time, faults, switches, migrations, PMU) and getrusage
+    # are read over one step in this many, the others record -1 there (the main thread's CPU
+    # time and wait for a CPU are read at every step; harness/loop/counters.py: each read
+    # costs 10-40 us inside a step here); 1: every step
     counters_every: int = 8
     # glibc keeps what a step frees (harness/system/allocator.py); false: glibc's defaults
     keep_freed_memory: bool = True

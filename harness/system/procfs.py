@@ -1,9 +1,10 @@
 """What Linux's /proc says of a process: its state and its start time (which, with its pid,
-names it uniquely: pids are reused, start times are not). None where /proc has no entry
-for it (gone, or not Linux)."""
+names it uniquely: pids are reused, start times are not; None where /proc has no entry for
+it: gone, or not Linux), and of the calling thread: its scheduler statistics."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -69,3 +70,32 @@ def open_files(pid: int) -> tuple[int, int] | None:
             soft = line[len("Max open files"):].split()[0]
             return opened, (int(soft) if soft.isdigit() else 1 << 62)
     return None
+
+
+class ThreadSchedstat:
+    """The calling thread's /proc schedstat, read through a descriptor kept open (one
+    system call, ~1.7 us here): `read()` the raw line, `decode` it into the ns it ran, the
+    ns it waited on a run queue for a CPU and the times it was put on one. The wait is up
+    to date at any read (the kernel adds it as the thread gets a CPU); the ns it ran is not
+    for a running thread (folded in at a tick or a switch): read the thread's CPU clock
+    for that. `available` is False off Linux or where the kernel keeps no sched_info."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = -1
+        self.available = self._fd >= 0
+
+    def read(self) -> bytes:
+        return os.pread(self._fd, 64, 0) if self._fd >= 0 else b"-1 -1 -1"
+
+    @staticmethod
+    def decode(raw: bytes) -> tuple[int, int, int]:
+        ran, waited, slices = raw.split()
+        return int(ran), int(waited), int(slices)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -218,7 +218,7 @@ class Session:
         worker = self.worker
         if worker.varies:
             self.stretch.extra = worker.factor_at(step, self.config.seed, self.rank) - 1.0
-        self._stretched_before = self.stretch.total_ns
+        self.stretch.take()  # what was stretched between steps is no step's
         self.counters.start()
         timer = self.timer
         timer.begin()
@@ -262,7 +262,7 @@ class Session:
         self._local_loss = float(loss.detach()) if hi > lo else float("nan")
         flat = self._pack(scaled.detach())
         timer.end(perf_counter_ns())  # ready
-        self._compute_cpu = self.counters.compute_cpu()
+        self._compute = self.counters.compute()
         comm.allreduce_sum(flat) if self.exchange_group is None else \
             torch.distributed.all_reduce(flat, group=self.exchange_group)
         timer.end(perf_counter_ns())  # reduced
@@ -326,7 +326,7 @@ class Session:
             marks.append(marks[-1])
         lo, hi = self._bounds
         parts = (self.rank, step, hi - lo, lo, marks,
-                 self.stretch.total_ns - self._stretched_before, self._compute_cpu,
+                 self.stretch.take(), self._compute,
                  self._loss, self._local_loss, self.counters.take(), self.exchange_record)
         self.writer.append(parts)
         self.steps_done = step + 1
