@@ -147,3 +147,60 @@ def test_a_stretch_that_waited_to_wake_waited_for_a_cpu_and_one_late_alone_is_em
     assert breakdown.loc[1, "blocked_share"] == pytest.approx(0.0, abs=1e-9)
     shares = cause_shares(a.reset_index())
     assert shares[shares["rank"] == -1]["share"].sum() == pytest.approx(1.0)
+
+
+def test_a_jittered_step_names_the_jitter_and_the_rest_of_its_lateness_apart() -> None:
+    """Worker 1 jitters (a 3x factor on a seeded fifth of its steps: emulation.factor_at) on
+    a 2 ms natural compute; in one jittered step it also waited 1 ms more for a CPU. The
+    jitter's extra stretch (2 x 2 ms) is `jitter`, the wait is still named apart."""
+    from hetbench.harness.spec.emulation import factor_at
+    from hetbench.harness.spec.workers import WorkerSpec
+
+    jittery = WorkerSpec(jitter=(0.2, 3.0))
+    factors = [factor_at(jittery, s, 0, 1) for s in range(40)]
+    hit = [s for s, f in enumerate(factors) if f > 1]
+    assert 3 <= len(hit) <= 15  # seeded: the draw is the emulation's, fixed
+    waited = hit[1]
+
+    def kernel_counts(rows: np.ndarray) -> None:
+        for name in COUNTED_LATER:
+            rows[name] = 0
+        for row in rows:
+            row["compute_cpu_ns"] = 2 * MS
+            if row["rank"] == 1:
+                row["stretch_ns"] = int((factors[row["step"]] - 1) * 2 * MS)
+                if row["step"] == waited:
+                    row["compute_wait_ns"] = MS
+
+    steps = steps_frame(40, lambda r, s: 1.0 if r == 0 else 2.0 * factors[s]
+                        + (1.0 if s == waited else 0.0), edit=kernel_counts)
+    steps.loc[steps["rank"] == 0, "compute_cpu_ns"] = MS
+    manifest = {"run": {"seed": 0, "workers": [{}, {"jitter": [0.2, 3.0]}]}}
+    a = attribute(steps.assign(others_cores=0.0, steal_cores=0.0),
+                  manifest=manifest).set_index("step")
+    for step in hit:
+        assert a.loc[step, "cause"] == "jitter", a.loc[step].to_dict()
+        assert a.loc[step, "jitter_ms"] == pytest.approx(4.0, rel=1e-6)
+    assert a.loc[waited, "excess_ms"] == pytest.approx(5.0, rel=1e-6)
+    assert a.loc[waited, "preempted_ms"] == pytest.approx(1.0, rel=1e-6)
+    shares = cause_shares(a.reset_index()).query("rank == -1").set_index("cause")["share"]
+    assert shares["jitter"] == pytest.approx(4.0 * len(hit) / (4.0 * len(hit) + 1.0), rel=1e-6)
+
+
+def test_time_asleep_in_a_load_phase_above_its_median_is_load_not_blocked() -> None:
+    """Worker 1's step 9 is 2 ms late, asleep (LOST): in step 9 of a second run the 2 ms
+    are its load phase's (its DataLoader started again), named load; the first run's stay
+    blocked, its load phase as usual."""
+    def restarted(rows: np.ndarray) -> None:
+        counted(rows)
+        for row in rows:
+            row["load_ns"] = MS // 10
+            if row["rank"] == 1 and row["step"] == 9:
+                row["load_ns"] += 2 * MS
+
+    steps = steps_frame(30, lambda r, s: 2.0 if r == 0 else TYPICAL_CPU + TYPICAL_WAIT
+                        + LOST.get(s, ("", 0.0))[1], edit=restarted)
+    a = attribute(steps.assign(others_cores=0.0, steal_cores=0.0)).set_index("step")
+    assert a.loc[9, "cause"] == "load" and a.loc[9, "load_ms"] == pytest.approx(2.0)
+    assert a.loc[9, "blocked_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert attribute(frame(others={})).set_index("step").loc[9, "cause"] == "blocked"

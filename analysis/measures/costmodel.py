@@ -18,7 +18,7 @@ shared by the replay (hetbench.analysis.tables.repartition) and the scale-out si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -74,9 +74,13 @@ def worker_specs(manifest: dict[str, Any] | None) -> list[WorkerSpec]:
     return specs
 
 
-def slowdowns(steps: pd.DataFrame, manifest: dict[str, Any] | None) -> np.ndarray:
-    """Per row, the emulated slowdown its worker had at its step (1 where none)."""
+def slowdowns(steps: pd.DataFrame, manifest: dict[str, Any] | None,
+              jitter: bool = True) -> np.ndarray:
+    """Per row, the emulated slowdown its worker had at its step (1 where none); without
+    `jitter`, the schedule's alone (what the jitter multiplies)."""
     specs = worker_specs(manifest)
+    if not jitter:
+        specs = [replace(s, jitter=None) for s in specs]
     seed = int((manifest or {}).get("run", {}).get("seed", 0))
     out = np.ones(len(steps))
     ranks, step_numbers = steps["rank"].to_numpy(), steps["step"].to_numpy()

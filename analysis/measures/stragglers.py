@@ -47,11 +47,20 @@ proportion, so that the named causes add up to the excess:
              overshoot, carried into the next phase: harness/spec/emulation.py), beyond its
              median step's, less the time its sleeps waited for a CPU to wake on (that is
              interference or preempted, as any wait for a CPU);
+- jitter:    the emulated jitter's extra stretch (a worker's `jitter`, drawn per step):
+             its typical compute at the schedule's slowdown times the jitter's factor, less
+             that at the schedule's alone. Variability injected on purpose, counted as the
+             straggler's excess (the cost model reads the jitter as scheduled, so the rest
+             of that step's compute is split as any step's);
 - load:      its wait on the input pipeline above what its peers' waits in that step
              predict for its slice (per sample, emulated slowdown divided out), the part of it
              that is its usual one (its median load): a DataLoader with fewer processes, a
              slower disk. Measured against the others, not its own median, as network is: a
-             starved pipeline is starved every step, so its typical compute holds it;
+             starved pipeline is starved every step, so its typical compute holds it. And,
+             out of the compute excess, its load phase above its median (unless the step
+             was interference): a spike of the input pipeline (a DataLoader started again
+             at a repartition: its thread forks it, waits for a CPU behind its processes,
+             sleeps on its queue), the rest of the excess split as above;
 - network:   in a run across hosts only, its exchange above the median of the other
              workers' exchanges in that step for the same bytes, when its host's link is
              slower than another worker's host's
@@ -65,8 +74,8 @@ median, on the steps getrusage sampled), else off_cpu.
 
 A cause is named for a step only when it explains at least NAME_SHARE of that step's
 excess. `load` and `network` add to the excess what the straggler waited beyond its peers
-(a spike of its own load above its median is compute excess, not counted twice); on one
-host network is 0.
+(a spike of its own load above its median is compute excess, not counted twice: `load`
+there too); on one host network is 0.
 """
 
 from __future__ import annotations
@@ -89,7 +98,7 @@ from hetbench.analysis.view.metrics import (
 from hetbench.harness.records.collector import SAMPLED_FIELDS, UNMEASURED
 
 CAUSES = ("noise", "gc", "interference", "preempted", "blocked", "page_faults", "frequency",
-          "off_cpu", "on_cpu", "emulation", "load", "network", "unexplained")
+          "off_cpu", "on_cpu", "emulation", "jitter", "load", "network", "unexplained")
 NAME_SHARE = 0.2
 INTERFERENCE_CORES = 0.25  # cores busy outside the run during a step that make it interference
 FREQUENCY_DROP = 0.05  # a clock this much below the median step's counts as a slower core
@@ -158,10 +167,14 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     # typical compute holds it): no more than this step's gap to them
     expected_load = s["step"].map(peers_load).fillna(np.inf) * s["batch_size"] * s["factor"]
     gap = s["load_ns"] - expected_load
-    parts["load"] = np.minimum(gap, m["load_ns"] - expected_load).clip(lower=0).fillna(0.0)
+    usual_load = np.minimum(gap, m["load_ns"] - expected_load).clip(lower=0).fillna(0.0)
+    parts["load"] += usual_load
     # the exchange's excess, outside compute: all of it explained by the slower link
     parts["network"] = s["network_ns"]
-    excess = compute_excess + parts["network"] + parts["load"]
+    # the jitter's stretch, as far as the step was above its compute without it
+    parts["jitter"] = np.minimum(s["jitter_ns"], (s["compute_ns"] - s["typical_ns"]
+                                                  + s["jitter_ns"]).clip(lower=0)).fillna(0.0)
+    excess = compute_excess + parts["network"] + usual_load + parts["jitter"]
     return _straggler_rows(s, m, parts, excess)[columns]
 
 
@@ -198,6 +211,9 @@ def _row_signals(steps: pd.DataFrame, slowdown: Mapping[int, float] | None,
     if manifest is not None:
         factor = pd.Series(fit["slowdown"].reindex(key).to_numpy(), index=d.index)
     d["factor"] = factor
+    # the jitter's share of the typical compute: what the schedule alone would not stretch
+    scheduled = costmodel.slowdowns(d, manifest, jitter=False) if manifest else factor
+    d["jitter_ns"] = (d["typical_ns"] * (1.0 - scheduled / factor)).clip(lower=0)
     natural = d["compute_ns"] - d["stretch_ns"]
     d["natural_ns"] = natural
     d["overshoot_ns"] = d["stretch_ns"] - (factor - 1.0) * natural
@@ -271,8 +287,15 @@ def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: lis
     total = parts.sum(axis=1)
     measured = s["cpu_ns"].notna() & (total > 0)
     noise = measured & (compute_excess <= NOISE_SIGMAS * m["sigma_ns"])
-    scale = (compute_excess / total.where(total > 0, 1.0)).where(measured & ~noise, 0.0)
+    # the load phase beyond its median is the input pipeline's, whatever its thread did in
+    # it (forked a DataLoader started again at a repartition, waited for a CPU behind its
+    # new processes, slept on its queue), unless others held the cores then
+    spike = np.minimum((s["load_ns"] - m["load_ns"]).clip(lower=0).fillna(0.0),
+                       compute_excess).where(measured & ~noise & ~interfered, 0.0)
+    scale = ((compute_excess - spike) / total.where(total > 0, 1.0)).where(
+        measured & ~noise, 0.0)
     parts = parts.mul(scale, axis=0)
+    parts["load"] = spike
     parts["noise"] = compute_excess.where(noise, 0.0)
     left = compute_excess - parts.sum(axis=1)
     parts["unexplained"] = left.where(left > 1.0, 0.0)  # below a nanosecond: rounding
@@ -425,5 +448,6 @@ _EVIDENCE = {
     "page_faults": "{faults:.0f} page faults in the step",
     "gc": "in the cyclic garbage collector",
     "emulation": "the emulated device's sleeps overshot",
+    "jitter": "the emulated jitter stretched the step",
     "unexplained": "the main thread's CPU time was not recorded",
 }

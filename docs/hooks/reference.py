@@ -188,6 +188,12 @@ DESCRIPTIONS: dict[str, str] = {
                                  "glibc returns it to the OS and the next step faults it "
                                  "back in; `false`: glibc's defaults, to study what they "
                                  "cost",
+    "RunSpec.gc": "Python's cyclic garbage collector over the steps: \"auto\" as Python "
+                  "runs it; \"frozen\": what was built before the first step (model, data, "
+                  "framework) is frozen out of its scans (gc.freeze), the garbage the steps "
+                  "make still collected; \"off\": it never runs during the steps (garbage "
+                  "in reference cycles then grows until the last step, when it is "
+                  "collected): what `hetbench explain` removes `gc` with",
     "RunSpec.trace_steps": "trace.json holds the run's last this many steps (all of a "
                            "shorter run), or the steps of a window \"A-B\" (A to B); 0: no "
                            "trace; at most 100,000 worker-steps either way, the last that "

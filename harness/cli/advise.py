@@ -68,19 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"--verify's runs go to {SUITE}/ in it")
 
 
-def _bounded(value: int | None, name: str, low: int, high: int) -> None:
-    if value is not None and not low <= value <= high:
-        raise UsageError(name, f"{value} is outside {low}..{high}")
-
-
 def run(args: argparse.Namespace) -> int:
     from hetbench.analysis.advice import advice_fit, advice_report
     from hetbench.harness.records.results import writable_folder
 
-    _bounded(args.top, "--top", 1, MAX_TOP)
-    _bounded(args.repeats, "--repeats", 1, MAX_REPEATS)
-    _bounded(args.suite_repeats, "--suite-repeats", 1, MAX_REPEATS)
-    _bounded(args.steps, "--steps", 2, 1_000_000)
+    arguments.check_bounds(args.top, "--top", 1, MAX_TOP)
+    arguments.check_bounds(args.repeats, "--repeats", 1, MAX_REPEATS)
+    arguments.check_bounds(args.suite_repeats, "--suite-repeats", 1, MAX_REPEATS)
+    arguments.check_bounds(args.steps, "--steps", 2, 1_000_000)
     loaded = load_runs(args.results, args.runs)
     job = advice_fit.fitted_job(loaded, args.job)
     if args.steps is not None:
@@ -260,21 +255,12 @@ def verify(suite_path: Path, out: Path, target: dict[str, Any] | None,
     from hetbench.analysis.advice.advice_report import repeat_range
     from hetbench.analysis.tables.convergence import time_to_target
     from hetbench.analysis.view.metrics import run_summary
-    from hetbench.harness.cli import run as run_command
-    from hetbench.harness.records.results import load_run
+    from hetbench.harness.cli.run import run_written
 
-    parser = argparse.ArgumentParser()
-    run_command.add_arguments(parser)
-    run_args = parser.parse_args([str(suite_path), "--out", str(out), "--no-progress",
-                                  *(["--no-figures"] if no_figures else [])])
     print(f"\n--verify: running {suite_path}")
-    results: list[Any] = []
-    status = run_command.run_and_collect(run_args, results)
+    status, completed = run_written(suite_path, out, no_figures)
     rows = []
-    for result in results:
-        if result.status != "completed":
-            continue
-        data = load_run(Path(result.run_dir))
+    for data in completed:
         run = data.manifest["run"]
         summary = run_summary(data.steps, int(run.get("warmup_steps", 0)))
         work = (run["steps"] - run.get("warmup_steps", 0)) * run["global_batch"]

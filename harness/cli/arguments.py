@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hetbench.harness.spec.errors import UsageError
+
 
 def folder(text: str) -> Path:
     """An output folder. An empty one would quietly write into the current folder."""
@@ -20,3 +22,10 @@ def run_pattern(text: str) -> str:
         raise argparse.ArgumentTypeError("empty: it would match every run (leave -k out to "
                                          "take them all)")
     return text
+
+
+def check_bounds(value: int | None, name: str, low: int, high: int) -> None:
+    """An option's integer checked after parsing (its bounds may depend on the input read:
+    a recorded run's warm-up), as one line naming it; None: not given."""
+    if value is not None and not low <= value <= high:
+        raise UsageError(name, f"{value} is outside {low}..{high}")

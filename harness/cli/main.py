@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "under each scheme"),
     "advise": (CLI + "advise", "rank the remedies for a recorded job by simulation; "
                "write them as a suite, --verify runs it"),
+    "explain": (CLI + "explain", "take a recorded run's largest straggler causes away, "
+                "one variant each, run them beside it: measured against predicted"),
     "import": (CLI + "import_traces", "a job's torch.profiler traces (one per rank) as a "
                "run directory: report, simulate and advise on a job hetbench never ran"),
     "recover": (CLI + "recover", "close runs left 'running' by a launcher that died"),

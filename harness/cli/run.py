@@ -82,6 +82,20 @@ def run(args: argparse.Namespace) -> int:
     return run_and_collect(args, [])
 
 
+def run_written(suite_path: Path, out: Path, no_figures: bool = False) -> tuple[int, list[Any]]:
+    """`hetbench run SUITE --out OUT` of a suite another command wrote (advise --verify,
+    explain): its status and its completed runs, loaded (results.Run)."""
+    from hetbench.harness.records.results import load_run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([str(suite_path), "--out", str(out), "--no-progress",
+                              *(["--no-figures"] if no_figures else [])])
+    results: list[Any] = []
+    status = run_and_collect(args, results)
+    return status, [load_run(Path(r.run_dir)) for r in results if r.status == "completed"]
+
+
 def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     """`hetbench run`, each run's result (launcher.RunResult) added to `collected`."""
     from hetbench.harness.records.results import writable_folder

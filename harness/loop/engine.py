@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hetbench.harness.loop.collection import steps_collection
 from hetbench.harness.spec.emulation import Stretcher
 from hetbench.harness.spec.workers import WorkerSpec
 
@@ -89,8 +90,16 @@ def slowdown_schedule(worker: WorkerSpec, stretch: Stretcher, seed: int, rank: i
 def run_steps(steps: Steps, write: Callable[[Record], object],
               evaluation: Evaluation | None = None,
               slowdown: Callable[[int], None] | None = None, first: int = 0,
-              profiler: Profiler | None = None) -> int:
-    """Take steps from `first` until the trainer names no next one; returns the turns taken."""
+              profiler: Profiler | None = None, gc_mode: str = "auto") -> int:
+    """Take steps from `first` until the trainer names no next one, Python's collector as
+    `gc_mode` sets it (RunSpec.gc); returns the turns taken."""
+    with steps_collection(gc_mode):
+        return _take_steps(steps, write, evaluation, slowdown, first, profiler)
+
+
+def _take_steps(steps: Steps, write: Callable[[Record], object],
+                evaluation: Evaluation | None, slowdown: Callable[[int], None] | None,
+                first: int, profiler: Profiler | None) -> int:
     following: int | None = first
     turns = 0
     while following is not None:

@@ -540,7 +540,7 @@ def train_stage(run: RunSpec, run_dir: Path, rank: int, backend: str) -> None:
     try:
         engine.run_steps(steps, writer.append, evaluation,
                          engine.slowdown_schedule(worker, stretch, run.seed, rank),
-                         profiler=profiler)
+                         profiler=profiler, gc_mode=run.gc)
         if profiler is not None:  # after the last wave: writing the trace delays none
             profiler.write(run_dir, rank)
         parameters = None

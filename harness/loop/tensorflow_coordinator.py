@@ -297,7 +297,7 @@ def train(run: RunSpec, run_dir: Path, store: Any) -> None:
     recorder = Recorder(bounds)
     try:
         engine.run_steps(RemoteSteps(coordinator, step, (batches, sleepers), recorder, run),
-                         write, evaluation)
+                         write, evaluation, gc_mode=run.gc)
     finally:
         for record in recorder.release():  # stopped early: what it holds is recorded
             write(record)

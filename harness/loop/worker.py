@@ -217,7 +217,7 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
             evaluator.start_clock()
         engine.run_steps(steps, writer.append, steps.evaluation(adapter),
                          engine.slowdown_schedule(worker, trainer.stretch, run.seed, rank),
-                         profiler=profiler)
+                         profiler=profiler, gc_mode=run.gc)
     finally:
         writer.close()
     if profiler is not None:  # after the last step: writing the trace delays none

@@ -36,6 +36,7 @@ SCRIPT_DECIDES = {
     "pipeline": "every rank holds the whole model",
     "placement": "its exchange is an all-reduce", "profile": "not for a script's run (yet)",
     "on_worker_failure": "a script's ranks fail together",
+    "gc": "the script's collector is its own",
 }
 
 

@@ -122,6 +122,9 @@ class RunSpec:
     counters_every: int = 8
     # glibc keeps what a step frees (harness/system/allocator.py); false: glibc's defaults
     keep_freed_memory: bool = True
+    # Python's cyclic collector over the steps (harness/loop/collection.py): "auto" as
+    # Python runs it, "frozen" with what was built before the steps out of its scans, "off"
+    gc: str = "auto"
     aggregator: AggregatorSpec = field(default_factory=AggregatorSpec)
     size: str = DEFAULT_SIZE
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
@@ -233,6 +236,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "pipeline": None,
 }
 ON_WORKER_FAILURE = ("fail", "continue")
+GC_MODES = ("auto", "frozen", "off")  # RunSpec.gc
 RUN_KEYS = set(RUN_DEFAULTS) | {"name", "partition", "workers"}
 SUITE_KEYS = {"name", "repeats", "description"}
 TOP_KEYS = {"suite", "defaults", "runs", "nodes"}
@@ -559,6 +563,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
                          maximum=MAX_TIMEOUT_S),
         instrument=boolean(values["instrument"], at("instrument")),
         keep_freed_memory=boolean(values["keep_freed_memory"], at("keep_freed_memory")),
+        gc=choice(values["gc"], GC_MODES, at("gc")),
         calibrate=boolean(values["calibrate"], at("calibrate")),
         calibrate_steps=integer(values["calibrate_steps"], at("calibrate_steps"), minimum=1,
                                 maximum=MAX_STEPS),

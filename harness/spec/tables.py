@@ -25,7 +25,8 @@ from hetbench.harness.spec.workers import WorkerSpec
 # the RunSpec fields written as they are when they differ from the suite defaults
 _PLAIN = ("framework", "workload", "dataset", "steps", "warmup_steps", "global_batch", "lr",
           "seed", "timeout_s", "instrument", "calibrate", "calibrate_steps", "counters_every",
-          "trace_steps", "size", "eval_every", "on_worker_failure", "interface", "placement")
+          "trace_steps", "size", "eval_every", "on_worker_failure", "interface", "placement",
+          "keep_freed_memory", "gc")
 
 
 def run_table(run: RunSpec) -> dict[str, Any]:

@@ -39,14 +39,16 @@ def _host_cpu_ns() -> tuple[float, float]:
     return busy * 1e9, getattr(times, "steal", 0.0) * 1e9
 
 
-def _process_cpu_ns(pid: int) -> float:
-    """User + system CPU time of a process and all its threads so far, ns (0 once gone)."""
+def _process_cpu_ns(pid: int) -> tuple[float, float]:
+    """User + system CPU time so far of a process and all its threads, and of its children
+    that ended and that it reaped (cutime + cstime), ns; (0, 0) once gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     fields = text[text.rfind(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) * 1e9 / CLOCK_TICKS
+    own = (int(fields[11]) + int(fields[12])) * 1e9 / CLOCK_TICKS
+    return own, (int(fields[13]) + int(fields[14])) * 1e9 / CLOCK_TICKS
 
 
 def with_descendants(pids: list[int]) -> list[int]:
@@ -88,7 +90,8 @@ class Sampler:
     def __init__(self, pids: Callable[[], list[int]], interval_s: float = INTERVAL_S) -> None:
         self._pids, self._interval_s = pids, interval_s
         self._rows: list[tuple[float, ...]] = []
-        self._run_ns: dict[int, float] = {}
+        self._run_ns: dict[int, float] = {}  # the named processes' last CPU time
+        self._own_pid = os.getpid()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hetbench-system-sampler",
                                         daemon=True)
@@ -98,11 +101,22 @@ class Sampler:
         return self
 
     def _run_cpu_ns(self) -> float:
-        """The run's processes' CPU time so far; a process that ended keeps its last."""
-        for pid in with_descendants(self._pids()):
-            if (now := _process_cpu_ns(pid)) > 0:
-                self._run_ns[pid] = now
-        return sum(self._run_ns.values())
+        """The run's processes' CPU time so far: each live process's own and that of the
+        children it reaped, so that a process ending between two samples (a DataLoader's,
+        shut down at a repartition) keeps its last moments in its parent's count instead
+        of leaving them to "others"; a process the launcher named that ended keeps its
+        last. The sampling process's reaped children are those named, counted each."""
+        named = self._pids()
+        live = 0.0
+        for pid in dict.fromkeys(with_descendants(named)):
+            own, reaped = _process_cpu_ns(pid)
+            total = own + (0.0 if pid == self._own_pid else reaped)
+            if pid in named:
+                if total > 0:
+                    self._run_ns[pid] = total
+            else:
+                live += total
+        return live + sum(self._run_ns.values())
 
     def _loop(self) -> None:
         try:
