@@ -333,7 +333,8 @@ def test_a_starved_input_pipeline_is_named_load_against_its_peers() -> None:
             row["forward_ns"] -= int(load)
 
     frame = steps_frame(20, compute, edit=loads)
-    a = attribute(frame).set_index("step")
+    a = attribute(frame, manifest={"run": {"loader": {"workers": 2},
+                                           "workers": [{}, {}]}}).set_index("step")
     assert (a["rank"] == 1).all()
     assert (a.drop(index=7)["cause"] == "load").all()
     assert a.loc[7, "cause"] == "load"  # the spike is the input pipeline's too

@@ -114,29 +114,33 @@ def test_the_run_summary_names_a_lasting_wait_for_a_cpu_and_who_held_the_cores()
                      "by the run's own processes and threads."]
 
 
+def overshot(rows: np.ndarray) -> None:
+    """Worker 1 slowed 2x, its stretch 1 ms long in steps 6 and 8, in step 6 waiting that
+    1 ms for a CPU to wake on."""
+    counted(rows)
+    for row in rows:
+        if row["rank"] != 1:
+            continue
+        natural = int((TYPICAL_CPU + TYPICAL_WAIT) * MS)
+        row["compute_cpu_ns"] = TYPICAL_CPU * MS + MS // 10  # 0.1 ms in the stretch
+        row["stretch_cpu_ns"] = MS // 10
+        row["compute_wait_ns"], row["compute_faults"] = TYPICAL_WAIT * MS, 40
+        row["stretch_ns"] = natural  # (2 - 1) x natural
+        if row["step"] in (6, 8):
+            row["stretch_ns"] += MS
+        if row["step"] == 6:
+            row["stretch_wait_ns"] = MS
+            row["compute_wait_ns"] += MS
+
+
 def test_a_stretch_that_waited_to_wake_waited_for_a_cpu_and_one_late_alone_is_emulation(
         ) -> None:
     """A slowed worker (2x) whose stretch overshot by 1 ms in steps 6 and 8: in step 6 its
     sleep waited that 1 ms for a CPU to wake on (a wait for a CPU, as any: preempted, with
     no load outside the run), in step 8 its timer woke it late (the emulation's own). The
     stretch's own CPU time is not the natural compute's."""
-    def slowed(rows: np.ndarray) -> None:
-        counted(rows)
-        for row in rows:
-            if row["rank"] != 1:
-                continue
-            natural = int((TYPICAL_CPU + TYPICAL_WAIT) * MS)
-            row["compute_cpu_ns"] = TYPICAL_CPU * MS + MS // 10  # 0.1 ms in the stretch
-            row["stretch_cpu_ns"] = MS // 10
-            row["compute_wait_ns"], row["compute_faults"] = TYPICAL_WAIT * MS, 40
-            row["stretch_ns"] = natural  # (2 - 1) x natural
-            if row["step"] in (6, 8):
-                row["stretch_ns"] += MS
-            if row["step"] == 6:
-                row["stretch_wait_ns"] = MS
-                row["compute_wait_ns"] += MS
     steps = steps_frame(30, lambda r, s: 2.0 if r == 0 else 8.0 + (1.0 if s in (6, 8) else 0),
-                        edit=slowed)
+                        edit=overshot)
     a = attribute(steps.assign(others_cores=0.0, steal_cores=0.0),
                   slowdown={1: 2.0}).set_index("step")
     assert a.loc[6, "cause"] == "preempted" and a.loc[6, "preempted_ms"] == pytest.approx(1.0)
@@ -189,8 +193,8 @@ def test_a_jittered_step_names_the_jitter_and_the_rest_of_its_lateness_apart() -
 
 def test_time_asleep_in_a_load_phase_above_its_median_is_load_not_blocked() -> None:
     """Worker 1's step 9 is 2 ms late, asleep (LOST): in step 9 of a second run the 2 ms
-    are its load phase's (its DataLoader started again), named load; the first run's stay
-    blocked, its load phase as usual."""
+    are its load phase's (its DataLoader started again), named load where the run loads
+    through a DataLoader; the first run's stay blocked, its load phase as usual."""
     def restarted(rows: np.ndarray) -> None:
         counted(rows)
         for row in rows:
@@ -200,7 +204,24 @@ def test_time_asleep_in_a_load_phase_above_its_median_is_load_not_blocked() -> N
 
     steps = steps_frame(30, lambda r, s: 2.0 if r == 0 else TYPICAL_CPU + TYPICAL_WAIT
                         + LOST.get(s, ("", 0.0))[1], edit=restarted)
-    a = attribute(steps.assign(others_cores=0.0, steal_cores=0.0)).set_index("step")
+    steps = steps.assign(others_cores=0.0, steal_cores=0.0)
+    loader = {"run": {"loader": {"workers": 2}, "workers": [{}, {}]}}
+    a = attribute(steps, manifest=loader).set_index("step")
     assert a.loc[9, "cause"] == "load" and a.loc[9, "load_ms"] == pytest.approx(2.0)
     assert a.loc[9, "blocked_ms"] == pytest.approx(0.0, abs=1e-9)
-    assert attribute(frame(others={})).set_index("step").loc[9, "cause"] == "blocked"
+    assert attribute(frame(others={}), manifest=loader).set_index("step").loc[9, "cause"] \
+        == "blocked"
+    # batches sliced in line (no DataLoader): the load phase is the step's own work
+    assert attribute(steps).set_index("step").loc[9, "cause"] == "blocked"
+
+
+def test_a_stretch_late_beside_outside_load_is_interference() -> None:
+    """The same overshoot in step 8 while 0.5 cores were busy outside the run (or stolen by
+    the hypervisor, which the guest never counts as a wait): interference."""
+    steps = steps_frame(30, lambda r, s: 2.0 if r == 0 else 8.0 + (1.0 if s in (6, 8) else 0),
+                        edit=overshot)
+    outside = steps["step"].map({8: 0.5}).fillna(0.0)
+    a = attribute(steps.assign(others_cores=0.0, steal_cores=outside),
+                  slowdown={1: 2.0}).set_index("step")
+    assert a.loc[8, "cause"] == "interference"
+    assert a.loc[8, "interference_ms"] == pytest.approx(1.0) and a.loc[8, "emulation_ms"] == 0

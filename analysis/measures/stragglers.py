@@ -46,7 +46,9 @@ proportion, so that the named causes add up to the excess:
 - emulation: the emulated stretch beyond (f - 1) x the natural compute (the sleeps'
              overshoot, carried into the next phase: harness/spec/emulation.py), beyond its
              median step's, less the time its sleeps waited for a CPU to wake on (that is
-             interference or preempted, as any wait for a CPU);
+             interference or preempted, as any wait for a CPU); in a step beside outside
+             load (interference's rule) all of it is interference: its spin lost its core or
+             the hypervisor stole it, which the guest never counts as a wait;
 - jitter:    the emulated jitter's extra stretch (a worker's `jitter`, drawn per step):
              its typical compute at the schedule's slowdown times the jitter's factor, less
              that at the schedule's alone. Variability injected on purpose, counted as the
@@ -57,8 +59,9 @@ proportion, so that the named causes add up to the excess:
              that is its usual one (its median load): a DataLoader with fewer processes, a
              slower disk. Measured against the others, not its own median, as network is: a
              starved pipeline is starved every step, so its typical compute holds it. And,
-             out of the compute excess, its load phase above its median (unless the step
-             was interference): a spike of the input pipeline (a DataLoader started again
+             where the run loads through a DataLoader (its `loader`), out of the compute
+             excess, its load phase above its median (unless the step was interference): a
+             spike of the input pipeline (a DataLoader started again
              at a repartition: its thread forks it, waits for a CPU behind its processes,
              sleeps on its queue), the rest of the excess split as above;
 - network:   in a run across hosts only, its exchange above the median of the other
@@ -162,7 +165,9 @@ def attribute(steps: pd.DataFrame, warmup_steps: int = 0,
     s["lead_ms"] = s["step"].map(per_step["lead_ms"])
     m = medians.loc[s["rank"].to_numpy()].reset_index(drop=True)  # each row's own medians
 
-    parts, compute_excess = _compute_parts(s, m, host, clock)
+    # a DataLoader's spikes are the input pipeline's; slicing in line is the step's own work
+    loader = bool(((manifest or {}).get("run") or {}).get("loader"))
+    parts, compute_excess = _compute_parts(s, m, host, clock, loader)
     # the input pipeline's usual wait beyond its peers', outside the compute excess (its
     # typical compute holds it): no more than this step's gap to them
     expected_load = s["step"].map(peers_load).fillna(np.inf) * s["batch_size"] * s["factor"]
@@ -233,8 +238,8 @@ def _row_signals(steps: pd.DataFrame, slowdown: Mapping[int, float] | None,
     return d
 
 
-def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: list[str]
-                   ) -> tuple[pd.DataFrame, pd.Series]:
+def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: list[str],
+                   loader: bool = False) -> tuple[pd.DataFrame, pd.Series]:
     """Each straggler row's compute excess over its typical compute, and that excess split
     over the compute causes (the module docstring): they sum to it; `m` holds each row's
     worker's medians."""
@@ -271,27 +276,32 @@ def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: lis
     wake = (s["wake_ns"] - m["wake_ns"]).fillna(0.0)
     overshoot = (s["overshoot_ns"] - m["overshoot_ns"]).fillna(0.0)
     wait = wait + wake.clip(lower=0)
+    # the rest is the emulation's own (its timer's lateness), but in a step beside outside
+    # load: its spin lost its core, or the hypervisor stole it (a steal the guest's run
+    # queues never show as a wait)
+    late = (overshoot - wake).clip(lower=0)
     parts = pd.DataFrame({
         "gc": gc_part,
-        "interference": (on + wait + off).where(interfered, 0.0),
+        "interference": (on + wait + off + late).where(interfered, 0.0),
         "preempted": wait.where(~interfered, 0.0) + off.where(~interfered & switched, 0.0),
         "blocked": blocked,
         "page_faults": on.where(faulted, 0.0),
         "frequency": frequency,
         "off_cpu": off.where(~interfered & ~switched, 0.0),
         "on_cpu": (on - frequency).where(own_cpu, 0.0),
-        "emulation": (overshoot - wake).clip(lower=0),
+        "emulation": late.where(~interfered, 0.0),
     })
     # The parts above typical hold the excess and what the parts below it made up: scaled to
     # the excess, they add up to it. Within the worker's noise, no part is named.
     total = parts.sum(axis=1)
     measured = s["cpu_ns"].notna() & (total > 0)
     noise = measured & (compute_excess <= NOISE_SIGMAS * m["sigma_ns"])
-    # the load phase beyond its median is the input pipeline's, whatever its thread did in
-    # it (forked a DataLoader started again at a repartition, waited for a CPU behind its
-    # new processes, slept on its queue), unless others held the cores then
+    # with a DataLoader (`loader`), the load phase beyond its median is the input
+    # pipeline's, whatever its thread did in it (forked a DataLoader started again at a
+    # repartition, waited for a CPU behind its new processes, slept on its queue), unless
+    # others held the cores then
     spike = np.minimum((s["load_ns"] - m["load_ns"]).clip(lower=0).fillna(0.0),
-                       compute_excess).where(measured & ~noise & ~interfered, 0.0)
+                       compute_excess).where(measured & ~noise & ~interfered & loader, 0.0)
     scale = ((compute_excess - spike) / total.where(total > 0, 1.0)).where(
         measured & ~noise, 0.0)
     parts = parts.mul(scale, axis=0)
