@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hetbench.analysis.advice.interventions import Intervention, Plan
+
 RECORDED = "recorded"  # the run name of the recorded configuration in the explain suite
 AGREEMENT = 0.10  # measured reduction this near the predicted share agrees with it
 RESOLVED = 0.25  # a measured reduction whose interval is wider either side says nothing
@@ -82,7 +84,7 @@ def interval(values: np.ndarray) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def compared(rows: pd.DataFrame, plan: list[Any]) -> pd.DataFrame:
+def compared(rows: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     """Per intervention, against the recorded configuration of the same repeat: the change
     of each measure, and the measured reduction of the time the stragglers lost (1 - its
     excess_per_step_ms / the recorded's) beside the share the attribution gave its cause over
@@ -92,7 +94,7 @@ def compared(rows: pd.DataFrame, plan: list[Any]) -> pd.DataFrame:
     predicted = pooled_shares(list(recorded["measures"])) if len(recorded) else {}
     out = []
     for item in plan:
-        if not hasattr(item, "run"):
+        if not isinstance(item, Intervention):
             continue
         mine = rows[rows["run"] == item.run.name].set_index("repeat")
         both = mine.index.intersection(recorded.index)
@@ -126,12 +128,12 @@ def agrees(predicted: float, measured: float, low: float, high: float) -> bool |
     return bool(abs(measured - predicted) <= AGREEMENT or inside)
 
 
-def plan_lines(plan: list[Any], shares: dict[str, float]) -> list[str]:
+def plan_lines(plan: Plan, shares: dict[str, float]) -> list[str]:
     """A line per planned intervention or cause no key removes, with the recorded share."""
     lines = []
     for item in plan:
         share = shares.get(item.cause, math.nan)
-        if hasattr(item, "run"):
+        if isinstance(item, Intervention):
             lines.append(f"{item.cause} ({share:.0%} of the excess): {item.name}: {item.what}")
         else:
             lines.append(f"{item.cause} ({share:.0%} of the excess): no variant: {item.why}")
@@ -160,7 +162,7 @@ def _yes(value: Any) -> str:
         else ("yes" if value else "no")
 
 
-def write_explain(out: Path, result: pd.DataFrame, plan: list[Any], recorded: Any,
+def write_explain(out: Path, result: pd.DataFrame, plan: Plan, recorded: Any,
                   shares: dict[str, float], rows: pd.DataFrame | None) -> None:
     """explain.md, explain.csv and (with measured rows) figures/explain.png in `out`."""
     from hetbench.analysis.render.figures import explain_figure
