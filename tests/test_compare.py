@@ -67,7 +67,7 @@ def generate_steps(rng: np.random.Generator, factor: float = 1.0, workers: int =
             for phase, share in COMPUTE_SHARES.items():
                 row[f"{phase}_ns"] = int(share * compute[s, w])
             row.update(allreduce_ns=arrival + comm - int(ready[w]), unpack_ns=unpack,
-                       apply_ns=apply)
+                       apply_ns=apply, compute_cpu_ns=int(compute[s, w]))  # never waited
             rows.append(row)
         begin = arrival + comm + unpack + apply
     return pd.DataFrame(rows, columns=list(RECORD_FIELDS))
@@ -164,8 +164,9 @@ def test_run_metrics_one_value_per_run_and_worker() -> None:
         "oracle_efficiency", "compute_cv_max", "residual_cv_max", "compute_p99_p50_max",
         "comm_p50_ms", "comm_p95_ms"}
     assert (v.groupby(["worker", "metric"]).size() == 1).all()
-    assert set(v[v["worker"] == 0]["metric"]) == {"compute_ms", "compute_cv", *(
-        f"phase_{p.value}_ms" for p in collector.PHASES)}
+    assert set(v[v["worker"] == 0]["metric"]) == {
+        "compute_ms", "cpu_per_sample_us", "compute_busy_ms", "compute_cv", *(
+            f"phase_{p.value}_ms" for p in collector.PHASES)}
     step_ms = v[v["metric"] == "step_time_ms"]["value"].item()
     assert step_ms == pytest.approx(1.0 + COMM_MS + UNPACK_MS + APPLY_MS, rel=1e-6)
     assert v[v["metric"] == "idle_fraction"]["value"].item() == pytest.approx(0.0, abs=1e-6)
@@ -216,7 +217,7 @@ def test_a_a_comparisons_raise_no_alarm(pool: pd.DataFrame, draw: int) -> None:
     current = pool[pool["repeat"].isin(order[10:20])]
     # threshold 0: the statistics alone must keep the false alarms out
     table = compare_values(base, current, Settings(seed=draw, threshold=0.0))
-    assert len(table) == 30 and (table["n_base"] == 10).all()
+    assert len(table) == 34 and (table["n_base"] == 10).all()
     assert "regressed" not in set(table["verdict"])
     assert "improved" not in set(table["verdict"])
 
@@ -257,7 +258,7 @@ def test_per_metric_threshold_overrides_the_default() -> None:
 def test_fewer_metrics_need_fewer_repeats() -> None:
     base, slow = values(8, seed=12), values(8, seed=13, factor=1.3)
     everything = compare_values(base, slow)
-    assert set(everything["verdict"]) == {"inconclusive"}  # 30 metrics need 9 per side
+    assert set(everything["verdict"]) == {"inconclusive"}  # 34 metrics need 9 per side
     two = compare_values(base, slow, Settings(metrics=("step_time_ms", "samples_per_s")))
     assert list(two["verdict"]) == ["regressed", "regressed"]
 
@@ -439,14 +440,21 @@ def test_ci_runs_both_sides_interleaved_and_removes_the_worktree(tmp_path: Path,
     out = tmp_path / "ci"
     done = spawn.run(
         [*hetbench_command(), "ci", str(suite), "--base", "HEAD", "--repeats", "2",
-         "--out", str(out), "--json"], capture_output=True, text=True, timeout=300)
+         "--out", str(out), "--json", "--history", str(tmp_path / "history")],
+        capture_output=True, text=True, timeout=300)
     assert done.returncode == 3, done.stderr
     result = json.loads(done.stdout)
     assert result["verdict"] == "inconclusive"
-    assert result["repeats"] == {"base": 2, "current": 2}
-    # the gate's default metrics: step time, samples/s and each worker's compute time
-    assert sorted({m["metric"] for m in result["metrics"]}) == [
-        "compute_ms", "samples_per_s", "step_time_ms"]
+    # the gate kept in the history, with the commit it judged against its base
+    kept = [json.loads(p.read_text()) for p in (tmp_path / "history").glob("*.json")]
+    assert len(kept) == 1 and kept[0]["base"] == kept[0]["commit"]  # HEAD against HEAD
+    assert "no drift shown" in done.stderr
+    # the gate's rows: its metrics, the felt ones and where a change would be
+    roles = {m["metric"]: m["role"] for m in result["metrics"]}
+    assert {k for k, v in roles.items() if v == "gate"} == {"cpu_per_sample_us",
+                                                           "compute_busy_ms"}
+    assert {k for k, v in roles.items() if v == "felt"} == {"step_time_ms", "samples_per_s"}
+    assert result["paired"] is True and result["rounds"] == 2
     rounds = [line.split()[2] for line in done.stderr.splitlines() if line.startswith("round")]
     assert rounds == ["base", "current", "current", "base"]
     for side in ("base", "current"):
@@ -509,7 +517,8 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
     from types import SimpleNamespace
 
     import hetbench.harness.cli.ci as ci
-    from hetbench.analysis.tables import compare
+    from hetbench.analysis.tables import paired
+    from hetbench.harness.cli import gate_report
 
     launches: list[str] = []
 
@@ -518,9 +527,9 @@ def test_ci_counts_failing_runs_of_the_working_tree_as_a_regression(
         return 1 if side == "current" and len(launches) == 2 else 0
 
     monkeypatch.setattr(ci, "run_side", fake_side)
-    monkeypatch.setattr(compare, "compare_paths",
-                        lambda *a: SimpleNamespace(exit_status=3))
-    monkeypatch.setattr(ci, "report", lambda *a: None)
+    monkeypatch.setattr(paired, "compare_paired",
+                        lambda *a: SimpleNamespace(exit_status=3, verdict="inconclusive"))
+    monkeypatch.setattr(gate_report, "format_table", lambda *a: "")
     suite = tmp_path / "tiny.toml"
     suite.write_text(TINY_PAIR)
     status = main(["ci", str(suite), "--base", "HEAD", "--repeats", "2",
@@ -542,7 +551,7 @@ def test_cli_leads_with_the_verdict_and_lists_the_largest_changes_first(
     assert all(a >= b - 0.005 for a, b in zip(sizes, sizes[1:], strict=False))
     assert "nan" not in out.split("metrics);")[1]  # no interval printed as nan-nan
     listed_all = hetbench_compare(capsys, str(groups["base"]), str(groups["slow"]), "--all")[1]
-    assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 30
+    assert len([ln for ln in listed_all.splitlines() if ln.startswith("gen/pair")]) == 34
 
 
 def test_the_gate_reports_the_committed_baseline_without_gating_on_it(tmp_path: Path,

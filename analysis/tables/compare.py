@@ -322,14 +322,21 @@ class Settings:
     metrics: tuple[str, ...] = ()
 
     def threshold_for(self, metric: str) -> float:
-        value = self.threshold
-        for pattern, threshold in self.metric_thresholds:
-            if fnmatch.fnmatchcase(metric, pattern):
-                value = threshold
-        return value
+        return threshold_for(metric, self.threshold, self.metric_thresholds)
 
     def selects(self, metric: str) -> bool:
         return not self.metrics or any(fnmatch.fnmatchcase(metric, p) for p in self.metrics)
+
+
+def threshold_for(metric: str, default: float,
+                  by_pattern: Sequence[tuple[str, float]]) -> float:
+    """The metric's threshold: the last (name or fnmatch pattern, threshold) that matches
+    it, else `default`."""
+    value = default
+    for pattern, threshold in by_pattern:
+        if fnmatch.fnmatchcase(metric, pattern):
+            value = threshold
+    return value
 
 
 def metric_verdict(r: float, better: str, threshold: float, significant: bool, reachable: bool,

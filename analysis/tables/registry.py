@@ -197,6 +197,41 @@ def _phase_median_ms(phase: str) -> PerWorker:
     return _per_worker(median)
 
 
+# A step whose compute waited for a CPU this long, of its wall time, was delayed by the
+# host's other work (or the run's other processes): the gate counts them (analysis/tables/
+# paired.py), and its metrics below are ones such a wait does not move.
+DELAYED_WAIT_SHARE = 0.10
+
+
+def _counted(v: RunView, column: str) -> pd.DataFrame:
+    """The steps whose `column` was counted (-1: not read on that step, or not on this
+    host) and that computed a slice."""
+    steps = v.steps
+    if column not in steps.columns:
+        return steps.iloc[0:0]
+    return steps[(steps[column] >= 0) & (steps["batch_size"] > 0)]
+
+
+def _cpu_per_sample_us(v: RunView) -> pd.Series:
+    counted = _counted(v, "compute_cpu_ns")
+    return (counted["compute_cpu_ns"] / counted["batch_size"]).groupby(
+        counted["rank"]).median() / 1e3
+
+
+def _compute_busy_ms(v: RunView) -> pd.Series:
+    counted = _counted(v, "compute_wait_ns")
+    busy = counted["ready_ns"] - counted["begin_ns"] - counted["compute_wait_ns"]
+    return busy.groupby(counted["rank"]).median() / 1e6
+
+
+def _delayed_steps(v: RunView) -> float:
+    counted = _counted(v, "compute_wait_ns")
+    if counted.empty:
+        return np.nan
+    wall = counted["ready_ns"] - counted["begin_ns"]
+    return float((counted["compute_wait_ns"] > DELAYED_WAIT_SHARE * wall).mean())
+
+
 METRICS: tuple[Metric, ...] = (
     Metric("step_time_ms", RUN, LOWER, "step (ms, median)",
            "median over steps of the last worker's end minus the first worker's begin",
@@ -260,9 +295,20 @@ METRICS: tuple[Metric, ...] = (
     Metric("dropped_share", RUN, LOWER, "dropped share",
            "the share of computed gradients dropped (backup workers)", _dropped_share,
            fmt=".2f", compared=False),
+    Metric("delayed_steps", RUN, None, "delayed steps",
+           "the share of the workers' steps whose compute waited for a CPU more than "
+           f"{DELAYED_WAIT_SHARE:.0%} of its time (other work on the host, or the run's own "
+           "processes, held the cores)", _delayed_steps, fmt=".2f", compared=False),
     Metric("compute_ms", WORKER, LOWER, "compute (ms)",
            "median over steps of the worker's begin to ready (every compute phase)",
            _per_worker(lambda v: v.compute_ns.median() / 1e6)),
+    Metric("cpu_per_sample_us", WORKER, LOWER, "CPU/sample (us)",
+           "median over steps of the main thread's CPU time from begin to ready per sample "
+           "of the slice (a step's wait for a CPU, or a core shared with other work, does "
+           "not add to it)", _per_worker(_cpu_per_sample_us)),
+    Metric("compute_busy_ms", WORKER, LOWER, "compute less wait (ms)",
+           "median over steps of the worker's begin to ready less the time its main thread "
+           "waited on a run queue for a CPU in it (schedstat)", _per_worker(_compute_busy_ms)),
     Metric("compute_cv", WORKER, LOWER, "compute CV",
            "std / mean of the worker's compute time over steps",
            _per_worker(lambda v: v.compute_ns.std(ddof=1) / v.compute_ns.mean()), fmt=".2f"),

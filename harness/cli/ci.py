@@ -17,12 +17,21 @@ the one installed hetbench. The built-in suites, and `.ci/run`, gate hetbench's 
 Rounds alternate the order, A B B A A B ...: a shared machine drifts (other jobs, thermal
 state, page cache), and interleaving spreads the drift over both sides instead of letting
 it land on one; alternating who goes first also cancels any effect of running second.
+The two launches of a round are compared as a pair (analysis/tables/paired.py), on metrics
+the host's other work does not move (each worker's CPU time per sample, its compute less
+its wait for a CPU); step time and samples/s are reported as what the user feels.
+
+How many rounds: `--repeats N` runs N. Without it the gate looks for a verdict after each
+round from paired.MIN_ROUNDS on and stops at the first (regressed, or unchanged), or when
+the spread it sees would need more rounds than `--max-rounds` (then inconclusive, saying
+how many it would need).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -33,8 +42,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.cli import arguments
-from hetbench.harness.cli.compare import add_statistics_arguments, report, settings_from
+from hetbench.analysis.tables.gate_history import DEFAULT_LAST
+from hetbench.analysis.tables.paired import GATE_METRICS, MIN_ROUNDS
+from hetbench.harness.cli import arguments, gate_report
+from hetbench.harness.cli.compare import report
+from hetbench.harness.cli.statistics import add_statistics_arguments, paired_settings
+from hetbench.harness.cli.statistics import settings_from as unpaired_settings
 from hetbench.harness.run.jobcheck import check_jobs
 from hetbench.harness.run.nodes import CLOSE_MARGIN_S
 from hetbench.harness.spec.builtin import builtin_text
@@ -46,46 +59,74 @@ from hetbench.harness.system import children
 
 DEFAULT_SUITE = "ci"
 SIDES = ("base", "current")
-# What the gate judges unless --metrics says otherwise: the speed of the whole step and of
-# each worker's compute. The variability metrics (compute CV, idle fraction) and the
-# all-reduce phase vary 27-54% between launches of the same code here, so at a 10%
-# threshold they are inconclusive in most A/A comparisons; `hetbench compare` shows them.
-GATE_METRICS = "step_time_ms,samples_per_s,compute_ms"
+DEFAULT_MAX_ROUNDS = 20
+# the committed baseline (one launch of many repeats, unpaired): the wall clock's speed of
+# the whole step and of each worker's compute
+BASELINE_METRICS = "step_time_ms,samples_per_s,compute_ms"
+
+
+EPILOG = """\
+Runs the suite for REF (in a temporary git worktree, with REF's own code) and for the
+working tree, one launch each per round, in the order A B B A A B ..., and compares each
+round's two launches as a pair: one value per launch and metric (its median over steps),
+one ratio per round, their geometric mean with Student's interval, at a level Bonferroni-
+corrected over the gate metrics' rows. The gate metrics are ones the host's other work does
+not move: each worker's CPU time per sample and its compute less its wait for a CPU.
+Step time and samples/s are reported beside them, never gating. regressed = a gate
+metric worse beyond the threshold with its interval clear of 1; unchanged = every gate
+metric's interval inside the threshold band; else inconclusive, with the rounds the spread
+would need. Without --repeats the gate
+stops at the first verdict from round 5 on. Exit status: 0 unchanged (or improved), 1
+regression (or a run of the working tree failed), 3 inconclusive, 2 usage or harness error.
+The committed baseline (one launch of many repeats) is compared unpaired and never gates."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hetbench.harness.cli.compare import EPILOG
-
-    parser.epilog = ("Runs the suite for REF (in a temporary git worktree, with REF's own code)\n"
-                     "and for the working tree, one launch each per round, in the order\n"
-                     "A B B A A B ..., then compares them:\n\n" + EPILOG)
+    parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("suite", nargs="?", default=DEFAULT_SUITE,
                         help=f"suite TOML file or built-in name (default: {DEFAULT_SUITE})")
     parser.add_argument("--base", required=True, metavar="REF",
                         help="git commit (or branch, tag, HEAD~1) to compare against")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="rounds, i.e. launches per side (default: the suite's repeats)")
+                        help="rounds, i.e. launches per side (default: as many as a verdict "
+                             f"needs, from {MIN_ROUNDS} up to --max-rounds)")
+    parser.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS,
+                        help="without --repeats, the most rounds the gate runs "
+                             f"(default {DEFAULT_MAX_ROUNDS})")
     parser.add_argument("--out", type=arguments.folder, default=None,
                         help="where both sides' results go (default: results/ci/<UTC time>)")
     parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                         help="committed runs of the suite to compare the working tree's "
                              "against too (default: results/baselines/SUITE of the checkout, "
                              "where it exists); reported, never failing the gate")
+    parser.add_argument("--history", type=arguments.folder, default=None, metavar="DIR",
+                        help="keep this gate's measurements in DIR, per commit, and fail on a "
+                             "drift over the last gates whose commits follow one another "
+                             "(a slowdown that creeps in a few percent a commit)")
+    parser.add_argument("--history-last", type=int, default=DEFAULT_LAST, metavar="N",
+                        help=f"the most gates a drift reaches back over (default "
+                             f"{DEFAULT_LAST})")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the comparison with the committed baseline")
-    add_statistics_arguments(parser, metrics=GATE_METRICS)
+    add_statistics_arguments(parser, gate=",".join(GATE_METRICS))
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetbench.analysis.tables.compare import compare_paths
+    from hetbench.analysis.tables.paired import compare_paired, stop_after
     from hetbench.harness.records.results import writable_folder
 
-    settings = settings_from(args)
+    settings = paired_settings(args, ",".join(GATE_METRICS))
     suite = load_suite(args.suite)
-    rounds = suite.repeats if args.repeats is None else args.repeats
-    if rounds < 1:
-        raise UsageError("--repeats", f"{rounds} is not allowed (at least 1)")
+    if args.repeats is not None and args.repeats < 1:
+        raise UsageError("--repeats", f"{args.repeats} is not allowed (at least 1)")
+    if args.max_rounds < MIN_ROUNDS:
+        raise UsageError("--max-rounds", f"{args.max_rounds} is not allowed (at least "
+                         f"{MIN_ROUNDS})")
+    arguments.check_bounds(args.history_last, "--history-last", 2, 1000)
+    rounds = args.max_rounds if args.repeats is None else args.repeats
+    planned = "" if args.repeats is not None else \
+        f" at most (it stops at the first verdict from round {MIN_ROUNDS} on)"
     users = user_repository(suite)  # a suite of the user's own jobs gates the user's code
     repo = users or source_repository()
     commit = resolve_commit(repo, args.base)
@@ -93,11 +134,12 @@ def run(args: argparse.Namespace) -> int:
         check_jobs(suite)  # the working tree's jobs, before anything runs
     out = (args.out or Path("results") / "ci" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
     out = writable_folder(out.resolve(), "--out")
-    say(f"hetbench ci: suite {suite.name}, {rounds} round(s); base {args.base} = "
+    say(f"hetbench ci: suite {suite.name}, {rounds} round(s){planned}; base {args.base} = "
         f"{commit[:12]}, current = working tree {repo}; results in {out}")
     worktree = Path(tempfile.mkdtemp(prefix="hetbench-base-"))
     git(repo, "worktree", "add", "--detach", "--force", str(worktree), commit)
     failed_launches = 0
+    values: dict[str, Any] = {}  # each run's metric values, computed once
     # on a signal, a launch gets as long as its slowest run may take to close
     close_wait_s = max(children.CLOSE_WAIT_S,
                        max(r.timeout_s for r in suite.runs) + CLOSE_MARGIN_S + 60)
@@ -118,21 +160,80 @@ def run(args: argparse.Namespace) -> int:
                 code = run_side(side, trees[side], files[side], out, i, rounds,
                                 own_code=users is None, close_wait_s=close_wait_s)
                 failed_launches += side == "current" and code != 0
+            if args.repeats is None and MIN_ROUNDS <= i + 1 < rounds:
+                why = stop_after(compare_paired(load(out, "base"), load(out, "current"),
+                                                settings, values), rounds)
+                if why:
+                    say(f"hetbench ci: {why}: stopping")
+                    break
     finally:
         git(repo, "worktree", "remove", "--force", str(worktree), check=False)
         shutil.rmtree(worktree, ignore_errors=True)
-    comparison = compare_paths(out / "base", out / "current", settings)
-    report(comparison, out / "base", out / "current", args.json)
+    comparison = compare_paired(load(out, "base"), load(out, "current"), settings, values)
+    if args.json:
+        print(json.dumps(gate_report.to_json(comparison, out / "base", out / "current"),
+                         indent=2))
+    else:
+        print(gate_report.format_table(comparison, args.show_all))
+        print(f"\nagain, every row: hetbench compare {out / 'base'} {out / 'current'} "
+              f"--paired --all{passed_on(args)}")
     if not args.no_baseline:
         against_baseline(args.baseline or repo / "results" / "baselines" / suite.name,
-                         out / "current", settings, args.json)
+                         out / "current", unpaired_settings(baseline_arguments(args)),
+                         args.json)
+    crept = [] if args.history is None else kept_in_history(
+        args.history, args.history_last, comparison, repo, commit, suite.name)
     if failed_launches:
         # compare leaves failed runs out, so they could pass as `inconclusive`: a tree whose
         # training runs fail has regressed, whatever the timings of the rest say.
         say(f"hetbench ci: {failed_launches} launch(es) of the working tree had runs that did "
             f"not complete (logs in {out / 'logs'}): counted as a regression")
         return 1
-    return int(comparison.exit_status)
+    return 1 if crept else int(comparison.exit_status)
+
+
+def kept_in_history(folder: Path, last: int, comparison: Any, repo: Path, base: str,
+                    suite: str) -> list[str]:
+    """This gate written to the history folder; the drifts over the chain of gates it ends
+    (analysis/tables/gate_history.py), said on stderr. Returns them (a drift fails the
+    gate)."""
+    from hetbench.analysis.tables import gate_history
+
+    head = git(repo, "rev-parse", "HEAD")
+    dirty = bool(git(repo, "status", "--porcelain", "--untracked-files=no", check=False))
+    path = gate_history.write_entry(folder, gate_history.entry(comparison, head, base, suite,
+                                                               dirty))
+    gates = gate_history.chain(gate_history.read_history(folder), suite, last)
+    crept = gate_history.findings(gate_history.drift(gates))
+    found = ("; ".join(crept) + ": DRIFT, counted as a regression") if crept else \
+        "no drift shown"
+    say(f"hetbench ci: kept in {path}{' (a dirty working tree)' if dirty else ''}; "
+        f"{len(gates)} gate(s) of {suite} in a chain of commits: {found}")
+    return crept
+
+
+def load(out: Path, side: str) -> list[Any]:
+    from hetbench.analysis.tables.compare import load_group
+
+    return load_group(out / side) if (out / side).is_dir() else []
+
+
+def passed_on(args: argparse.Namespace) -> str:
+    """The statistics options given to the gate, as `hetbench compare` takes them."""
+    out = ""
+    for flag, value in (("--threshold", args.threshold), ("--alpha", args.alpha),
+                        ("--metrics", args.metrics or None)):
+        if value is not None:
+            out += f" {flag} {value}"
+    return out + "".join(f" --metric-threshold {t}" for t in args.metric_threshold)
+
+
+def baseline_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """The committed baseline is one launch of many repeats, not rounds: compared unpaired,
+    on step time, samples/s and each worker's compute, the defaults of `hetbench compare`
+    otherwise."""
+    return argparse.Namespace(threshold=None, alpha=None, metric_threshold=[],
+                              metrics=BASELINE_METRICS)
 
 
 def against_baseline(baseline: Path, current: Path, settings: Any, as_json: bool) -> None:

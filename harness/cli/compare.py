@@ -8,17 +8,19 @@ error. Statistics: analysis/tables/compare.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.cli import launches
-from hetbench.harness.spec.errors import UsageError
-
-DEFAULT_THRESHOLD = 0.10
-DEFAULT_ALPHA = 0.002
-
+from hetbench.harness.cli import gate_report, launches
+from hetbench.harness.cli.statistics import (
+    add_statistics_arguments,
+    paired_settings,
+    plain,
+    settings_from,
+)
 
 EPILOG = """\
 One value per run and metric (median step time, samples/s, idle fraction; per worker:
@@ -31,7 +33,7 @@ interval lies inside the threshold band (an equivalence test); inconclusive = be
 threshold but not significant, an interval reaching beyond the band, or too few runs for
 p < alpha to be reachable at all
 (with the default alpha: 7 runs per side for 1-3 metrics, 8 for 4-12, 9 for 13-48, 10 for
-49-184; a two-worker run has 23 metrics). Exit status: 0 no regression, 1 regression,
+49-184; a two-worker run has 34 metrics). Exit status: 0 no regression, 1 regression,
 3 inconclusive, 2 usage or harness error."""
 
 
@@ -42,81 +44,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run directory or results folder of the reference")
     parser.add_argument("current", type=Path, metavar="CURRENT",
                         help="run directory or results folder under test")
+    parser.add_argument("--paired", action="store_true",
+                        help="pair the i-th BASE run with the i-th CURRENT (by start), as "
+                             "`hetbench ci`'s rounds, and judge the gate metrics on the "
+                             "rounds' ratios (every launch read, as --pool-launches)")
     add_statistics_arguments(parser)
-
-
-def add_statistics_arguments(parser: argparse.ArgumentParser, metrics: str = "") -> None:
-    """Options shared with `hetbench ci` (which judges fewer metrics by default)."""
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="smallest relative change that counts, as a factor 1 + X "
-                             f"(default {DEFAULT_THRESHOLD})")
-    parser.add_argument("--metric-threshold", action="append", default=[],
-                        metavar="NAME=X",
-                        help="threshold for one metric (NAME may be a pattern: phase_*=0.3); "
-                             "repeatable")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                        help="family-wise significance level, Holm-corrected over the metrics "
-                             f"(default {DEFAULT_ALPHA})")
-    parser.add_argument("--metrics", default=metrics,
-                        help="comma-separated metric names or patterns to compare "
-                             f"(default: {metrics or 'all'}; fewer metrics need fewer "
-                             "repeats)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    launches.add_arguments(parser)
-    parser.add_argument("--all", action="store_true", dest="show_all",
-                        help="list the unchanged metrics too (default: only those that "
-                             "changed or could not be shown unchanged)")
-
-
-def settings_from(args: argparse.Namespace) -> Any:
-    from hetbench.analysis.tables.compare import DIRECTIONS, Settings
-
-    if not (math.isfinite(args.threshold) and args.threshold >= 0):
-        raise UsageError("--threshold", f"{args.threshold} is not allowed (a number >= 0)")
-    if not (0 < args.alpha < 1):
-        raise UsageError("--alpha", f"{args.alpha} is not allowed (between 0 and 1)")
-    known = ", ".join(DIRECTIONS)
-    pairs = []
-    for item in args.metric_threshold:
-        name, sep, value = item.partition("=")
-        try:
-            threshold = float(value)
-        except ValueError:
-            threshold = math.nan
-        if not sep or not name or not (math.isfinite(threshold) and threshold >= 0):
-            raise UsageError("--metric-threshold", f"{item!r} is not NAME=X with X >= 0")
-        _check_pattern(name, "--metric-threshold", known)
-        pairs.append((name, threshold))
-    patterns = tuple(p.strip() for p in args.metrics.split(",") if p.strip())
-    for pattern in patterns:
-        _check_pattern(pattern, "--metrics", known)
-    return Settings(threshold=args.threshold, metric_thresholds=tuple(pairs), alpha=args.alpha,
-                    metrics=patterns)
-
-
-def _check_pattern(pattern: str, where: str, known: str) -> None:
-    import fnmatch
-
-    from hetbench.analysis.tables.compare import DIRECTIONS
-
-    if not any(fnmatch.fnmatchcase(name, pattern) for name in DIRECTIONS):
-        raise UsageError(where, f"{pattern!r} matches no metric (metrics: {known})")
 
 
 def run(args: argparse.Namespace) -> int:
     from hetbench.analysis.tables.compare import compare_runs
     from hetbench.harness.records.results import choose_launches, finished_runs, mixed_suites_note
 
-    settings = settings_from(args)
-    base = choose_launches(finished_runs([args.base]), launches.choice(args),
-                           f"BASE {args.base}")
-    current = choose_launches(finished_runs([args.current]), launches.choice(args),
+    choice = launches.choice(args)
+    if args.paired and choice.pattern is None:
+        choice = dataclasses.replace(choice, pool=True)  # the rounds are separate launches
+    base = choose_launches(finished_runs([args.base]), choice, f"BASE {args.base}")
+    current = choose_launches(finished_runs([args.current]), choice,
                               f"CURRENT {args.current}")
+    if args.paired:
+        return paired(args, base, current)
+    settings = settings_from(args)
     # Runs match by suite and run name, so suites are compared apart; still worth a line.
     mixed_suites_note([f"BASE {args.base}", f"CURRENT {args.current}"],
                       [r.suite for r in base + current], "compared suite by suite")
     comparison = compare_runs(base, current, settings)
     report(comparison, args.base, args.current, args.json, args.show_all)
+    return int(comparison.exit_status)
+
+
+def paired(args: argparse.Namespace, base: list[Any], current: list[Any]) -> int:
+    from hetbench.analysis.tables.paired import GATE_METRICS, compare_paired
+
+    comparison = compare_paired(base, current, paired_settings(args, ",".join(GATE_METRICS)))
+    if args.json:
+        print(json.dumps(gate_report.to_json(comparison, args.base, args.current), indent=2))
+    else:
+        print(gate_report.format_table(comparison, args.show_all))
     return int(comparison.exit_status)
 
 
@@ -144,18 +107,9 @@ def to_json(comparison: Any, base: Path, current: Path) -> dict[str, Any]:
         "repeats": {"base": comparison.repeats_base, "current": comparison.repeats_current},
         "warnings": comparison.warnings,
         # worker is null for metrics of the whole run
-        "metrics": [{k: None if k == "worker" and v < 0 else _plain(v) for k, v in row.items()}
+        "metrics": [{k: None if k == "worker" and v < 0 else plain(v) for k, v in row.items()}
                     for row in comparison.table.to_dict(orient="records")],
     }
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe scalars: numpy types to Python, NaN and infinities to null."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 HEADER = ("run", "worker", "metric", "better", "n", "base", "current", "ratio", "95% CI",
