@@ -185,13 +185,18 @@ def test_noise_too_large_for_the_rounds_says_how_many_it_would_need(tmp_path: Pa
     assert comparison.rounds_needed is None or comparison.rounds_needed > 5
 
 
-def test_pairs_follow_the_launch_order_and_extra_runs_are_left_out(tmp_path: Path) -> None:
-    base, current = gate_rounds(tmp_path, 4, seed=5)
-    pairs, warnings = pair_runs(base[::-1], current[:3])
+def test_pairs_are_the_rounds_and_a_run_without_its_partner_is_left_out(
+        tmp_path: Path) -> None:
+    base, current = gate_rounds(tmp_path, 5, seed=5)
+    pairs, warnings = pair_runs(base[::-1], current)
     assert [(b.run_dir.name, c.run_dir.name) for b, c in pairs] == [
-        (f"pair-{i}", f"pair-{i}") for i in range(3)]
-    assert warnings == ["gen/pair: 4 BASE and 3 CURRENT runs: the first 3 of each paired, "
-                        "by launch order"]
+        (f"pair-{i}", f"pair-{i}") for i in range(5)] and warnings == []
+    # round 2's current launch failed (left out): the rounds after it keep their partners
+    pairs, warnings = pair_runs(base, current[:2] + current[3:])
+    assert [(b.run_dir.name, c.run_dir.name) for b, c in pairs] == [
+        (f"pair-{i}", f"pair-{i}") for i in (0, 1, 3, 4)]
+    assert warnings == ["gen/pair: 5 BASE and 4 CURRENT runs: 4 pairs by start time, "
+                        "1 run(s) without a partner left out"]
 
 
 def test_a_base_without_counters_is_gated_on_the_wall_clock_with_a_warning(

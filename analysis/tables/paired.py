@@ -8,10 +8,10 @@ comparing the two groups as wholes (analysis/tables/compare.py) leaves as noise.
 
 Unit: as in compare.py, one value per launch and metric (a launch's median: its steps are
 autocorrelated and share its fate); here, one log ratio per round, d = log(current / base).
-Pairs are made per run of the suite by launch order (the i-th base run with the i-th
-current run, by their manifests' start). The estimate is the geometric mean of the rounds'
-ratios, exp(mean d), with Student's interval of mean d at level 1 - alpha / m, m the gate
-metrics' rows (Bonferroni: every gate metric's claim holds together at 1 - alpha); the
+Pairs are made per run of the suite by start time (each base run with the current run
+that started nearest it, each run in one pair). The estimate is the geometric mean of the
+rounds' ratios, exp(mean d), with Student's interval of mean d at level 1 - alpha / m, m
+the gate metrics' rows (Bonferroni: every gate metric's claim holds together at 1 - alpha); the
 other rows get the same level.
 
 Metrics have roles (PairedSettings):
@@ -46,6 +46,7 @@ import fnmatch
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -157,12 +158,14 @@ def stop_after(comparison: PairedComparison, most: int) -> str | None:
 
 def pair_runs(base: Sequence[Run], current: Sequence[Run]
               ) -> tuple[list[tuple[Run, Run]], list[str]]:
-    """Each run of the suite's base launches with the current launch of the same round: by
-    launch order (the manifests' start), per (suite, run name). Extra runs on one side are
-    left out with a warning."""
+    """Each base run with the current run of its round, per (suite, run name): the closest
+    in start time first, each run in one pair at most (rounds alternate A B B A, so a
+    launch's round partner is the other side's launch next to it, and a round whose launch
+    failed on one side leaves its partner out instead of shifting every pair after it).
+    Runs left without a partner are said so."""
     def by_key(runs: Sequence[Run]) -> dict[tuple[str, str], list[Run]]:
         out: dict[tuple[str, str], list[Run]] = {}
-        for run in sorted(runs, key=lambda r: str(r.manifest.get("start", r.run_dir.name))):
+        for run in sorted(runs, key=_start):
             out.setdefault(run_key(run), []).append(run)
         return out
 
@@ -170,15 +173,31 @@ def pair_runs(base: Sequence[Run], current: Sequence[Run]
     pairs: list[tuple[Run, Run]] = []
     warnings: list[str] = []
     for key in sorted(set(b) & set(c)):
-        n = min(len(b[key]), len(c[key]))
-        if len(b[key]) != len(c[key]):
+        gaps = sorted((abs(_start(x) - _start(y)), i, j)
+                      for i, x in enumerate(b[key]) for j, y in enumerate(c[key]))
+        matched: list[tuple[int, int]] = []
+        for _, i, j in gaps:
+            if all(i != m and j != n for m, n in matched):
+                matched.append((i, j))
+        matched.sort()
+        pairs.extend((b[key][i], c[key][j]) for i, j in matched)
+        left = len(b[key]) + len(c[key]) - 2 * len(matched)
+        if left:
             warnings.append(f"{key[0]}/{key[1]}: {len(b[key])} BASE and {len(c[key])} "
-                            f"CURRENT runs: the first {n} of each paired, by launch order")
-        pairs.extend(zip(b[key][:n], c[key][:n], strict=True))
+                            f"CURRENT runs: {len(matched)} pairs by start time, {left} run(s) "
+                            "without a partner left out")
     for key in sorted(set(b) ^ set(c)):
         side = "BASE" if key in b else "CURRENT"
         warnings.append(f"{key[0]}/{key[1]} is only in {side}: not compared")
     return pairs, warnings
+
+
+def _start(run: Run) -> float:
+    """When the run started, in seconds (its manifest's `start`; 0 where unreadable)."""
+    try:
+        return datetime.fromisoformat(str(run.manifest.get("start"))).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def interval(d: np.ndarray, level: float) -> tuple[float, float, float]:

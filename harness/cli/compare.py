@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("current", type=Path, metavar="CURRENT",
                         help="run directory or results folder under test")
     parser.add_argument("--paired", action="store_true",
-                        help="pair the i-th BASE run with the i-th CURRENT (by start), as "
+                        help="pair each BASE run with the CURRENT run that started nearest "
+                             "it, as "
                              "`hetbench ci`'s rounds, and judge the gate metrics on the "
                              "rounds' ratios (every launch read, as --pool-launches)")
     add_statistics_arguments(parser)
