@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import subprocess
@@ -170,11 +169,8 @@ def run(args: argparse.Namespace) -> int:
         git(repo, "worktree", "remove", "--force", str(worktree), check=False)
         shutil.rmtree(worktree, ignore_errors=True)
     comparison = compare_paired(load(out, "base"), load(out, "current"), settings, values)
-    if args.json:
-        print(json.dumps(gate_report.to_json(comparison, out / "base", out / "current"),
-                         indent=2))
-    else:
-        print(gate_report.format_table(comparison, args.show_all))
+    gate_report.report(comparison, out / "base", out / "current", args.json, args.show_all)
+    if not args.json:
         print(f"\nagain, every row: hetbench compare {out / 'base'} {out / 'current'} "
               f"--paired --all{passed_on(args)}")
     if not args.no_baseline:

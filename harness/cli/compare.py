@@ -77,10 +77,7 @@ def paired(args: argparse.Namespace, base: list[Any], current: list[Any]) -> int
     from hetbench.analysis.tables.paired import GATE_METRICS, compare_paired
 
     comparison = compare_paired(base, current, paired_settings(args, ",".join(GATE_METRICS)))
-    if args.json:
-        print(json.dumps(gate_report.to_json(comparison, args.base, args.current), indent=2))
-    else:
-        print(gate_report.format_table(comparison, args.show_all))
+    gate_report.report(comparison, args.base, args.current, args.json, args.show_all)
     return int(comparison.exit_status)
 
 

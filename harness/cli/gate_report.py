@@ -4,6 +4,7 @@ cannot tell, how many rounds it would need; then the rows."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -70,6 +71,15 @@ def format_table(comparison: Any, show_all: bool = False) -> str:
         lines.append(f"({len(table) - len(shown)} more rows, the phases and the exchange: "
                      "--all lists them)")
     return "\n".join(lines)
+
+
+def report(comparison: Any, base: Any, current: Any, as_json: bool,
+           show_all: bool = False) -> None:
+    """The comparison on stdout: JSON, or the table."""
+    if as_json:
+        print(json.dumps(to_json(comparison, base, current), indent=2))
+    else:
+        print(format_table(comparison, show_all))
 
 
 def to_json(comparison: Any, base: Any, current: Any) -> dict[str, Any]:
