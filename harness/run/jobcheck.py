@@ -5,8 +5,11 @@ of its own, `python -m hetbench.harness.run.jobcheck`: importing a user's model 
 which the CLI never does, and a factory that hangs or crashes must not take the launcher
 with it. The child is alone in a network namespace with only `lo` (a run's workers are
 too), so a factory or data set that reaches for the network fails here, before anything
-runs, with its own error. What is wrong comes back as one line naming the suite key
-(`runs[i].workload`), and `hetbench run` exits with status 2.
+runs, with its own error; everything the factory starts lives in that namespace and is
+ended with it, whatever happens to the check (done, timed out, hetbench interrupted), and a
+daemon it forked with hetbench's pipes cannot keep hetbench waiting. What is wrong comes
+back as one line naming the suite key (`runs[i].workload`), and `hetbench run` exits with
+status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +31,12 @@ from hetbench.harness.spec.fields import At
 from hetbench.harness.spec.optimizers import OptimizerSpec
 from hetbench.harness.spec.pipelines import check_layer_count
 from hetbench.harness.spec.suite import RunSpec, SuiteSpec
-from hetbench.harness.system import netns
+from hetbench.harness.system import netns, orphans, signals
+from hetbench.harness.system.capped_log import CappedLog
 from hetbench.harness.system.exits import exit_after
 
-MARKER = "HETBENCH-JOB "
 CHECK_TIMEOUT_S = 300.0  # a factory's import and its data's first samples
+STDERR_TAIL_BYTES = 64 * 1024  # of the check's stderr: its verdict is the last line
 
 
 def check_jobs(suite: SuiteSpec, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
@@ -131,36 +136,84 @@ def check_job(workload: str, project: str, global_batch: int, seed: int, where: 
     """The job made and checked in a child process (the module's docstring): what it says
     of itself (hetbench.workloads.job.describe), with, given `profile`, its layers timed
     (`layer_profile`: hetbench.harness.partition.layerprofile.LayerProfile's fields)."""
-    # -P: the working directory is not put on the import path (a project's own numpy/ would
-    # shadow numpy before the check could name it); the project goes there after the check
-    command = [sys.executable, "-P", "-m", __name__, workload, project, str(global_batch),
-               str(seed), *(() if profile is None else map(str, dataclasses.astuple(profile)))]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, cwd=project,
-                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: a DataLoader's children too
-        proc.communicate()
-        raise UsageError(where, f"{workload}: making the job took more than {timeout_s:g} s "
-                         "(the factory, or reading its first samples)") from None
-    lines = [ln for ln in out.splitlines() if ln.startswith(MARKER)]
-    if proc.returncode == 0 and lines:
-        return json.loads(lines[-1][len(MARKER):])  # type: ignore[no-any-return]
-    said = [ln for ln in err.splitlines() if ln.strip()]
-    if proc.returncode == 2 and said:  # the check's own verdict: one line
+    with tempfile.TemporaryDirectory(prefix="hetbench-check-") as private:
+        answer = Path(private) / "answer.json"
+        # -P: the working directory is not put on the import path (a project's own numpy/
+        # would shadow numpy before the check could name it); the project goes there after
+        command = [sys.executable, "-P", "-m", __name__, str(answer), workload, project,
+                   str(global_batch), str(seed),
+                   *(() if profile is None else map(str, dataclasses.astuple(profile)))]
+        holder = netns.start_holder(Path(private) / "netns.log")
+        network = f"host's ({holder})" if isinstance(holder, str) else "loopback only"
+        if not isinstance(holder, str):
+            command = netns.join_command(holder.pid, command, safe_path=True)
+        code, said = _run_check(command, project, timeout_s,
+                                None if isinstance(holder, str) else holder)
+        if code is None:
+            raise UsageError(where, f"{workload}: making the job took more than "
+                             f"{timeout_s:g} s (the factory, or reading its first samples)")
+        if code == 0 and answer.is_file():
+            described: dict[str, Any] = json.loads(answer.read_text())
+            return described | {"network": network}
+    if code == 2 and said:  # the check's own verdict: one line
         raise UsageError(where, said[-1])
-    why = (f"died with {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
-           else f"exited with status {proc.returncode}")
+    why = (f"died with {signal.Signals(-code).name}" if code < 0
+           else f"exited with status {code}")
     raise UsageError(where, f"{workload}: checking the job {why}"
                      + (f": {said[-1].strip()}" if said else ""))
 
 
+def _run_check(command: list[str], project: str, timeout_s: float,
+               holder: subprocess.Popen[bytes] | None) -> tuple[int | None, list[str]]:
+    """The check run to its end, or ended at `timeout_s` (status None), or by a signal to
+    hetbench (raised again): its exit status and its stderr's last lines. However it ends,
+    nothing it started lives on (its group killed, the namespace's holder stopped: what it
+    forked out of its group ends with the namespace), and no wait is unbounded (what it left
+    holding its stderr cannot hold hetbench: its output is read by a thread, in bounded
+    memory; its stdout, what a factory prints, goes nowhere)."""
+    stderr = CappedLog(None, head_bytes=0, tail_bytes=STDERR_TAIL_BYTES)
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr.writer,
+                                stdin=subprocess.DEVNULL, cwd=project, start_new_session=True,
+                                preexec_fn=orphans.die_with_parent,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    except BaseException:
+        stderr.abandon()
+        if holder is not None:
+            netns.stop_holder(holder)
+        raise
+    stderr.started()
+    code: int | None = None
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    except BaseException:  # Ctrl-C or SIGTERM (KeyboardInterrupt): the check ends with us
+        with signals.held():
+            _end_check(proc, holder)
+        raise
+    with signals.held() as held:
+        _end_check(proc, holder)
+    if held:
+        raise signals.as_interrupt(held[0])
+    stderr.settle()
+    return code, [ln for ln in stderr.text().splitlines() if ln.strip()]
+
+
+def _end_check(proc: subprocess.Popen[bytes], holder: subprocess.Popen[bytes] | None) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: a DataLoader's children too
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    if holder is not None:
+        netns.stop_holder(holder)
+
+
 def main(argv: list[str]) -> int:
-    workload, project, global_batch, seed = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
-    profile = LayerProfiling(*map(int, argv[4:7])) if len(argv) > 4 else None
-    isolated = netns.isolate()  # before any import of the user's: no thread runs yet
+    answer, workload, project = Path(argv[0]), argv[1], Path(argv[2])
+    global_batch, seed = int(argv[3]), int(argv[4])
+    profile = LayerProfiling(*map(int, argv[5:8])) if len(argv) > 5 else None
     from hetbench.workloads import job as jobs
 
     try:
@@ -173,8 +226,7 @@ def main(argv: list[str]) -> int:
     except jobs.JobError as exc:
         print(exc, file=sys.stderr, flush=True)
         return 2
-    described["network"] = "loopback only" if isolated is None else f"host's ({isolated})"
-    print(MARKER + json.dumps(described), flush=True)
+    answer.write_text(json.dumps(described))
     return 0
 
 

@@ -207,15 +207,11 @@ def launch_local(out: Path, suite: SuiteSpec, run: RunSpec, repeat: int,
         exchange.start_services(run, free_port if seat is None else seat.service_port,
                                 logs, run_dir, services)
         for rank in ranks:
-            with open(logs / f"rank{rank}.log", "wb") as log:
-                procs[rank] = subprocess.Popen(
-                    services.worker_command(worker_command(run, run_dir)),
-                    env=services.environment(worker_environment(run, rank, port, seat)
-                                             | services.env | script_environment(run, rank,
-                                                                                 run_dir)),
-                    stdout=log,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                )
+            procs[rank] = services.spawn(
+                services.worker_command(worker_command(run, run_dir)),
+                services.environment(worker_environment(run, rank, port, seat)
+                                     | services.env | script_environment(run, rank, run_dir)),
+                logs / f"rank{rank}.log")
         sampler = system.Sampler(lambda: [os.getpid(), *(p.pid for p in procs.values()),
                                           *(p.pid for p in services.procs.values())]).start()
         status, reason, dropped = _watch(procs, run, run_dir, progress, services,
@@ -287,6 +283,8 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], run: RunSpec, run_dir: Pat
             # it: the cause is the service (a worker's RPC error is what followed)
             _stop(procs)
             return "failed", _service_reason(*dead, run_dir), dropped
+        if failed and services is not None:  # their last words read from their logs
+            services.settle_logs(run_dir / "logs" / f"rank{r}.log" for r, _ in failed)
         if failed and run.on_worker_failure == "continue" and living:
             for rank, code in failed:
                 dropped.append({"rank": rank, "status": code,
@@ -384,7 +382,6 @@ STARVED = {
                               "start, as when a process may open no more files: raise "
                               "`ulimit -n`)",
 }
-LOG_TAIL_BYTES = 64 * 1024
 
 
 def _starved(run_dir: Path, rank: int, pid: int | None = None) -> str | None:
@@ -413,13 +410,7 @@ def _store_refused(run_dir: Path, rank: int) -> str | None:
 
 
 def _log_tail(run_dir: Path, rank: int) -> str:
-    log = run_dir / "logs" / f"rank{rank}.log"
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    return aggregator_services.log_tail(run_dir / "logs" / f"rank{rank}.log")
 
 
 def _stopped_workers(procs: dict[int, subprocess.Popen[bytes]]) -> list[str]:
@@ -465,9 +456,7 @@ SELF_INFLICTED = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, 
 
 
 def _last_log_line(run_dir: Path, rank: int) -> str | None:
-    log = run_dir / "logs" / f"rank{rank}.log"
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] \
-        if log.is_file() else []
+    lines = [ln for ln in _log_tail(run_dir, rank).splitlines() if ln.strip()]
     return lines[-1].strip() if lines else None
 
 

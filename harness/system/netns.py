@@ -7,7 +7,10 @@ starts a holder (`python -m hetbench.harness.system.netns hold`) that creates th
 namespace too when not root, as `unshare -Urn` does), brings `lo` up and waits; each worker
 is started as `python -m hetbench.harness.system.netns join PID -- COMMAND`, which enters the
 holder's namespaces and then becomes COMMAND (exec: same pid, nothing left between). The holder ends
-when the launcher stops it or dies (its stdin closes).
+when the launcher stops it or dies (its stdin closes), and on its way out it ends every process
+still in the namespace: a daemon a user's factory or script forked (a new session, its stdio
+closed or kept) leaves the process group but never the namespace, so nothing a run started
+outlives it (`end_members`). The job check runs in a namespace of its own the same way.
 
 Linux only; where namespaces are not allowed (a container without the capability, a
 kernel with unprivileged user namespaces off) `start_holder` says why and the run goes on
@@ -21,10 +24,12 @@ import ctypes
 import fcntl
 import os
 import selectors
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 CLONE_NEWUSER = 0x10000000
@@ -32,6 +37,9 @@ CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 READY = b"ready\n"
 START_TIMEOUT_S = 20.0
+LEFT_GRACE_S = 2.0  # for what a run left in its namespace to end on SIGTERM
+LEFT_ROUNDS = 5  # sweeps of the namespace (a daemon may fork while it is swept)
+STOP_WAIT_S = 2 * LEFT_GRACE_S * LEFT_ROUNDS + 5.0  # the holder's own way out, bounded
 
 
 def _libc() -> ctypes.CDLL:
@@ -83,7 +91,62 @@ def hold() -> int:
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     sys.stdin.buffer.read()  # returns at EOF: the launcher closed it, or died
+    if ended := end_members():
+        print(f"ended {len(ended)} process(es) left in the namespace: "
+              f"{', '.join(map(str, ended))}", file=sys.stderr, flush=True)
     return 0
+
+
+def members(namespace_id: str) -> list[int]:
+    """Every process but this one in the network namespace `namespace_id` (as `namespace`
+    names it), from /proc; a process that ends meanwhile, or that may not be looked at (another
+    user's), is left out."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/net") == namespace_id:
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def end_members(grace_s: float = LEFT_GRACE_S, rounds: int = LEFT_ROUNDS) -> list[int]:
+    """In the holder, once the run is over: every other process still in its namespace gets
+    SIGTERM, then SIGKILL after `grace_s`; swept again (up to `rounds` times) for what was
+    forked meanwhile. Returns the pids it signalled."""
+    mine, ended = namespace(), []
+    for _ in range(rounds):
+        left = members(mine)
+        if not left:
+            break
+        ended += left
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in left:
+                _signal(pid, sig)
+            deadline = time.monotonic() + grace_s
+            while (left := [p for p in left if _living(p)]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not left:
+                break
+    return sorted(set(ended))
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _living(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie, ended and waiting for its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def join(pid: int) -> None:
@@ -131,11 +194,12 @@ def start_holder(log: Path) -> subprocess.Popen[bytes] | str:
 
 
 def stop_holder(holder: subprocess.Popen[bytes]) -> None:
-    """Close its stdin (it exits), kill it if it does not."""
+    """Close its stdin (it ends what is left in the namespace, and exits), kill it if it does
+    not."""
     if holder.stdin is not None:
         holder.stdin.close()
     try:
-        holder.wait(timeout=5)
+        holder.wait(timeout=STOP_WAIT_S)
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait()
@@ -143,9 +207,12 @@ def stop_holder(holder: subprocess.Popen[bytes]) -> None:
         holder.stdout.close()
 
 
-def join_command(pid: int, command: list[str]) -> list[str]:
-    """`command`, run inside the namespace of holder `pid`."""
-    return [sys.executable, "-m", "hetbench.harness.system.netns", "join", str(pid), "--", *command]
+def join_command(pid: int, command: list[str], safe_path: bool = False) -> list[str]:
+    """`command`, run inside the namespace of holder `pid`; `safe_path`: the joiner's
+    Python without the working folder on its import path (python -P: a user's project
+    folder whose own modules would shadow the ones it imports)."""
+    return [sys.executable, *(["-P"] if safe_path else []), "-m",
+            "hetbench.harness.system.netns", "join", str(pid), "--", *command]
 
 
 def main(argv: list[str]) -> int:
