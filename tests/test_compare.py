@@ -504,6 +504,47 @@ def test_ci_with_an_unknown_base_is_one_line_exit_2(tmp_path: Path, capsys) -> N
     assert not (tmp_path / "ci").exists()
 
 
+USER_JOB = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+import hetbench
+
+
+def make():
+    x = torch.randn(128, 8, generator=torch.Generator().manual_seed(3))
+    return hetbench.Job(model=nn.Linear(8, 2), loss=nn.CrossEntropyLoss(), reduction="mean",
+                        train=TensorDataset(x, (x[:, 0] > 0).long()))
+"""
+
+
+@pytest.mark.slow
+def test_ci_refuses_a_base_whose_tree_lacks_the_job_before_anything_runs(
+        tmp_path: Path, spawn: Spawn) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("a user's project, before its model\n")
+    for words in (["init", "-q"], ["add", "."], ["-c", "user.name=u", "-c",
+                                                  "user.email=u@example.org", "commit", "-qm",
+                                                  "one"]):
+        spawn.run(["git", *words], cwd=repo, check=True, timeout=60)
+    (repo / "userjob.py").write_text(USER_JOB)  # the working tree's job, not in HEAD
+    (repo / "suite.toml").write_text('[suite]\nname = "mine"\n\n[[runs]]\nname = "pair"\n'
+                                     'workload = "userjob:make"\nsteps = 4\n'
+                                     'global_batch = 32\nworkers = [{}, {}]\n')
+    done = spawn.run(hetbench_command("ci", "--base", "HEAD", "suite.toml", "--repeats", "1",
+                                      "--no-baseline", "--out", "ci"), cwd=repo,
+                     capture_output=True, text=True, timeout=300)
+    # it was: every base run failed, the working tree ran anyway, then "internal error:
+    # KeyError: 'suite'"
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("hetbench: error")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "hetbench: error: --base HEAD: its tree cannot run the suite's jobs: runs[0].workload: "
+        "cannot import 'userjob'"), done.stderr
+    assert not list((repo / "ci").rglob("current-*.log"))  # the working tree never ran
+
+
 def test_ci_rejects_zero_rounds(tmp_path: Path, capsys) -> None:
     status = main(["ci", "--base", "HEAD", "--repeats", "0", "--out", str(tmp_path / "ci")])
     assert status == 2 and "--repeats: 0 is not allowed" in capsys.readouterr().err

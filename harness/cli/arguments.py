@@ -7,12 +7,15 @@ import argparse
 from pathlib import Path
 
 from hetbench.harness.spec.errors import UsageError
+from hetbench.harness.system import paths
 
 
 def folder(text: str) -> Path:
     """An output folder. An empty one would quietly write into the current folder."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: name a folder ('.' for the current one)")
+    if (found := paths.foreign_link(Path(text))) is not None:
+        raise argparse.ArgumentTypeError(paths.refusal(*found))
     return Path(text)
 
 

@@ -153,12 +153,19 @@ def run(args: argparse.Namespace) -> int:
             files = {side: out / f"suite-{side}.toml" for side in SIDES}
             for side in SIDES:
                 files[side].write_text(moved_suite(suite, repo, trees[side]))
+            check_base_jobs(files["base"], args.base)  # before either side runs
         for i in range(rounds):
             order = SIDES if i % 2 == 0 else SIDES[::-1]
             for side in order:
                 code = run_side(side, trees[side], files[side], out, i, rounds,
                                 own_code=users is None, close_wait_s=close_wait_s)
                 failed_launches += side == "current" and code != 0
+                if side == "base" and code != 0 and not any(
+                        r.status == "completed" for r in load(out, "base")):
+                    raise UsageError(f"--base {args.base}", "its tree ran none of the "
+                                     f"suite's runs to the end (exit {code}; the launch's "
+                                     f"log: {out / 'logs' / f'base-{i}.log'}): nothing to "
+                                     "compare the working tree with")
             if args.repeats is None and MIN_ROUNDS <= i + 1 < rounds:
                 why = stop_after(compare_paired(load(out, "base"), load(out, "current"),
                                                 settings, values), rounds)
@@ -206,6 +213,17 @@ def kept_in_history(folder: Path, last: int, comparison: Any, repo: Path, base: 
     say(f"hetbench ci: kept in {path}{' (a dirty working tree)' if dirty else ''}; "
         f"{len(gates)} gate(s) of {suite} in a chain of commits: {found}")
     return crept
+
+
+def check_base_jobs(suite_file: Path, base: str) -> None:
+    """The base tree's jobs (a user's suite moved into its worktree) made and checked as
+    the working tree's are: a base that lacks the model, or whose model does not build,
+    is refused before anything runs."""
+    try:
+        check_jobs(load_suite(str(suite_file)))
+    except UsageError as exc:
+        raise UsageError(f"--base {base}", f"its tree cannot run the suite's jobs: {exc}") \
+            from None
 
 
 def load(out: Path, side: str) -> list[Any]:

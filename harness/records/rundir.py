@@ -22,7 +22,7 @@ from typing import Any
 from hetbench.harness.records import collector, jsonfile, manifest, trace
 from hetbench.harness.spec.errors import NotClosed, UsageError
 from hetbench.harness.spec.suite import RunSpec, run_from_dict
-from hetbench.harness.system import environment, procfs, services
+from hetbench.harness.system import environment, paths, procfs, services
 
 RUN_FILE = "run.json"  # the run's configuration, read by its workers and servers
 
@@ -57,6 +57,9 @@ def prepare_run_dir(out: Path, suite_name: str, run: RunSpec, repeat: int,
                     launch: str | None = None) -> Path:
     """results/<suite>/<run-id>/ with manifest.json (status running) and run.json."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    # the suite's folder in a shared results folder may have been planted since --out
+    if (found := paths.foreign_link(out / suite_name)) is not None:
+        raise UsageError(str(found[0]), paths.refusal(*found))
     base = out / suite_name / f"{run.name}-r{repeat}-{stamp}"
     run_dir, n = base, 1
     while run_dir.exists():
@@ -117,6 +120,9 @@ def close_run(run_dir: Path, run: RunSpec, status: str, reason: str, repeat: int
             f"the {rows} flushed step records stay in {collector.PARTS_DIR}/"]))
     closing = {"status": status, "reason": reason, "end": manifest.now_iso(), "workers": infos,
                "rows": rows, **collector.read_partition_log(run_dir), **extra}
+    if run.script is not None and frame is not None and isinstance(current.get("run"), dict):
+        # a loop's steps are the script's to decide: the manifest says what it recorded
+        closing["run"] = {**current["run"], "steps": int(frame["step"].nunique())}
     try:
         manifest.update(run_dir, **closing)
     except OSError:  # a full disk: the reserve's room, then once more
