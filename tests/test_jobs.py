@@ -205,6 +205,16 @@ def two_devices():
     return job(model)
 
 
+def no_parameters():
+    return job(nn.ReLU())
+
+
+def frozen():
+    model = Tied()
+    model.requires_grad_(False)
+    return job(model)
+
+
 def network():
     import socket
 
@@ -340,6 +350,9 @@ def test_global_batchnorm_refuses_what_times_a_worker_alone(project: Path, key: 
     ("userjob.models:ragged", "do not make a batch"),
     ("userjob.models:two_devices", "sit on several devices"),
     ("userjob.models:network", "raised OSError"),
+    # it was refused as "runs[0].aggregator: 1 servers for ...'s 0 parameter tensors"
+    ("userjob.models:no_parameters", "Job.model (ReLU) has no trained parameter"),
+    ("userjob.models:frozen", "Job.model (Tied) has no trained parameter"),
     ("userjob.models:partial_optimizer", "Job.optimizer leaves out trained parameters "
      "(embed.weight, embed.bias, norm.weight, ...)"),
     ("userjob.models:skipped_layer", "Job.layers leaves trained parameters out of every "

@@ -484,6 +484,53 @@ def test_a_script_that_fails_leaves_its_run_failed_with_its_records(tmp_path: Pa
     assert sorted(run.steps["step"].unique()) == list(range(5))  # every step it took
 
 
+UNRULY = REPO / "tests" / "fixtures" / "own_loop" / "unruly.py"
+PAIR = """
+[suite]
+name = "unruly"
+
+[defaults]
+global_batch = 64
+workers = [{}, {}]
+
+[[runs]]
+name = "pair"
+"""
+
+
+def unruly_run(tmp_path: Path, spawn: Spawn, *args: str) -> Any:
+    (tmp_path / "pair.toml").write_text(PAIR)
+    done = hetbench(spawn, "launch", "pair.toml", "--out", "out", "--no-figures", "--",
+                    str(UNRULY), *args, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    (run_dir,) = list((tmp_path / "out" / "unruly").glob("pair-r0-*"))
+    return load_run(run_dir)
+
+
+@pytest.mark.slow
+def test_a_rank_raising_outside_with_session_is_the_runs_reason(tmp_path: Path,
+                                                               spawn: Spawn) -> None:
+    run = unruly_run(tmp_path, spawn, "--fail-rank", "1", "--fail-at", "5")
+    assert run.status == "failed"
+    # it said "the script ended without Session.finish()"
+    assert "worker 1: RuntimeError: rank 1 failed at step 5" in run.manifest["reason"]
+    # it said 0 steps beside 5 recorded
+    assert run.manifest["run"]["steps"] == run.steps["step"].nunique() == 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(100)  # they used to wait on each other for gloo's 120 s
+@pytest.mark.parametrize("more", ["0", "1"])
+def test_ranks_that_disagree_on_the_steps_are_named_at_once(tmp_path: Path, spawn: Spawn,
+                                                            more: str) -> None:
+    run = unruly_run(tmp_path, spawn, "--more-steps-rank", more)
+    assert run.status == "failed"
+    reason = run.manifest["reason"]
+    assert "the ranks disagree on the step count" in reason, reason
+    assert "Session.finish() after 12 steps" in reason and "took step 12" in reason, reason
+    assert run.manifest["run"]["steps"] == 12
+
+
 @pytest.mark.parametrize(("table", "message"), [
     ('script = "missing.py"', "runs[0].script: "),
     ('script = "train.py"\nworkload = "mlp"', "runs[0].workload: not for a script's run: "

@@ -204,6 +204,9 @@ def check_job(job: Any, workload: str) -> None:
                        "batch's samples, 'sum'): hetbench weights the slices by it")
     if not callable(job.loss):
         raise JobError("Job.loss is not callable (loss(outputs, targets) -> a 0-dim tensor)")
+    if not any(p.requires_grad for p in job.model.parameters()):
+        raise JobError(f"Job.model ({type(job.model).__name__}) has no trained parameter "
+                       "(none with requires_grad): there is no gradient to train or exchange")
     devices = {p.device for p in job.model.parameters()} | {
         b.device for b in job.model.buffers()}
     if len(devices) > 1:

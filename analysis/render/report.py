@@ -15,7 +15,7 @@ from hetbench.analysis.render.terminal import Summary, Table
 from hetbench.analysis.tables import registry
 from hetbench.analysis.tables.runs import group_table, run_tables, runs_table
 from hetbench.analysis.trends.persistence import compute_series
-from hetbench.analysis.view.metrics import idle_agreement
+from hetbench.analysis.view.metrics import idle_agreement, loss_not_finite
 from hetbench.harness.partition.policies import ADAPTIVE
 from hetbench.harness.records.results import Run
 from hetbench.harness.spec import profiling
@@ -119,9 +119,13 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
              f"parameters, loss reduced by {job.get('reduction')}{optimizer}){code}; data "
              f"{train.get('source') or train.get('type')}, {train.get('samples')} samples, "
              f"fingerprint {train.get('fingerprint')}.", ""]
-    if isinstance(exact, dict):
+    cut = "micro-batches" if isinstance(exact, dict) and exact.get("micro_batches") \
+        else "slices"
+    if isinstance(exact, dict) and exact.get("max_relative_difference") is None:
+        lines += [f"**Exactness** of the {cut} {exact.get('sizes')} of step "
+                  f"{exact.get('step')}'s global batch: {exact.get('reason')}.", ""]
+    elif isinstance(exact, dict):
         without = exact.get("without_dropout")
-        cut = "micro-batches" if exact.get("micro_batches") else "slices"
         lines += [f"**Exactness**: the {cut} {exact.get('sizes')} of step "
                   f"{exact.get('step')}'s global batch sum to its gradient within "
                   f"{exact.get('max_relative_difference', float('nan')):.2g} of its largest "
@@ -150,6 +154,8 @@ def run_section(recorded: Run, failslow: list[dict[str, Any]] | None = None) -> 
         lines += [f"**Oversubscribed**: {demand['worker_threads']} worker threads{busy} of "
                   f"{demand['cores']} cores (load average {demand['load_average_1m']} at "
                   "start): every timing includes waiting for a core.", ""]
+    if (not_finite := loss_not_finite(steps, "imported" not in manifest)) is not None:
+        lines += [f"**Warning**: {not_finite}.", ""]
     lines += job_lines(manifest)
     lines += clock_lines(manifest, steps) + membership_lines(manifest) + profile_lines(run)
     table = first_steps_table(steps, warmup)

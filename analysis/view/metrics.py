@@ -114,6 +114,22 @@ def run_summary(steps: pd.DataFrame, warmup_steps: int = 0) -> dict[str, float]:
     return summary
 
 
+def loss_not_finite(steps: pd.DataFrame, measured: bool = True) -> str | None:
+    """A sentence where the global loss was NaN or inf at some step (the inputs or the
+    model's output held them: the timing is still measured, the training is not); None
+    where it was finite throughout, or where the run measured no loss (`measured` False:
+    imported traces)."""
+    if not measured or steps.empty or "loss" not in steps:
+        return None
+    bad = np.sort(steps.loc[~np.isfinite(steps["loss"].to_numpy(float)), "step"].unique())
+    if not len(bad):
+        return None
+    return (f"the loss was not finite (NaN or inf) at {len(bad)} of "
+            f"{steps['step'].nunique()} steps, first at step {bad[0]}: the inputs or the "
+            "model's output hold NaN or inf; the steps are timed, but what they trained is "
+            "not a model")
+
+
 def spanned_ns(begin: pd.Series, end: pd.Series, step: pd.Series | None = None) -> float:
     """The wall time the steps span: first begin to last end of each run of consecutive
     step numbers (pauses between its steps included), runs that overlap in time merged. A

@@ -270,7 +270,7 @@ def _worker_text(w: Any) -> str:
 
 
 def print_result(result: Any) -> None:
-    from hetbench.analysis.view.metrics import run_summary, worker_summary
+    from hetbench.analysis.view.metrics import loss_not_finite, run_summary, worker_summary
     from hetbench.harness.records.results import load_run
 
     print(f"   {result.status}{': ' + result.reason if result.reason else ''}  "
@@ -286,6 +286,8 @@ def print_result(result: Any) -> None:
           f" of worker time; partition {history[0].get('sizes')}"
           + (f" -> {history[-1].get('sizes')} ({len(history) - 1} change(s))"
              if len(history) > 1 else ""))
+    if (not_finite := loss_not_finite(data.steps, "imported" not in data.manifest)):
+        print(f"   warning: {not_finite}")
     if (held_out := _held_out_line(data)) is not None:
         print(held_out)
     if (profiled := _profile_line(data)) is not None:

@@ -15,6 +15,7 @@ afterwards, so the run itself starts as it would have without the check.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 # the largest gradient element here (the classifier example), BatchNorm's per-slice
 # statistics by 0.23, dropout's masks by 0.32
 ROUNDING = 1e-4
+NOT_FINITE = ("not measured: the whole batch's gradient is not finite (NaN or inf in the "
+              "inputs, the loss or the model's output)")
 
 
 def measure(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[Any, Any]],
@@ -120,6 +123,10 @@ def _measured(adapter: TorchJobAdapter, read: Callable[[int, int, int], tuple[An
             model.train()
     if measured is None:
         return None
+    if not math.isfinite(measured):  # NaN against NaN says nothing of the slices
+        return {"step": 0, "sizes": [hi - lo for lo, hi in bounds],
+                "max_relative_difference": None, "without_dropout": None,
+                "reason": NOT_FINITE}
     return {"step": 0, "sizes": [hi - lo for lo, hi in bounds],
             "max_relative_difference": measured,
             "without_dropout": without,

@@ -88,7 +88,21 @@ class Session:
         self.steps_done = 0
         self._step: int | None = None  # the step open in the loop
         self._exchanged = False
+        self._uncaught: tuple[type[BaseException], BaseException] | None = None
         atexit.register(self._at_exit)
+        self._chain_excepthook()
+
+    def _chain_excepthook(self) -> None:
+        """What the script raised and did not catch, kept for the run's reason (the
+        interpreter calls the hook, then the atexit functions): a loop outside `with
+        session` ends with its exception named, not as one that never called finish."""
+        previous = sys.excepthook
+
+        def kept(kind: type[BaseException], exc: BaseException, traceback: Any) -> None:
+            self._uncaught = kind, exc
+            previous(kind, exc, traceback)
+
+        sys.excepthook = kept
 
     def _every_worker(self, mine: WorkerSpec) -> tuple[WorkerSpec, ...]:
         """Every rank's worker, in rank order, on every rank (rank 0's gathered, as JSON)."""
@@ -273,21 +287,34 @@ class Session:
     def _pack(self, scaled_loss: Any) -> Any:
         """One buffer: every trained parameter's gradient (zeros where it has none), then
         whether it has one (so a parameter no rank's slice reached keeps no gradient, as in
-        a textbook loop), then the weighted loss."""
+        a textbook loop), then the step's count (`_agreement`), then the weighted loss."""
         import torch
 
         grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(
             p.numel(), dtype=p.dtype, device=p.device) for p in self.params]
         has = torch.tensor([p.grad is not None for p in self.params], dtype=grads[0].dtype,
                            device=grads[0].device) if grads else torch.zeros(0)
-        flat = torch.cat([*grads, has, scaled_loss.reshape(1).to(has.dtype)])
+        counted = torch.tensor([1.0, float(self._step or 0)], dtype=has.dtype,
+                               device=has.device)
+        flat = torch.cat([*grads, has, counted, scaled_loss.reshape(1).to(has.dtype)])
         return flat.to(self.exchange_device)
 
     def _unpack(self, flat: Any) -> float:
         """The summed gradients back in `.grad` (views of the buffer on the parameter's
-        device); the global loss."""
-        offset, count = 0, len(self.params)
-        has = flat[flat.numel() - 1 - count:flat.numel() - 1]
+        device); the global loss. A rank that met another's Session.finish() in its
+        exchange raises (`_agreement`)."""
+        count = len(self.params)
+        world = self.place.world_size
+        in_step, steps = (round(float(v)) for v in flat[-3:-1])
+        if in_step != world:  # the others met this step's exchange with their finish
+            finished = world - in_step
+            raise UsageError("steps", "the ranks disagree on the step count: "
+                             f"{finished} rank(s) called Session.finish() after "
+                             f"{(steps - (self._step or 0) * in_step) / finished:.0f} steps, "
+                             f"while rank {self.rank} took step {self._step} (every rank "
+                             "must take the same steps)")
+        offset = 0
+        has = flat[flat.numel() - 3 - count:flat.numel() - 3]
         for p, reached in zip(self.params, has.tolist(), strict=True):
             n = p.numel()
             if reached:
@@ -296,6 +323,31 @@ class Session:
                     else grad.to(device=p.device, dtype=p.dtype)
             offset += n
         return float(flat[-1])
+
+    def _agreement(self) -> None:
+        """In finish, every rank: one exchange shaped as a step's, counting no step. Where
+        all ranks finish, each sees no rank in a step; where one goes on (the ranks disagree
+        on the step count), its step's exchange meets this one and both say so, at once,
+        rather than waiting on each other until gloo's timeout. (A rank whose partition
+        policy decides at that step meets it in another collective: that still times
+        out.)"""
+        import torch
+
+        size = sum(p.numel() for p in self.params) + len(self.params) + 3
+        flat = torch.zeros(size, dtype=self.params[0].dtype if self.params else torch.float32,
+                           device=self.exchange_device)
+        flat[-2] = float(self.steps_done)  # the steps this rank took, for the others to say
+        comm.allreduce_sum(flat) if self.exchange_group is None else \
+            torch.distributed.all_reduce(flat, group=self.exchange_group)
+        world = self.place.world_size
+        in_step, steps = (round(float(v)) for v in flat[-3:-1])
+        if in_step:  # some rank met this finish with a step's exchange
+            finished = world - in_step
+            raise UsageError("steps", "the ranks disagree on the step count: Session.finish() "
+                             f"after {self.steps_done} steps on rank {self.rank}, while "
+                             f"{in_step} rank(s) took step "
+                             f"{(steps - self.steps_done * finished) / in_step:.0f} (every "
+                             "rank must take the same steps)")
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step is not None and not self._exchanged:
@@ -343,6 +395,7 @@ class Session:
         if self.closed:
             return self.run_dir
         self._close_step()
+        self._agreement()
         self.writer.close()
         run = dataclasses.replace(self.run, steps=self.steps_done)
         parameters = ({name: p.detach().cpu().numpy() for name, p in
@@ -389,6 +442,9 @@ class Session:
             if self.run is not None:
                 self.finish()
             return
+        self._close_raised(kind, exc)
+
+    def _close_raised(self, kind: type[BaseException], exc: BaseException) -> None:
         if issubclass(kind, KeyboardInterrupt):
             self.close("interrupted", f"interrupted by {exc.args[0] if exc.args else 'SIGINT'}")
         else:
@@ -396,6 +452,10 @@ class Session:
             self.close("failed", f"worker {self.rank}: {kind.__name__}: {first}")
 
     def _at_exit(self) -> None:
-        if self.run is not None and not self.closed:
+        if self.run is None or self.closed:
+            return
+        if self._uncaught is not None:
+            self._close_raised(*self._uncaught)
+        else:
             self.close("failed", f"worker {self.rank}: the script ended without "
                        "Session.finish()")
