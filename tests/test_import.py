@@ -4,6 +4,7 @@ before the all-reduce agrees with the run's own records."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetbench.harness.records import kineto
 from hetbench.harness.records.results import load_run
 from tests.conftest import REPO, Spawn
 
@@ -108,9 +110,18 @@ def test_a_job_hetbench_never_ran_is_imported_and_simulated(tmp_path: Path,
     assert not (tmp_path / "advice" / "advised.toml").exists()
 
 
-def trace(rank: int, world: int = 2, **more: object) -> dict[str, object]:
+def trace(rank: int, world: object = 2, **more: object) -> dict[str, object]:
     return {"distributedInfo": {"rank": rank, "world_size": world, "backend": "gloo"},
             "traceEvents": [], **more}
+
+
+def pair(event: dict[str, object]) -> dict[str, str]:
+    """Two ranks' traces, rank 0's holding `event`."""
+    return {"a.json": json.dumps(trace(0, traceEvents=[event])), "b.json": json.dumps(trace(1))}
+
+
+def step_event(number: int, ts: float, dur: float) -> dict[str, object]:
+    return {"ph": "X", "name": f"ProfilerStep#{number}", "ts": ts, "dur": dur, "tid": 1}
 
 
 @pytest.mark.parametrize(("files", "words", "message"), [
@@ -126,6 +137,29 @@ def trace(rank: int, world: int = 2, **more: object) -> dict[str, object]:
                            "--global-batch 64"),
     ({"a.json": json.dumps(trace(0)), "b.json": json.dumps(trace(1))},
      ["--device", "tpu"], "--device: 'tpu': allowed: cpu, cuda"),
+    # damaged fields: each was an internal error (KeyError, ValueError, OverflowError)
+    *[(pair(event), [], message) for event, message in [
+        ({"ph": "X", "name": "x", "dur": 1}, "a.json: traceEvents[0].ts: None: microseconds"),
+        ({"ph": "X", "name": "x", "ts": "abc", "dur": 1}, "traceEvents[0].ts: 'abc'"),
+        ({"ph": "X", "name": "x", "ts": float("nan"), "dur": 1}, "traceEvents[0].ts: nan"),
+        ({"ph": "X", "name": "x", "ts": 1e16, "dur": 1}, "traceEvents[0].ts: 1e+16"),
+        ({"ph": "X", "name": "x", "ts": 5, "dur": float("inf")}, "traceEvents[0].dur: inf"),
+        # a collective of negative length (was accepted, its phase printed negative)
+        ({"ph": "X", "name": "gloo:all_reduce", "ts": 5, "dur": -3},
+         "traceEvents[0].dur: -3: microseconds, a finite number from 0"),
+    ]],
+    ({"a.json": json.dumps(trace(0, world="two")), "b.json": json.dumps(trace(1))}, [],
+     "a.json: distributedInfo.world_size: 'two': a whole number of ranks"),
+    ({"a.json": "[" * 100_000 + "]" * 100_000}, [], "a.json: not a readable trace (JSON "
+                                                    "nested too deep)"),
+    # steps going back in time (were accepted: samples/s from negative times)
+    ({"a.json": json.dumps(trace(0, traceEvents=[step_event(1, 100, 50),
+                                                 step_event(2, 120, 50)])),
+      "b.json": json.dumps(trace(1))}, [],
+     "a.json: ProfilerStep#2: begins 30 us before ProfilerStep#1 ends"),
+    ({"a.json": json.dumps(trace(0)), "b.json": json.dumps(trace(1))},
+     ["--global-batch", str(10 ** 20)],
+     "--global-batch: 100000000000000000000 is outside 1..2147483647"),
 ])
 def test_traces_that_cannot_be_imported_are_refused_in_one_line(
         tmp_path: Path, spawn: Spawn, files: dict[str, str], words: list[str],
@@ -134,6 +168,70 @@ def test_traces_that_cannot_be_imported_are_refused_in_one_line(
     folder.mkdir()
     for name, text in files.items():
         (folder / name).write_text(text)
-    done = hetbench(spawn, "import", "traces", "--global-batch", "64", *words, cwd=tmp_path)
+    done = hetbench(spawn, "import", "traces", *(words if "--global-batch" in words else
+                                                 ["--global-batch", "64", *words]),
+                    cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.timeout(60)  # a FIFO was opened and read: it blocked for ever
+def test_only_regular_files_are_read_as_traces(tmp_path: Path, spawn: Spawn) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    os.mkfifo(folder / "rank0.json")
+    done = hetbench(spawn, "import", "traces", "--global-batch", "64", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "rank0.json: not a regular file" in done.stderr, done.stderr
+
+
+def test_a_trace_unpacking_beyond_the_cap_is_refused_before_it_is_parsed(
+        tmp_path: Path, spawn: Spawn) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    # 4 MB of zeros in a few kilobytes: a bomb in small (the campaign's unpacked to 4 GB)
+    with gzip.open(folder / "rank0.json.gz", "wb") as f:
+        f.write(b"0" * 4_000_000)
+    assert (folder / "rank0.json.gz").stat().st_size < 50_000
+    done = spawn.run([sys.executable, "-m", "hetbench.harness.cli.main", "import", "traces",
+                      "--global-batch", "64"], capture_output=True, text=True, timeout=120,
+                     cwd=tmp_path, env={**os.environ, kineto.MAX_BYTES_VARIABLE: "1000000"})
+    assert done.returncode == 2
+    assert "rank0.json.gz: more than 1000000 bytes unpacked" in done.stderr, done.stderr
+
+
+def test_damaged_optional_fields_leave_the_elements_unsaid(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    events = [{"ph": "X", "name": kineto.ENQUEUE, "ts": 10, "dur": 1, "args": ["x"]},
+              {"ph": "X", "name": kineto.ENQUEUE, "ts": 20, "dur": 1,
+               "args": {"Input Dims": [["a", "b"]]}},
+              {"ph": "X", "name": kineto.ENQUEUE, "ts": 30, "dur": 1,
+               "args": {"Input Dims": [[[3, 4]]]}}]
+    path.write_text(json.dumps(trace(0, traceEvents=events)))
+    assert kineto.read_trace(path).exchanged == [(10_000, 0), (20_000, 0), (30_000, 12)]
+
+
+def many_steps(rank: int, steps: int) -> kineto.RankTrace:
+    """A rank's profiled steps of 1 ms, each with a backward, an all-reduce call and its
+    collective (what kineto reads of a step)."""
+    events = []
+    for n in range(steps):
+        t = n * 1000 + 10  # us
+        events += [(f"ProfilerStep#{n + 7}", "1", t * 1000, (t + 900) * 1000),
+                   (kineto.BACKWARD_PREFIX + ": x", "1", (t + 300) * 1000, (t + 400) * 1000),
+                   (kineto.ENQUEUE, "1", (t + 500) * 1000, (t + 510) * 1000),
+                   ("gloo:all_reduce", "2", (t + 505) * 1000, (t + 700) * 1000)]
+    return kineto.RankTrace(rank, 2, "gloo", "h", Path(f"rank{rank}.json"), events, [])
+
+
+def test_many_profiled_steps_are_imported_in_order() -> None:
+    # (the steps were found by a scan of every event per step: 5,000 steps took 80 s)
+    rows, partial, numbers = kineto.records([many_steps(0, 5000), many_steps(1, 5000)],
+                                            (32, 32))
+    assert partial == [] and numbers == list(range(7, 5007))
+    assert rows["step"][:5000].tolist() == list(range(5000))
+    first = rows[0]
+    assert (first["ready_ns"] - first["begin_ns"], first["reduced_ns"] - first["ready_ns"]) \
+        == (500_000, 200_000)
+    assert first["backward_ns"] == 200_000 and first["apply_ns"] == 200_000

@@ -18,6 +18,9 @@ from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.harness.spec.suite import RunSpec
 from hetbench.harness.spec.workers import WorkerSpec
 
+MOST = 2 ** 31 - 1  # samples of a step, steps: what a run's records hold (int32)
+MOST_PARAMETERS = 2 ** 53  # elements exchanged: exact as the float the manifest reads
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", type=Path, help="folder of the job's torch.profiler "
@@ -60,8 +63,9 @@ def slice_sizes(raw: str | None, global_batch: int, world: int) -> tuple[int, ..
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.parameters is not None and args.parameters < 1:
-        raise UsageError("--parameters", f"{args.parameters}: at least 1")
+    arguments.check_bounds(args.global_batch, "--global-batch", 1, MOST)
+    arguments.check_bounds(args.parameters, "--parameters", 1, MOST_PARAMETERS)
+    arguments.check_bounds(args.warmup_steps, "--warmup-steps", 0, MOST)
     if args.device not in ("cpu", "cuda"):
         raise UsageError("--device", f"{args.device!r}: allowed: cpu, cuda")
     name = valid_name(args.run or args.traces.resolve().name, "--run")

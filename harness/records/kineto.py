@@ -24,9 +24,13 @@ to_device, pack and unpack (0).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,12 @@ ENQUEUE = "c10d::allreduce_"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 LOADER_PREFIX = "enumerate(DataLoader)"
 TRACE_SUFFIXES = (".json", ".json.gz")
+# a trace's instants become int64 nanoseconds: ts up to ~292 years of microseconds (Kineto's
+# are since the epoch, 1.8e15 in 2026); an event up to a day long
+TS_MAX_US = 9.2e15
+DUR_MAX_US = 86_400e6
+MAX_BYTES = 1 << 30  # of one trace unpacked
+MAX_BYTES_VARIABLE = "HETBENCH_IMPORT_MAX_BYTES"
 # what a trace cannot give, recorded as not measured (or 0)
 NOT_IN_TRACE = ["batch sizes (--global-batch, --sizes)", "loss", "emulated slowdown",
                 "CPU time, context switches, RSS and GC time of a step",
@@ -75,37 +85,88 @@ def trace_files(folder: Path) -> list[Path]:
 
 
 def read_trace(path: Path) -> RankTrace:
-    """One rank's trace, its rank from the distributedInfo torch.distributed adds."""
-    try:
-        opener: Any = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt") as file:
-            data = json.load(file)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(str(path), f"not a readable trace ({exc})") from None
+    """One rank's trace, its rank from the distributedInfo torch.distributed adds; every
+    field hetbench reads checked for its type and range (UsageError naming the file and
+    the field)."""
+    data = _read_json(path)
     info = data.get("distributedInfo") if isinstance(data, dict) else None
-    if not isinstance(info, dict) or not isinstance(info.get("rank"), int):
+    if not isinstance(info, dict) or not _whole(info.get("rank")):
         raise UsageError(str(path), "no distributedInfo with the rank: a trace of a "
                          "torch.distributed job, profiled after init_process_group")
+    world = info.get("world_size", 0)
+    if not _whole(world) or not 0 <= info["rank"] < world:
+        raise UsageError(f"{path}: distributedInfo.world_size", f"{world!r}: a whole number "
+                         f"of ranks above the rank {info['rank']}")
+    listed = data.get("traceEvents") or []
+    if not isinstance(listed, list):
+        raise UsageError(f"{path}: traceEvents", "not a list of events")
     events, exchanged = [], []
-    for event in data.get("traceEvents") or []:
+    for n, event in enumerate(listed):
         if isinstance(event, dict) and event.get("ph") == "X" and "dur" in event:
-            start = int(round(float(event["ts"]) * 1000))
+            start = _microseconds(event.get("ts"), f"{path}: traceEvents[{n}].ts", TS_MAX_US)
+            duration = _microseconds(event["dur"], f"{path}: traceEvents[{n}].dur", DUR_MAX_US)
             name = str(event.get("name", ""))
-            events.append((name, str(event.get("tid", "")), start,
-                           start + int(round(float(event["dur"]) * 1000))))
+            events.append((name, str(event.get("tid", "")), start, start + duration))
             if name == ENQUEUE:
-                exchanged.append((start, _elements(event.get("args") or {})))
-    return RankTrace(info["rank"], int(info.get("world_size", 0)),
-                     str(info.get("backend", "")), str(data.get("host_name", "")), path,
-                     events, sorted(exchanged))
+                args = event.get("args")
+                exchanged.append((start, _elements(args if isinstance(args, dict) else {})))
+    return RankTrace(info["rank"], world, str(info.get("backend", "")),
+                     str(data.get("host_name", "")), path, events, sorted(exchanged))
+
+
+def _read_json(path: Path) -> Any:
+    """The file's JSON: a regular file only (a FIFO would block for ever), at most
+    max_bytes() of it unpacked (a small gzip file can unpack to gigabytes)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(str(path), "not a regular file: a trace is read from a file")
+        limit = max_bytes()
+        opener: Any = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as file:
+            raw = file.read(limit + 1)
+        if len(raw) > limit:
+            raise UsageError(str(path), f"more than {limit} bytes unpacked (at most "
+                             f"{MAX_BYTES_VARIABLE} bytes, default {MAX_BYTES})")
+        return json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(str(path), f"not a readable trace ({exc})") from None
+    except RecursionError:
+        raise UsageError(str(path), "not a readable trace (JSON nested too deep)") from None
+
+
+def max_bytes() -> int:
+    value = os.environ.get(MAX_BYTES_VARIABLE, "")
+    return int(value) if value.isdigit() else MAX_BYTES
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _microseconds(value: Any, where: str, most: float) -> int:
+    """A trace's time in microseconds (a number, finite, 0..most) as whole nanoseconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0 <= value <= most:
+        raise UsageError(where, f"{value!r}: microseconds, a finite number from 0 to "
+                         f"{most:g}")
+    return int(round(value * 1000))
 
 
 def _elements(args: dict[str, Any]) -> int:
-    """The elements an all-reduce call exchanged: its tensors' sizes (its "Input Dims")."""
+    """The elements an all-reduce call exchanged: its tensors' sizes (its "Input Dims");
+    0 (not said) where they are not lists of whole numbers."""
     dims = args.get("Input Dims") or []
+    if not isinstance(dims, list):
+        return 0
     tensors = dims[0] if dims and isinstance(dims[0], list) and dims[0] \
         and isinstance(dims[0][0], list) else dims[:1]
-    return sum(int(np.prod(d)) for d in tensors if isinstance(d, list) and d)
+    total = 0
+    for d in tensors:
+        if isinstance(d, list) and d:
+            if not all(_whole(n) and 0 <= n < 2 ** 40 for n in d):
+                return 0
+            total += math.prod(d)
+    return total
 
 
 def exchanged_per_step(trace: RankTrace, spans: dict[int, StepSpan]) -> int:
@@ -140,29 +201,50 @@ class StepSpan:
 
 
 def steps_of(trace: RankTrace) -> dict[int, StepSpan]:
-    """Each profiled step's instants on this rank (those with an all-reduce)."""
+    """Each profiled step's instants on this rank (those with an all-reduce), found by
+    bisection in the events sorted once (time linear in the events, not their product
+    with the steps). Steps whose spans go back in time are refused by name."""
     spans = sorted((int(m.group(1)), start, end) for name, _, start, end in trace.events
                    if (m := STEP.match(name)))
+    _refuse_backwards(trace, spans)
     enqueued = sorted(start for name, _, start, _ in trace.events if name == ENQUEUE)
     collectives = sorted((start, end) for name, _, start, end in trace.events
                          if COLLECTIVE.match(name))
+    collective_starts = [start for start, _ in collectives]
     backward = sorted(start for name, _, start, _ in trace.events
                       if name.startswith(BACKWARD_PREFIX))
-    loads = [(start, end) for name, _, start, end in trace.events
-             if name.startswith(LOADER_PREFIX)]
+    loads = sorted((start, end) for name, _, start, end in trace.events
+                   if name.startswith(LOADER_PREFIX))
+    load_starts = [start for start, _ in loads]
     found: dict[int, StepSpan] = {}
     for step, begin, end in spans:
-        calls = [t for t in enqueued if begin <= t <= end]
+        calls = enqueued[bisect.bisect_left(enqueued, begin):bisect.bisect_right(enqueued, end)]
         if not calls:
             continue
         ready = calls[-1]
-        done = [e for s, e in collectives if s >= ready and s <= end] or [ready]
-        reduced = min(max(done[0], ready), end)
-        first_backward = next((t for t in backward if begin <= t <= ready), ready)
-        loaded = max([e for s, e in loads if begin <= s <= end] or [begin])
+        first = bisect.bisect_left(collective_starts, ready)
+        done = collectives[first][1] if first < len(collectives) \
+            and collective_starts[first] <= end else ready
+        reduced = min(max(done, ready), end)
+        at = bisect.bisect_left(backward, begin)
+        first_backward = backward[at] if at < len(backward) and backward[at] <= ready \
+            else ready
+        in_step = loads[bisect.bisect_left(load_starts, begin):
+                        bisect.bisect_right(load_starts, end)]
+        loaded = max([e for _, e in in_step] or [begin])
         found[step] = StepSpan(begin, min(loaded, first_backward), first_backward, ready,
                                reduced, end)
     return found
+
+
+def _refuse_backwards(trace: RankTrace, spans: list[tuple[int, int, int]]) -> None:
+    """A rank's profiled steps follow one another: one beginning before the one numbered
+    before it ended is a damaged trace (its clock, or its numbers)."""
+    for (before, _, ended), (step, began, _) in zip(spans, spans[1:], strict=False):
+        if step != before and began < ended:  # (one step annotated twice: kept)
+            raise UsageError(f"{trace.path}: ProfilerStep#{step}", f"begins "
+                             f"{(ended - began) / 1e3:g} us before ProfilerStep#{before} "
+                             "ends: a rank's steps follow one another in time")
 
 
 def records(traces: list[RankTrace], sizes: tuple[int, ...]
@@ -176,10 +258,10 @@ def records(traces: list[RankTrace], sizes: tuple[int, ...]
     starts = np.cumsum((0, *sizes[:-1]))
     i = 0
     for rank, spans in enumerate(per_rank):
-        for step in common:
+        for number, step in enumerate(common):
             s = spans[step]
             row = rows[i]
-            row["rank"], row["step"] = rank, common.index(step)
+            row["rank"], row["step"] = rank, number
             row["batch_size"], row["slice_start"] = sizes[rank], starts[rank]
             row["begin_ns"], row["ready_ns"] = s.begin, s.ready
             row["reduced_ns"], row["end_ns"] = s.reduced, s.end
