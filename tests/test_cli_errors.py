@@ -341,10 +341,11 @@ def test_slowed_cpu_workers_ask_the_cores_for_the_share_they_compute(write_suite
     assert plain["cpu_demand"] == 5 and plain["oversubscribed"] is (5 > cores)
 
 
-def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, hetbench) -> None:
+def test_launches_of_a_run_are_numbered_on_and_never_pooled_silently(tmp_path: Path,
+                                                                      hetbench) -> None:
     out = tmp_path / "out"
-    for _ in range(2):
-        done = hetbench(tmp_path, "run", "quick", "-k", "homogeneous", "--steps", "12",
+    for runs in (["homogeneous"], ["homogeneous"], ["hetero-equal"]):
+        done = hetbench(tmp_path, "run", "quick", *(f"-k{r}" for r in runs), "--steps", "12",
                         "--out", str(out), "--no-progress")
         assert done.returncode == 0, done.stderr
     manifests = [json.loads(p.read_text()) for p in
@@ -352,6 +353,11 @@ def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, 
     assert [m["repeat"] for m in manifests] == [0, 1]  # the second launch numbers on
     first, second = (m["launch"] for m in manifests)
     assert first != second
+    # a run launched for the first time is its repeat 0, whatever else the folder holds
+    (other,) = [json.loads(p.read_text()) for p in
+                (out / "quick").glob("hetero-equal-r*/manifest.json")]
+    assert other["repeat"] == 0
+    third = other["launch"]
 
     def report(*extra: str) -> tuple[str, str]:
         done = hetbench(tmp_path, "report", str(out / "quick"), "--no-figures", *extra)
@@ -359,10 +365,13 @@ def test_two_launches_are_numbered_on_and_never_pooled_silently(tmp_path: Path, 
         return done.stderr, (out / "quick" / "report" / "report.md").read_text()
 
     err, text = report()
-    assert f"holds 2 launches ({first}, {second}): reading the newest, {second}" in err
+    assert (f"holds 3 launches ({first}, {second}, {third}) and homogeneous in more than "
+            "one: reading each run's newest launch") in err
+    # the other run's launch is read with the newest of the run launched twice
     assert "homogeneous-r1-" in text and "homogeneous-r0-" not in text
+    assert "hetero-equal-r0-" in text
     err, text = report("--pool-launches")
-    assert f"pooling 2 launches as repeats ({first}, {second})" in err
+    assert f"pooling 3 launches as repeats ({first}, {second}, {third})" in err
     assert "homogeneous-r1-" in text and "homogeneous-r0-" in text
     err, text = report("--launch", first)
     assert f"reading launch {first}" in err and "homogeneous-r1-" not in text

@@ -565,14 +565,25 @@ def test_workload_keys_parse_and_survive_the_run_file() -> None:
 
 
 def test_overrides_for_a_quick_study_are_checked_like_the_suite() -> None:
-    spec = load_suite("quick", Overrides(repeats=2, steps=20, runs="hetero-*"))
+    spec = load_suite("quick", Overrides(repeats=2, steps=20, runs=("hetero-*",)))
     assert spec.repeats == 2
     assert [r.name for r in spec.runs] == ["hetero-equal", "hetero-sizes", "hetero-profiled"]
     assert {r.steps for r in spec.runs} == {20}
-    assert [r.name for r in load_suite("quick", Overrides(runs="profiled")).runs] == [
+    assert [r.name for r in load_suite("quick", Overrides(runs=("profiled",))).runs] == [
         "hetero-profiled", "cnn-hetero-profiled"]  # no wildcard: a substring
     with pytest.raises(UsageError, match=r"^-k: no run matches 'gpu\*' \(runs: homogeneous, "):
-        load_suite("quick", Overrides(runs="gpu*"))
+        load_suite("quick", Overrides(runs=("gpu*",)))
+    # -k repeated: every pattern's runs, in the suite's order (only the last was kept)
+    both = load_suite("quick", Overrides(runs=("cnn-hetero-profiled", "homogeneous")))
+    assert [r.name for r in both.runs] == ["homogeneous", "cnn-hetero-profiled"]
+    with pytest.raises(UsageError, match=r"^-k: no run matches 'gpu' "):
+        load_suite("quick", Overrides(runs=("homogeneous", "gpu")))
+    from hetbench.harness.cli.main import build_parser
+
+    for command in ("run", "launch", "advise", "simulate", "explain"):
+        parsed = build_parser().parse_args([command, "-k", "a", "-k", "b", "--out", "o", "x",
+                                            *(["--", "s.py"] if command == "launch" else [])])
+        assert parsed.runs == ["a", "b"], command
     with pytest.raises(UsageError, match=r"warmup_steps: 10 must be below steps \(5\)"):
         load_suite("quick", Overrides(steps=5))
 

@@ -63,6 +63,7 @@ def test_a_profiled_hetbench_run_imported_has_the_idle_its_records_have(
     run = load_run(run_dir)
     assert run.status == "completed" and run.manifest["imported"]["steps"] == list(range(10, 18))
     steps = run.steps
+    assert sorted(set(steps["step"])) == list(range(10, 18))  # the records' numbers too
     assert len(steps) == 16 and steps["batch_size"].tolist() == [32] * 16
     assert (steps["begin_ns"] <= steps["ready_ns"]).all()
     assert (steps["ready_ns"] <= steps["reduced_ns"]).all()
@@ -230,8 +231,33 @@ def test_many_profiled_steps_are_imported_in_order() -> None:
     rows, partial, numbers = kineto.records([many_steps(0, 5000), many_steps(1, 5000)],
                                             (32, 32))
     assert partial == [] and numbers == list(range(7, 5007))
-    assert rows["step"][:5000].tolist() == list(range(5000))
+    assert rows["step"][:5000].tolist() == list(range(7, 5007))  # the profiler's numbers
     first = rows[0]
     assert (first["ready_ns"] - first["begin_ns"], first["reduced_ns"] - first["ready_ns"]) \
         == (500_000, 200_000)
     assert first["backward_ns"] == 200_000 and first["apply_ns"] == 200_000
+
+
+def as_json(rank_trace: kineto.RankTrace) -> str:
+    """A RankTrace's events written back as a trace file (complete events, microseconds)."""
+    events = [{"ph": "X", "name": name, "tid": tid, "ts": begin / 1000,
+               "dur": (end - begin) / 1000} for name, tid, begin, end in rank_trace.events]
+    return json.dumps(trace(rank_trace.rank, traceEvents=events))
+
+
+def test_an_import_keeps_the_profilers_step_numbers_and_warms_up_on_the_first(
+        tmp_path: Path, spawn: Spawn) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank in (0, 1):
+        (traces / f"rank{rank}.json").write_text(as_json(many_steps(rank, 6)))
+    done = hetbench(spawn, "import", "traces", "--global-batch", "64", "--warmup-steps", "2",
+                    "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = (tmp_path / "out" / "imported").glob("traces-r0-*")
+    run = load_run(run_dir)
+    assert run.manifest["imported"]["steps"] == list(range(7, 13))
+    steps = run.steps  # ProfilerStep#7 to #12 were numbered 0 to 5 while the manifest kept 7-12
+    assert sorted(set(steps["step"])) == list(range(7, 13))
+    warm = steps[steps["warmup"]]
+    assert sorted(set(warm["step"])) == [7, 8] and len(warm) == 4

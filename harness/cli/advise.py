@@ -56,8 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(hetbench run's --no-figures; advice's own figure is still drawn)")
     parser.add_argument("--steps", type=int,
                         help="steps of the advised runs (default: the recorded run's)")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
-                        help="read only the runs whose name matches (a glob, else a substring)")
+    arguments.add_run_filter(parser, "read only the runs")
     parser.add_argument("--job", metavar="NAME",
                         help="the run (by name: a glob, else a substring) that is the job to "
                         "advise; its devices and exchange are fitted on its repeats, the other "

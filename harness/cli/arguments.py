@@ -19,6 +19,15 @@ def folder(text: str) -> Path:
     return Path(text)
 
 
+def add_run_filter(parser: argparse.ArgumentParser, which: str,
+                   metavar: str = "PATTERN") -> None:
+    """`-k PATTERN`, repeatable: `which` runs (a sentence's start: "only the runs") whose
+    name matches any of the patterns given (args.runs: a list, or None)."""
+    parser.add_argument("-k", dest="runs", metavar=metavar, type=run_pattern, action="append",
+                        help=f"{which} whose name matches (a glob, else a substring); -k "
+                        "again adds runs")
+
+
 def run_pattern(text: str) -> str:
     """`-k`: a glob or a substring of run names. An empty one matches every run."""
     if not text.strip():

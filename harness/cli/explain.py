@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="recorded runs of one configuration (run directories or folders "
                         "of them): its repeats")
     parser.add_argument("-k", dest="runs", metavar="RUN", type=arguments.run_pattern,
-                        help="the run to explain, by name (a glob, else a substring), where "
-                        "RESULTS hold several")
+                        action="append", help="the run to explain, by name (a glob, else a "
+                        "substring), where RESULTS hold several")
     parser.add_argument("--top", type=int, default=3,
                         help="the largest causes to take away, each of at least 5%% of the "
                         "straggler excess (default 3)")
@@ -102,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if status == 0 else 1
 
 
-def _recorded_runs(paths: list[Path], pattern: str | None) -> list[Any]:
+def _recorded_runs(paths: list[Path], patterns: list[str] | None) -> list[Any]:
     """The completed runs of the one configuration RESULTS (with -k) hold."""
-    loaded = load_runs(paths, pattern)
+    loaded = load_runs(paths, patterns)
     names = sorted({r.name for r in loaded})
     if len(names) != 1:
         listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
@@ -135,13 +135,19 @@ def _run_suite(suite_path: Path, out: Path, no_figures: bool) -> tuple[Any, int]
 
     from hetbench.analysis.advice.explain_report import run_measures
     from hetbench.harness.cli.run import run_written
+    from hetbench.harness.records.rundir import next_repeat
 
+    # each run's repeats are numbered on from those the folder already holds: a variant is
+    # paired with the recorded configuration's run of the same round of this launch
+    first = {run.name: next_repeat(out / SUITE, run.name)
+             for run in load_suite(str(suite_path)).runs}
     print(f"\nrunning {suite_path}")
     status, completed = run_written(suite_path, out, no_figures)
     rows = []
     for data in completed:
         measures = run_measures(data)
-        rows.append({"run": data.name, "repeat": data.repeat, "measures": measures,
+        rows.append({"run": data.name, "repeat": data.repeat - first[data.name],
+                     "measures": measures,
                      **{k: v for k, v in measures.items() if not isinstance(v, dict)}})
     if status != 0:
         print(f"hetbench: explain: the suite did not complete (status {status}); what did is "

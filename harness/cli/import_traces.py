@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         partition=PartitionSpec(policy="sizes", sizes=sizes) if args.sizes else PartitionSpec(),
         workers=tuple(WorkerSpec(device=d) for d in devices), keep_freed_memory=False)
     out = args.out
-    run_dir = rundir.prepare_run_dir(out, args.suite, spec, rundir.next_repeat(out / args.suite))
+    repeat = rundir.next_repeat(out / args.suite, spec.name)
+    run_dir = rundir.prepare_run_dir(out, args.suite, spec, repeat)
     hosts = sorted({t.host for t in traces})
     parameters = args.parameters or kineto.exchanged_per_step(
         traces[0], kineto.steps_of(traces[0]))
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     rundir.complete(run_dir, [rows[rows["rank"] == r] for r in range(world)], infos, None,
                     {"start": None, "end": None}, traces[0].backend or "gloo",
                     {"imported": imported, "partition_history": [
-                        {"step": 0, "sizes": list(sizes), "reason": "as imported"}]})
+                        {"step": numbers[0], "sizes": list(sizes), "reason": "as imported"}]})
     print(f"imported {steps} step(s) of {world} rank(s) from {args.traces} -> {run_dir}"
           + (f" ({len(partial)} step(s) some rank did not record, left out)" if partial
              else ""))

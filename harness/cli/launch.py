@@ -32,8 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, help="override the suite's repeats")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
-                        help="only the runs whose name matches (a glob, else a substring)")
+    arguments.add_run_filter(parser, "only the runs")
     parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help="results folder (default: results/)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -33,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f" (default: {DEFAULT_SUITE}; `hetbench suites` says what each is)")
     parser.add_argument("--repeats", type=int, help="override the suite's repeats")
     parser.add_argument("--steps", type=int, help="override every run's steps")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
-                        help="only the runs whose name matches (a glob, else a substring)")
+    arguments.add_run_filter(parser, "only the runs")
     parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help="results folder (default: results/)")
     parser.add_argument("--skip-unavailable", action="store_true",
@@ -101,7 +100,8 @@ def run_and_collect(args: argparse.Namespace, collected: list[Any]) -> int:
     from hetbench.harness.records.results import writable_folder
     from hetbench.harness.run.launcher import check_open_files
 
-    suite = load_suite(args.suite, Overrides(args.repeats, args.steps, args.runs,
+    suite = load_suite(args.suite, Overrides(args.repeats, args.steps,
+                                             tuple(args.runs or ()) or None,
                                              getattr(args, "script", None),
                                              getattr(args, "script_args", ())))
     check_open_files()

@@ -17,7 +17,7 @@ from hetbench.analysis.models.simulated import SCHEME_FORMS, SIMULATED
 from hetbench.harness.cli import arguments
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.suite import name_matches
+from hetbench.harness.spec.suite import picked
 from hetbench.harness.system import environment
 
 SUITE = "simulate"
@@ -52,8 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", type=int, default=1,
                         help="parameter servers for backup, ssp and ps-async (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
-    parser.add_argument("-k", dest="runs", metavar="PATTERN", type=arguments.run_pattern,
-                        help="fit only the runs whose name matches (a glob, else a substring)")
+    arguments.add_run_filter(parser, "fit only the runs")
     parser.add_argument("--out", type=arguments.folder, default=Path("results"),
                         help=f"results folder (default: results/); runs go to {SUITE}/")
     parser.add_argument("--max-records", type=int, default=RECORDS_LIMIT,
@@ -116,15 +115,15 @@ def run(args: argparse.Namespace) -> int:
     return _simulate_all(jobs, runs, out, args)
 
 
-def load_runs(paths: list[Path], pattern: str | None) -> list[Any]:
-    """The runs at `paths` (Run), those whose name matches `pattern` where given."""
+def load_runs(paths: list[Path], patterns: list[str] | None) -> list[Any]:
+    """The runs at `paths` (Run), those whose name matches one of `patterns` where given."""
     from hetbench.harness.records.results import find_runs, load_run
 
     loaded = [load_run(p) for p in find_runs(paths)]
-    if pattern is not None:
-        loaded = [r for r in loaded if name_matches(str(r.manifest["run"]["name"]), pattern)]
-        if not loaded:
-            raise UsageError("-k", f"no run at {' '.join(map(str, paths))} matches {pattern!r}")
+    if patterns is not None:
+        kept = set(picked([r.name for r in loaded], patterns,
+                          f" at {' '.join(map(str, paths))}"))
+        loaded = [r for r in loaded if r.name in kept]
     return loaded
 
 

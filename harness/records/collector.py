@@ -403,7 +403,10 @@ def with_identity(frame: Any, meta: dict[str, Any]) -> Any:
     frame["run_id"] = str(meta.get("run_id", ""))
     frame["launch"] = str(meta.get("launch") or "unrecorded")
     frame["repeat"] = int(meta.get("repeat", 0))
-    frame["warmup"] = frame["step"] < warmup if "step" in frame else False
+    # the run's first steps, counted from its first recorded (an imported run keeps the
+    # profiler's numbers, which need not begin at 0)
+    frame["warmup"] = (frame["step"] < frame["step"].min() + warmup
+                       if "step" in frame and len(frame) else False)
     return with_profiled(frame, meta)
 
 

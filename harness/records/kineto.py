@@ -249,8 +249,9 @@ def _refuse_backwards(trace: RankTrace, spans: list[tuple[int, int, int]]) -> No
 
 def records(traces: list[RankTrace], sizes: tuple[int, ...]
             ) -> tuple[np.ndarray, list[int], list[int]]:
-    """RECORD_DTYPE rows of the steps every rank recorded (numbered from 0), the steps only
-    some did, and the profiler's numbers of those kept."""
+    """RECORD_DTYPE rows of the steps every rank recorded (numbered as the profiler numbered
+    them: ProfilerStep#4 is step 4, as in the trace's viewers), the steps only some did, and
+    the numbers of those kept."""
     per_rank = [steps_of(t) for t in traces]
     common = sorted(set.intersection(*(set(s) for s in per_rank)))
     partial = sorted(set.union(*(set(s) for s in per_rank)) - set(common))
@@ -258,10 +259,10 @@ def records(traces: list[RankTrace], sizes: tuple[int, ...]
     starts = np.cumsum((0, *sizes[:-1]))
     i = 0
     for rank, spans in enumerate(per_rank):
-        for number, step in enumerate(common):
+        for step in common:
             s = spans[step]
             row = rows[i]
-            row["rank"], row["step"] = rank, number
+            row["rank"], row["step"] = rank, step
             row["batch_size"], row["slice_start"] = sizes[rank], starts[rank]
             row["begin_ns"], row["ready_ns"] = s.begin, s.ready
             row["reduced_ns"], row["end_ns"] = s.reduced, s.end

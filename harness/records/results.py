@@ -519,11 +519,12 @@ class LaunchChoice:
 
 
 def choose_launches(runs: list[Run], choice: LaunchChoice, where: str) -> list[Run]:
-    """Runs of different launches are not repeats of one experiment unless the user says
+    """Launches of the same run are not repeats of one experiment unless the user says
     so: the launches matching `choice.pattern`, or all of them with `choice.pool`, else
-    the newest launch alone; a note says which were read whenever there was a choice."""
-    launches = list(dict.fromkeys(r.launch for r in sorted(
-        runs, key=lambda r: str(r.manifest.get("start", "")))))
+    each run's newest launch (the launches of different runs, `-k` one at a time, are all
+    read); a note says which were read whenever there were several."""
+    ordered = sorted(runs, key=lambda r: str(r.manifest.get("start", "")))
+    launches = list(dict.fromkeys(r.launch for r in ordered))
     if choice.pattern is not None:
         picked = [launch for launch in launches if fnmatch.fnmatchcase(launch, choice.pattern)]
         if not picked:
@@ -537,10 +538,23 @@ def choose_launches(runs: list[Run], choice: LaunchChoice, where: str) -> list[R
         picked = launches
         note(f"{where}: pooling {len(picked)} launches as repeats ({', '.join(picked)})")
     else:
-        picked = launches[-1:]
-        note(f"{where} holds {len(launches)} launches ({', '.join(launches)}): reading the "
-             f"newest, {picked[0]} (--launch GLOB picks others, --pool-launches pools them)")
+        return _newest_of_each_run(runs, ordered, launches, where)
     return [r for r in runs if r.launch in picked]
+
+
+def _newest_of_each_run(runs: list[Run], ordered: list[Run], launches: list[str],
+                        where: str) -> list[Run]:
+    newest = {r.name: r.launch for r in ordered}  # the last launch of each run
+    again = [name for name in newest
+             if len({r.launch for r in ordered if r.name == name}) > 1]
+    if not again:
+        note(f"{where}: reading {len(launches)} launches together, each of other runs "
+             f"({', '.join(launches)})")
+        return runs
+    note(f"{where} holds {len(launches)} launches ({', '.join(launches)}) and "
+         f"{listed(again, 5)} in more than one: reading each run's newest launch "
+         "(--launch GLOB picks others, --pool-launches pools them)")
+    return [r for r in runs if r.launch == newest[r.name]]
 
 
 def mixed_suites_note(paths: Sequence[object], suites: Iterable[str], outcome: str) -> None:

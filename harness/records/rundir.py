@@ -9,6 +9,7 @@ says how it ended and why, and the flushed records become steps.parquet.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -41,14 +42,14 @@ def new_launch() -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
-REPEAT_IN_NAME = re.compile(r"-r(\d+)-\d{8}T\d{6}(?:-\d+)?$")
-
-
-def next_repeat(suite_dir: Path) -> int:
-    """The repeat number a new launch into this suite folder starts from: after every
-    repeat already there, so that two launches' runs never share a number."""
-    found = [int(m.group(1)) for d in suite_dir.glob("*-r*-*")
-             if (m := REPEAT_IN_NAME.search(d.name))] if suite_dir.is_dir() else []
+def next_repeat(suite_dir: Path, run_name: str) -> int:
+    """The repeat number a new launch of run `run_name` into this suite folder starts from:
+    after every repeat of that run already there, so that two launches of a run never share
+    a number, and a run launched for the first time is repeat 0 whatever other runs the
+    folder holds (`-k` one run at a time)."""
+    named = re.compile(re.escape(run_name) + r"-r(\d+)-\d{8}T\d{6}(?:-\d+)?")
+    found = [int(m.group(1)) for d in suite_dir.glob(f"{glob.escape(run_name)}-r*-*")
+             if (m := named.fullmatch(d.name))] if suite_dir.is_dir() else []
     return max(found) + 1 if found else 0
 
 

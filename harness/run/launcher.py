@@ -539,13 +539,15 @@ def run_suite(suite: SuiteSpec, out: Path, skip_unavailable: bool = False,
                 raise
             unavailable[run.name] = str(exc)
     results = []
-    launch, first = new_launch(), next_repeat(out / suite.name)
+    launch, first = new_launch(), {r.name: next_repeat(out / suite.name, r.name)
+                                   for r in suite.runs}
     if nodes is not None:
         launch, first = nodes.launch_numbers(launch, first)
     index, total = 0, suite.repeats * len(suite.runs)
     try:
-        for repeat in range(first, first + suite.repeats):
+        for offset in range(suite.repeats):
             for run in suite.runs:
+                repeat = first[run.name] + offset
                 if nodes is not None:
                     nodes.require_all(total - index)
                 if run.name in unavailable:

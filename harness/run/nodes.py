@@ -300,14 +300,14 @@ class Nodes:
         if (why := self.stop_requested()) is not None:
             raise StoppedElsewhere(f"stopped on {why}")
 
-    def launch_numbers(self, launch: str, first: int) -> tuple[str, int]:
-        """The launch id and first repeat number node 0 chose (every node's run
+    def launch_numbers(self, launch: str, first: dict[str, int]) -> tuple[str, dict[str, int]]:
+        """The launch id and each run's first repeat number node 0 chose (every node's run
         directories are named from them)."""
         if self.place.coordinator:
             self.publish("launch", {"launch": launch, "first": first})
             return launch, first
         chosen = self.await_key("launch")
-        return str(chosen["launch"]), int(chosen["first"])
+        return str(chosen["launch"]), {str(k): int(v) for k, v in chosen["first"].items()}
 
     def finish(self, within_s: float | None = None) -> None:
         """The suite is over here: node 0 waits (as long as they answer; at most

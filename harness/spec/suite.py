@@ -30,6 +30,7 @@ import select
 import stat
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -251,7 +252,7 @@ class Overrides:
 
     repeats: int | None = None
     steps: int | None = None
-    runs: str | None = None  # only the runs whose name matches (a glob, else a substring)
+    runs: tuple[str, ...] | None = None  # only the runs whose name matches one (`picked`)
     # `hetbench launch CONFIG -- SCRIPT ARGS`: every run a script's run of SCRIPT (absolute)
     script: str | None = None
     script_args: tuple[str, ...] = ()
@@ -288,6 +289,16 @@ def name_matches(name: str, pattern: str) -> bool:
     return pattern in name
 
 
+def picked(names: Sequence[str], patterns: Sequence[str], where: str = "") -> list[str]:
+    """The names (in their order) that match any of `-k`'s patterns; a pattern that
+    matches none of them is refused by name (it was mistyped, or meant other runs)."""
+    for pattern in patterns:
+        if not any(name_matches(n, pattern) for n in names):
+            raise UsageError("-k", f"no run{where} matches {pattern!r} (runs: "
+                             f"{listed(list(dict.fromkeys(names)), 10)})")
+    return [n for n in names if any(name_matches(n, p) for p in patterns)]
+
+
 def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
     suite, runs = dict(data.get("suite", {})), data.get("runs")
     if not isinstance(suite, dict) or not isinstance(runs, list) or not all(
@@ -296,12 +307,8 @@ def _overridden(data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
     if overrides.repeats is not None:
         suite["repeats"] = overrides.repeats
     if overrides.runs is not None:
-        pattern = overrides.runs
-        kept = [r for r in runs if name_matches(str(r.get("name")), pattern)]
-        if not kept:
-            names = listed([str(r.get("name")) for r in runs], 10)
-            raise UsageError("-k", f"no run matches {pattern!r} (runs: {names})")
-        runs = kept
+        kept = set(picked([str(r.get("name")) for r in runs], overrides.runs))
+        runs = [r for r in runs if str(r.get("name")) in kept]
     if overrides.steps is not None:
         runs = [{**r, "steps": overrides.steps} for r in runs]
     if overrides.script is not None:
