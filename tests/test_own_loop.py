@@ -82,7 +82,8 @@ def only_run(out: Path, suite: str = "train") -> Path:
 def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
         tmp_path: Path, spawn: Spawn) -> None:
     out = tmp_path / "out"
-    done = torchrun(spawn, out, "--steps", "20", "--partition", "40", "24")
+    done = torchrun(spawn, out, "--steps", "20", "--partition", "40", "24", "--checkpoint",
+                    str(tmp_path / "checkpoint.pt"))
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = only_run(out)
     run = load_run(run_dir)
@@ -93,6 +94,11 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
     assert sorted(params.files) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-6, err_msg=name)
+    # rank 0's checkpoint after the run, from what the session says of the rank
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (saved["rank"], saved["world_size"], saved["device"]) == (0, 2, "cpu")
+    for name, value in expected.items():
+        np.testing.assert_allclose(saved["model"][name].numpy(), value, rtol=0, atol=1e-6)
     steps = run.steps.sort_values(["rank", "step"])
     assert len(steps) == 40 and sorted(steps["step"].unique()) == list(range(20))
     assert steps.groupby("rank")["batch_size"].unique().map(list).tolist() == [[40], [24]]
@@ -113,7 +119,9 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
     manifest = run.manifest
     assert manifest["run"]["steps"] == 20 and manifest["run"]["script"] == str(SCRIPT)
     loop = manifest["loop"]
-    assert loop["argv"] == ["--out", str(out), "--steps", "20", "--partition", "40", "24"]
+    checkpoint = ["--checkpoint", str(tmp_path / "checkpoint.pt")]
+    assert loop["argv"] == ["--out", str(out), "--steps", "20", "--partition", "40", "24",
+                            *checkpoint]
     assert loop["loss_reduction"] == "mean" and loop["optimizers"] == ["SGD"]
     assert loop["data"] == {"type": "TensorDataset", "samples": 512, "loader_workers": 0}
     assert [w["slowdown"] for w in manifest["workers"]] == [1.0, 3.0]
@@ -147,7 +155,8 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
     # the advised suite runs the same script with the same arguments
     advised = load_suite(str(tmp_path / "advice" / "advised.toml"))
     assert {(r.script, r.args) for r in advised.runs} == {
-        (str(SCRIPT), ("--out", str(out), "--steps", "20", "--partition", "40", "24"))}
+        (str(SCRIPT), ("--out", str(out), "--steps", "20", "--partition", "40", "24",
+                       *checkpoint))}
 
 
 
@@ -362,6 +371,8 @@ def test_a_job_of_one_rank_leaves_a_completed_run(alone: Any) -> None:
             if epoch == 1 and step == 1:
                 break  # a pass left early: its steps so far are recorded
     run_dir = alone.finish()
+    assert (alone.rank, alone.world_size, alone.is_main) == (0, 1, True)
+    assert alone.device == torch.device("cpu")
     run = load_run(run_dir)
     assert run.status == "completed" and run.manifest["run"]["steps"] == 6
     assert run.steps["step"].tolist() == list(range(6))

@@ -1,11 +1,14 @@
-"""mkdocs hook: the reference pages' tables, generated from the code at every build.
+"""The reference pages' tables, generated from the code: written into the pages by
+`python docs/hooks/reference.py`, checked by the mkdocs hook at every build.
 
-The pages under docs/reference/ hold the prose; where one holds a marker such as
-`<!-- hetbench:suite-keys -->`, `on_page_markdown` puts the table generated from the code
-in its place: the CLI's help from its argparse parsers, every suite key from the spec
-dataclasses (`dataclasses.fields`, so a new field appears without anyone listing it), the
-step record's fields from `RECORD_DTYPE`, the run directory's file names from their
-constants. A marker left unexpanded, or one that no page holds, fails the build.
+The pages under docs/reference/ hold the prose; where one holds a region such as
+`<!-- hetbench:suite-keys -->` ... `<!-- /hetbench:suite-keys -->`, the text between the
+markers is generated from the code and committed: the CLI's help from its argparse parsers,
+every suite key from the spec dataclasses (`dataclasses.fields`, so a new field appears
+without anyone listing it), the step record's fields from `RECORD_DTYPE`, the run
+directory's file names from their constants, the loop's API from its source. The site is
+built from the pages as committed: a region the code no longer matches, or a marker no page
+holds, fails the build (`on_page_markdown`, `on_post_build`), as tests/test_docs.py does.
 
 Why a hook and not the mkdocs-gen-files plugin: the generated parts sit inside
 hand-written pages (a marker is one line, readable on GitHub too), a hook is one file of
@@ -19,7 +22,9 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -458,14 +463,14 @@ def section_rows(section: Section) -> list[list[str]]:
                DESCRIPTIONS.get(f"{cls}.{field.name}", "")
                + ("" if in_suite else " (not a suite key)")]
         if header_used:
-            row.insert(4, section.used_by(field.name) if in_suite else "")  # type: ignore[misc]
+            row.insert(4, section.used_by(field.name) if in_suite else "")
         rows.append(row)
     for key in sorted(section.keys - set(names)):
         default = _toml(section.defaults[key]) if key in section.defaults else ""
         row = [_code(key), "", default, ALLOWED.get((cls, key), lambda: "")(),
                DESCRIPTIONS.get(f"{cls}.{key}", "") + " (a suite key only)"]
         if header_used:
-            row.insert(4, section.used_by(key))  # type: ignore[misc]
+            row.insert(4, section.used_by(key))
         rows.append(row)
     return rows
 
@@ -620,7 +625,8 @@ def job_markdown() -> str:
 
 LOOP_SOURCES = (ROOT / "harness" / "userloop" / "joining.py",
                 ROOT / "harness" / "userloop" / "session.py")
-LOOP_API = (("join", None), ("prepare", "Session"), ("backward", "Session"),
+LOOP_API = (("join", None), ("rank", "Session"), ("world_size", "Session"),
+            ("is_main", "Session"), ("prepare", "Session"), ("backward", "Session"),
             ("finish", "Session"))
 
 
@@ -639,11 +645,15 @@ def loop_markdown() -> str:
     parts = [f"Generated from {names}.", ""]
     for name, owner in LOOP_API:
         node = found[(name, owner)]
-        arguments = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
-        returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
         title = f"hetbench.{name}" if owner is None else f"{owner}.{name}"
-        parts += [f"### `{title}`", "", "```python", f"{title}({arguments}){returns}", "```",
-                  "", ast.get_docstring(node) or "", ""]
+        if any(ast.unparse(d) == "property" for d in node.decorator_list):
+            signature = f"{title}: {ast.unparse(node.returns) if node.returns else 'Any'}"
+        else:
+            arguments = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
+            returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+            signature = f"{title}({arguments}){returns}"
+        parts += [f"### `{title}`", "", "```python", signature, "```", "",
+                  ast.get_docstring(node) or "", ""]
     return "\n".join(parts)
 
 
@@ -660,6 +670,50 @@ MARKERS: dict[str, Callable[[], str]] = {
     "<!-- hetbench:loop -->": loop_markdown,
 }
 _expanded: set[str] = set()
+DOCS = ROOT / "docs"
+REGENERATE = "python docs/hooks/reference.py"
+
+
+def _region(marker: str) -> re.Pattern[str]:
+    """A marker's region in a page: the marker, the generated text, its closing marker
+    (`<!-- /hetbench:NAME -->`); a marker without its closing one holds nothing yet."""
+    closing = marker.replace("<!-- hetbench:", "<!-- /hetbench:")
+    return re.compile("^" + re.escape(marker) + r"$(?:\n(.*?)^" + re.escape(closing) + "$)?",
+                      re.S | re.M)
+
+
+def held(markdown: str) -> list[str]:
+    """The markers the page holds, each on a line of its own (one quoted in a sentence is
+    not held)."""
+    return [m for m in MARKERS if _region(m).search(markdown)]
+
+
+def _generated(marker: str) -> str:
+    closing = marker.replace("<!-- hetbench:", "<!-- /hetbench:")
+    return f"{marker}\n{MARKERS[marker]().strip()}\n{closing}"
+
+
+def _as_is(text: str, _: re.Match[str]) -> str:
+    return text
+
+
+def expanded(markdown: str) -> str:
+    """The page with every region holding what the code generates now."""
+    for marker in MARKERS:
+        # a function, not the text itself: sub would read backslashes in it as escapes
+        markdown = _region(marker).sub(functools.partial(_as_is, _generated(marker)), markdown)
+    return markdown
+
+
+def stale(markdown: str) -> list[str]:
+    """The markers of the page whose region does not hold what the code generates now."""
+    return [m for m in held(markdown)
+            if any(found.group(0) != _generated(m) for found in _region(m).finditer(markdown))]
+
+
+def pages() -> list[Path]:
+    """The pages under docs/ that hold a marker."""
+    return sorted(p for p in DOCS.rglob("*.md") if held(p.read_text()))
 
 
 def on_pre_build(config: Any) -> None:
@@ -667,10 +721,14 @@ def on_pre_build(config: Any) -> None:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    for marker, generate in MARKERS.items():
-        if marker in markdown:
-            markdown = markdown.replace(marker, generate())
-            _expanded.add(marker)
+    """The site is built from the pages as committed: a region the code no longer
+    matches fails the build (the page, read in the repository, would be wrong too)."""
+    if found := stale(markdown):
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(f"{page.file.src_uri}: {', '.join(found)} out of date with the "
+                          f"code: run `{REGENERATE}` and commit the page")
+    _expanded.update(held(markdown))
     return markdown
 
 
@@ -680,3 +738,23 @@ def on_post_build(config: Any) -> None:
         from mkdocs.exceptions import PluginError
 
         raise PluginError(f"docs/hooks/reference.py: no page holds {', '.join(missing)}")
+
+
+def main(argv: list[str]) -> int:
+    """`python docs/hooks/reference.py`: every page's regions written from the code (the
+    pages changed are named); `--check`: only say which are out of date (exit 1)."""
+    check = argv == ["--check"]
+    out_of_date = []
+    for page in pages():
+        text = page.read_text()
+        if stale(text):
+            out_of_date.append(page)
+            if not check:
+                page.write_text(expanded(text))
+    for page in out_of_date:
+        print(f"{page.relative_to(ROOT)}: {'out of date' if check else 'written'}")
+    return 1 if check and out_of_date else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

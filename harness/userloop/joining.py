@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from hetbench.harness.userloop.session import Session
 
 
 def join(*, global_batch: int, loss_reduction: str | None = None,
-         partition: Any = "equal", device: str | None = None, suite: str | None = None,
+         partition: str | Sequence[int] | Mapping[str, Any] = "equal",
+         device: str | None = None, suite: str | None = None,
          run: str | None = None, out: str | Path = "results", seed: int = 0,
          warmup_steps: int = 2, timeout_s: float = 120.0, counters_every: int = 8
          ) -> Session:

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hetbench.harness.exchange import Exchange, Holds, comm
 from hetbench.harness.loop import lifecycle
@@ -50,6 +50,14 @@ from hetbench.harness.userloop import config
 from hetbench.harness.userloop.batches import SliceLoader, slice_batches, to_device
 from hetbench.harness.userloop.slicing import Slicing
 
+if TYPE_CHECKING:  # the user's border typed with torch's types, torch imported on use
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+ModelT = TypeVar("ModelT", bound="torch.nn.Module")
+OptimizersT = TypeVar("OptimizersT",
+                      bound="torch.optim.Optimizer | Sequence[torch.optim.Optimizer]")
+
 BACKWARD = "Session.backward"
 MARKS_BEFORE_FORWARD = 3  # begin, load, to_device
 MARKS_EXCHANGED = 8  # ... forward, backward, pack, allreduce, unpack
@@ -58,7 +66,9 @@ MARKS_EXCHANGED = 8  # ... forward, backward, pack, allreduce, unpack
 class Session:
     """One rank's part of a user's loop: `prepare`, `backward` each step, `finish`. Used
     as a context manager, a loop that raises closes the run as failed (interrupted on
-    Ctrl-C), its records kept."""
+    Ctrl-C), its records kept. Where the rank stands, in place of torch.distributed's
+    calls: `rank`, `world_size`, `is_main` (rank 0: its validation, logging and
+    checkpoints) and `device` (the rank's torch.device)."""
 
     def __init__(self, loop: config.LoopConfig, place: config.Place, worker: WorkerSpec,
                  launched: tuple[RunSpec, Path] | None = None, owns_group: bool = True
@@ -66,7 +76,7 @@ class Session:
         import torch
         import torch.distributed as dist
 
-        self.config, self.place, self.rank = loop, place, place.rank
+        self.config, self.place = loop, place
         # a launch's run and the directory its launcher prepared (and closes if it fails)
         self.launched = launched
         self.owns_group = owns_group
@@ -92,6 +102,23 @@ class Session:
         atexit.register(self._at_exit)
         self._chain_excepthook()
 
+    @property
+    def rank(self) -> int:
+        """This rank's number in the job, 0 to `world_size` - 1 (torchrun's RANK)."""
+        return self.place.rank
+
+    @property
+    def world_size(self) -> int:
+        """The ranks in the job (torchrun's WORLD_SIZE; 1 for a script started alone)."""
+        return self.place.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0: the one rank to validate, log or save a checkpoint. Work
+        it does between steps delays its next step, and the other ranks wait for it in that
+        step's all-reduce (recorded as their idle); after `finish`, nothing waits for it."""
+        return self.place.rank == 0
+
     def _chain_excepthook(self) -> None:
         """What the script raised and did not catch, kept for the run's reason (the
         interpreter calls the hook, then the atexit functions): a loop outside `with
@@ -113,11 +140,14 @@ class Session:
 
     # -- prepare -------------------------------------------------------------------------
 
-    def prepare(self, model: Any, optimizer: Any, data: Any) -> tuple[Any, Any, SliceLoader]:
+    def prepare(self, model: ModelT, optimizer: OptimizersT,
+                data: Dataset[Any] | DataLoader[Any]) -> tuple[ModelT, OptimizersT, SliceLoader]:
         """The model on this rank's device with rank 0's parameters and buffers, the
         optimizer (or list of optimizers) watched for its steps, and the loader of this
         rank's slices of `data` (a map-style Dataset, or a DataLoader over one). Returns
-        (model, optimizer, loader) for the loop to use."""
+        (model, optimizer, loader) for the loop to use. `model` is a torch.nn.Module
+        (ModelT), `optimizer` a torch.optim.Optimizer or a list of them (OptimizersT): each
+        comes back as the type it was given."""
         import torch
 
         if self.run is not None:
@@ -130,7 +160,8 @@ class Session:
         if not isinstance(model, torch.nn.Module):
             raise UsageError("Session.prepare(model)", f"a {type(model).__name__}: give a "
                              "torch.nn.Module")
-        optimizers = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
+        optimizers: list[Any] = (list(optimizer) if isinstance(optimizer, list | tuple)
+                                 else [optimizer])
         for opt in optimizers:
             if not isinstance(opt, torch.optim.Optimizer):
                 raise UsageError("Session.prepare(optimizer)", f"a {type(opt).__name__}: "
@@ -193,7 +224,7 @@ class Session:
         if self.rank == 0:
             suite_dir = self.config.out / self.config.suite
             name = str(rundir.prepare_run_dir(self.config.out, self.config.suite, run,
-                                              rundir.next_repeat(suite_dir)))
+                                              rundir.next_repeat(suite_dir, run.name)))
         path = Path(comm.broadcast_bytes(name.encode(), self.host).decode())
         (path / collector.PARTS_DIR).mkdir(parents=True, exist_ok=True)
         return path
@@ -245,7 +276,7 @@ class Session:
         timer.end(perf_counter_ns())
         return batch
 
-    def backward(self, loss: Any) -> None:
+    def backward(self, loss: torch.Tensor) -> None:
         """In place of `loss.backward()`: this rank's loss over its slice, weighted to the
         global batch's, backward, and the gradients summed over every rank. The
         parameters' `.grad` then hold the global batch's gradient, as a textbook loop over
