@@ -215,6 +215,32 @@ def test_time_asleep_in_a_load_phase_above_its_median_is_load_not_blocked() -> N
     assert attribute(steps).set_index("step").loc[9, "cause"] == "blocked"
 
 
+def test_a_load_spike_beside_outside_load_is_load_asleep_and_interference_waiting() -> None:
+    """Worker 1's step 9, beside a core busy outside the run: its load phase 5 ms above its
+    median, 2 ms of them asleep (a batch not ready) and 3 ms waiting for a CPU. The time
+    asleep is the input pipeline's; the wait for a CPU the others'."""
+    def spiked(rows: np.ndarray) -> None:
+        counted(rows)
+        for row in rows:
+            row["load_ns"] = MS // 10
+            if row["rank"] == 1 and row["step"] == 9:
+                row["load_ns"] += 5 * MS
+                row["compute_wait_ns"] += 3 * MS
+
+    steps = steps_frame(30, lambda r, s: 2.0 if r == 0 else TYPICAL_CPU + TYPICAL_WAIT
+                        + LOST.get(s, ("", 0.0))[1] + (3.0 if s == 9 else 0.0), edit=spiked)
+    steps = steps.assign(others_cores=steps["step"].map({9: 1.0}).fillna(0.0),
+                         steal_cores=0.0)
+    loader = {"run": {"loader": {"workers": 2}, "workers": [{}, {}]}}
+    a = attribute(steps, manifest=loader).set_index("step")
+    assert a.loc[9, "load_ms"] == pytest.approx(2.0)
+    assert a.loc[9, "interference_ms"] == pytest.approx(3.0)
+    assert a.loc[9, "blocked_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert a.loc[9, "cause"] == "interference"
+    # without a DataLoader the same sleep is blocked
+    assert attribute(steps).set_index("step").loc[9, "blocked_ms"] == pytest.approx(2.0)
+
+
 def test_a_stretch_late_beside_outside_load_is_interference() -> None:
     """The same overshoot in step 8 while 0.5 cores were busy outside the run (or stolen by
     the hypervisor, which the guest never counts as a wait): interference."""

@@ -60,10 +60,11 @@ proportion, so that the named causes add up to the excess:
              slower disk. Measured against the others, not its own median, as network is: a
              starved pipeline is starved every step, so its typical compute holds it. And,
              where the run loads through a DataLoader (its `loader`), out of the compute
-             excess, its load phase above its median (unless the step was interference): a
-             spike of the input pipeline (a DataLoader started again
-             at a repartition: its thread forks it, waits for a CPU behind its processes,
-             sleeps on its queue), the rest of the excess split as above;
+             excess, its load phase above its median: a spike of the input pipeline (a
+             read that hiccups, a DataLoader started again: its thread forks it, waits for
+             a CPU behind its processes, sleeps on its queue); in a step beside outside
+             load, only the time its thread slept beyond its usual is load (its waits for a
+             CPU are interference). The rest of the excess is split as above;
 - network:   in a run across hosts only, its exchange above the median of the other
              workers' exchanges in that step for the same bytes, when its host's link is
              slower than another worker's host's
@@ -297,11 +298,16 @@ def _compute_parts(s: pd.DataFrame, m: pd.DataFrame, host: list[str], clock: lis
     measured = s["cpu_ns"].notna() & (total > 0)
     noise = measured & (compute_excess <= NOISE_SIGMAS * m["sigma_ns"])
     # with a DataLoader (`loader`), the load phase beyond its median is the input
-    # pipeline's, whatever its thread did in it (forked a DataLoader started again at a
-    # repartition, waited for a CPU behind its new processes, slept on its queue), unless
-    # others held the cores then
+    # pipeline's, whatever its thread did in it (forked a DataLoader started again, waited
+    # for a CPU behind its processes, slept on its queue); beside outside load, only the
+    # time it slept beyond its usual (on the queue, for a batch not ready): its waits for a
+    # CPU there are the others'
     spike = np.minimum((s["load_ns"] - m["load_ns"]).clip(lower=0).fillna(0.0),
-                       compute_excess).where(measured & ~noise & ~interfered & loader, 0.0)
+                       compute_excess).where(measured & ~noise & loader, 0.0)
+    spike = spike.where(~interfered, np.minimum(spike, blocked))
+    asleep = spike.where(interfered, 0.0)
+    parts["blocked"] -= asleep
+    total = total - asleep
     scale = ((compute_excess - spike) / total.where(total > 0, 1.0)).where(
         measured & ~noise, 0.0)
     parts = parts.mul(scale, axis=0)
