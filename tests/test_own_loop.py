@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -73,6 +74,24 @@ def torchrun(spawn: Spawn, out: Path, *args: str, workers: str | None = SLOWED,
         capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)
 
 
+# torchrun's report of a rank that died of SIGABRT ("exitcode  : -6")
+TEARDOWN_ABORT = re.compile(r"exitcode\s*:\s*-6\b")
+
+
+def assert_ran(done: subprocess.CompletedProcess[str], out: Path, suite: str = "train") -> None:
+    """The launch succeeded: exit status 0, or (once in a few dozen launches on CI) a rank
+    aborted in torch's own interpreter teardown after the run was written. The session
+    cannot skip a user's script's teardown (harness/system/exits.py says why hetbench's
+    processes do), but no rank leaves `finish` before rank 0 has completed the run, which
+    is what is checked here: the run's manifest completed, and the only failure an abort."""
+    if done.returncode == 0:
+        return
+    runs = list((out / suite).glob("*-r0-*"))
+    aborted_after_the_run = (TEARDOWN_ABORT.search(done.stderr) is not None and len(runs) == 1
+                             and load_run(runs[0]).status == "completed")
+    assert aborted_after_the_run, done.stderr[-3000:]
+
+
 def only_run(out: Path, suite: str = "train") -> Path:
     (run_dir,) = list((out / suite).glob("*-r0-*"))
     return run_dir
@@ -84,7 +103,7 @@ def test_a_converted_loop_with_a_slowed_rank_trains_the_textbook_parameters(
     out = tmp_path / "out"
     done = torchrun(spawn, out, "--steps", "20", "--partition", "40", "24", "--checkpoint",
                     str(tmp_path / "checkpoint.pt"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, out)
     run_dir = only_run(out)
     run = load_run(run_dir)
     assert run.status == "completed"
@@ -186,12 +205,30 @@ def test_torchrun_stopped_leaves_the_run_interrupted_with_its_records(tmp_path: 
     assert run.steps["step"].nunique() >= 1 and set(run.steps["rank"]) == {0, 1}
 
 @pytest.mark.slow
+def test_a_rank_that_aborts_after_finish_leaves_the_run_completed(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """As torch's teardown does once in a few dozen launches: rank 1 aborts the moment its
+    session finished. Rank 0 had written the whole run before either left `finish`."""
+    out = tmp_path / "out"
+    done = torchrun(spawn, out, "--steps", "6", "--partition", "40", "24",
+                    "--abort-after-finish")
+    assert done.returncode != 0 and TEARDOWN_ABORT.search(done.stderr), done.stderr[-3000:]
+    assert_ran(done, out)
+    run = load_run(only_run(out))
+    assert run.status == "completed" and run.manifest["run"]["steps"] == 6
+    assert sorted(run.steps.groupby("rank")["step"].nunique()) == [6, 6]
+    params = np.load(only_run(out) / "params.npz")
+    for name, value in textbook(6, 64).items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["profiled", "proportional"])
 def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
         tmp_path: Path, spawn: Spawn, policy: str) -> None:
     out = tmp_path / "out"
     done = torchrun(spawn, out, "--steps", "20", "--partition", policy)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, out)
     run_dir = only_run(out)
     run = load_run(run_dir)
     history = run.manifest["partition_history"]
@@ -217,7 +254,7 @@ def test_a_rank_left_out_stays_in_step_and_adds_nothing(tmp_path: Path, spawn: S
     textbook's, its rows say it computed no slice."""
     out = tmp_path / "out"
     done = torchrun(spawn, out, "--steps", "12", "--partition", "64", "0")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, out)
     run = load_run(only_run(out))
     steps = run.steps.sort_values(["rank", "step"])
     assert steps.groupby("rank")["batch_size"].unique().map(list).tolist() == [[64], [0]]
@@ -238,7 +275,7 @@ def test_the_model_policy_leaves_out_a_rank_that_only_slows_the_others(
     out = tmp_path / "out"
     done = torchrun(spawn, out, "--steps", "30", "--partition", "model-leave-out",
                     workers=json.dumps([{}, {"slowdown": 40.0}]))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, out)
     run = load_run(only_run(out))
     history = run.manifest["partition_history"]
     assert history[-1]["sizes"] == [64, 0], history
@@ -630,7 +667,7 @@ def test_the_example_scripts_train_under_torchrun(tmp_path: Path, spawn: Spawn,
                       "--nnodes", "1", "--nproc-per-node", "2", str(EXAMPLE / script),
                       "--steps", "6"], capture_output=True, text=True, timeout=240, env=env,
                      cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ran(done, tmp_path / "results")
     recorded = list((tmp_path / "results" / "train").glob("equal-r0-*"))
     assert len(recorded) == (script == "train.py")
     if recorded:

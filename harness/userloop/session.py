@@ -436,6 +436,11 @@ class Session:
                    "run": run.to_dict()}
         lifecycle.finish(run, self.run_dir, self.host, self.info, self.clock_start,
                          self.writer.records(), parameters, self.backend, closing)
+        # no rank leaves before rank 0 has written the run: a script's exit can abort in
+        # torch's teardown (harness/system/exits.py), which this process cannot skip, and
+        # torchrun then ends the other ranks, rank 0's writing with them (a CI run lost
+        # one this way)
+        comm.barrier()
         self.closed = True
         atexit.unregister(self._at_exit)
         self._end_group()
