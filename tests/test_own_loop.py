@@ -223,6 +223,52 @@ def test_a_rank_that_aborts_after_finish_leaves_the_run_completed(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("accumulate, chunks, partition", [
+    (4, 1, ["proportional"]),  # over loader batches, the slices moving between them
+    (1, 3, ["40", "24"]),  # over chunks of each batch
+    (2, 2, ["profiled"]),  # both
+])
+def test_gradients_accumulated_under_no_sync_are_the_whole_batchs(
+        tmp_path: Path, spawn: Spawn, accumulate: int, chunks: int,
+        partition: list[str]) -> None:
+    """The loop accumulates as under DDP (`no_sync()` on every backward but each optimizer
+    step's last): 20 optimizer steps of 64 samples train the parameters of 20 whole-batch
+    steps, on a slowed rank's moving slices too."""
+    out = tmp_path / "out"
+    done = torchrun(spawn, out, "--steps", "20", "--accumulate", str(accumulate),
+                    "--chunks", str(chunks), "--partition", *partition)
+    assert_ran(done, out)
+    run_dir = only_run(out)
+    params = np.load(run_dir / "params.npz")
+    for name, value in textbook(20, 64).items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-6, err_msg=name)
+    run = load_run(run_dir)
+    steps = run.steps.sort_values(["rank", "step"])
+    # a record per loader batch; only an optimizer step's last batch exchanged
+    assert run.manifest["run"]["steps"] == 20 * accumulate
+    assert sorted(steps.groupby("rank")["step"].nunique()) == [20 * accumulate] * 2
+    exchanged = steps["step"] % accumulate == accumulate - 1
+    assert (steps.loc[~exchanged, ["pack_ns", "allreduce_ns", "apply_ns"]] == 0).all().all()
+    assert (steps.loc[exchanged, "allreduce_ns"] > 0).all()
+    assert (steps["forward_ns"] > 0).all() and (steps["backward_ns"] > 0).all()
+    sizes = {tuple(h["sizes"]) for h in run.manifest["partition_history"]}
+    assert len(sizes) > 1 or partition == ["40", "24"], sizes
+
+
+@pytest.mark.slow
+def test_ranks_that_accumulate_over_different_batches_both_say_so(
+        tmp_path: Path, spawn: Spawn) -> None:
+    out = tmp_path / "out"
+    done = torchrun(spawn, out, "--steps", "4", "--accumulate", "2", "--skew-accumulation",
+                    "--partition", "20", "12", workers=None)
+    assert done.returncode != 0
+    run = load_run(only_run(out))
+    assert run.status == "failed"
+    assert "the ranks disagree on when to exchange" in run.manifest["reason"], run.manifest
+    assert done.stderr.count("the ranks disagree on when to exchange") >= 2, done.stderr[-3000:]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["profiled", "proportional"])
 def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
         tmp_path: Path, spawn: Spawn, policy: str) -> None:
@@ -459,8 +505,18 @@ def test_a_loop_that_skips_the_exchange_or_misuses_backward_is_stopped(alone: An
         optimizer.step()
     inputs, targets = next(batches)
     alone.backward(loss_fn(model(inputs), targets))
-    with pytest.raises(UsageError, match=r"Session.backward: called twice in step 1"):
+    with pytest.raises(UsageError, match=r"Session.backward: called again after step 1's "
+                                         r"exchange: to accumulate gradients, run the "
+                                         r"backwards before the last inside `with "
+                                         r"session.no_sync\(\):`"):
         alone.backward(loss_fn(model(inputs), targets))
+    optimizer.step()
+    inputs, targets = next(batches)
+    with alone.no_sync():
+        alone.backward(loss_fn(model(inputs), targets))
+    with pytest.raises(UsageError, match=r"SGD.step\(\): before the exchange of step 2 \(its "
+                                         r"backwards ran inside session.no_sync\(\)"):
+        optimizer.step()
 
 
 # -- hetbench launch: the script as a suite's runs -------------------------------------------

@@ -19,6 +19,10 @@ backward; pack (ready: the weighted gradients in the buffer); allreduce (reduced
 (the gradients back in `.grad`); apply when the last optimizer's `step()` returned (what
 the loop does in between, clipping say, is in it). What the loop does after its optimizers
 and before the next batch (a scheduler, logging) is between steps, as the loop's gap.
+Gradient accumulation (`no_sync()`, as DDP's): a step is a loader batch; one whose
+backwards all ran inside `no_sync()` has no pack, exchange, unpack nor apply (each 0 long)
+and no global loss; in one with several backwards, forward is the sum of their forwards,
+backward of theirs.
 A rank's emulated slowdown (`hetbench launch`'s workers) stretches its compute phases as in
 hetbench's own loop.
 """
@@ -26,10 +30,11 @@ hetbench's own loop.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -98,6 +103,12 @@ class Session:
         self.steps_done = 0
         self._step: int | None = None  # the step open in the loop
         self._exchanged = False
+        self._backwards = 0  # this step's backwards: several where the loop accumulates
+        self._kept = False  # this step's gradients kept here for a later exchange (no_sync)
+        self._syncing = True  # False inside no_sync(): a backward keeps its gradients here
+        self._unsent_loss = 0.0  # the weighted losses of backwards not exchanged yet
+        self._local_loss = float("nan")
+        self._loss = float("nan")
         self._uncaught: tuple[type[BaseException], BaseException] | None = None
         atexit.register(self._at_exit)
         self._chain_excepthook()
@@ -259,7 +270,8 @@ class Session:
         one's slices decided, and it begins."""
         self._close_step()
         self.slicing.before(step)
-        self._step, self._exchanged = step, False
+        self._step, self._exchanged, self._backwards, self._kept = step, False, 0, False
+        self._local_loss = self._loss = float("nan")
         worker = self.worker
         if worker.varies:
             self.stretch.extra = worker.factor_at(step, self.config.seed, self.rank) - 1.0
@@ -280,15 +292,17 @@ class Session:
         """In place of `loss.backward()`: this rank's loss over its slice, weighted to the
         global batch's, backward, and the gradients summed over every rank. The
         parameters' `.grad` then hold the global batch's gradient, as a textbook loop over
-        the whole batch would have it."""
+        the whole batch would have it. Inside `no_sync()`, the gradients stay on this rank,
+        summed into `.grad` by the next backwards until one outside it exchanges them all:
+        gradient accumulation, over several loader batches or several backwards of one."""
         import torch
 
         marks = self.timer.marks if self._step is not None else []
-        if len(marks) != MARKS_BEFORE_FORWARD:
+        if len(marks) < MARKS_BEFORE_FORWARD or self._exchanged:
             if self._exchanged:
-                raise UsageError(BACKWARD, f"called twice in step {self._step}: one "
-                                 "backward per batch (several, accumulating gradients, are "
-                                 "not supported yet)")
+                raise UsageError(BACKWARD, f"called again after step {self._step}'s exchange: "
+                                 "to accumulate gradients, run the backwards before the last "
+                                 "inside `with session.no_sync():`")
             raise UsageError(BACKWARD, "outside a step: call it on the loss of a batch the "
                              "session's loader gave")
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -297,15 +311,31 @@ class Session:
                              f"over the slice as hetbench.join(loss_reduction="
                              f"{self.config.loss_reduction!r}) declares")
         timer = self.timer
-        timer.end(perf_counter_ns())  # forward: the model and the loss
+        first = self._backwards == 0
+        if first:
+            timer.end(perf_counter_ns())  # forward: the model and the loss
+        else:  # a later micro-batch's forward: forward grows, backward keeps its length
+            end = self._stretched_to_now()
+            marks[-2] += end - marks[-1]
+            marks[-1] = end
         lo, hi = self._bounds
         weight = ((hi - lo) / self.config.global_batch
                   if self.config.loss_reduction == "mean" or hi == lo else 1.0)
         scaled = loss * weight
         scaled.backward()
-        timer.end(perf_counter_ns())
-        self._local_loss = float(loss.detach()) if hi > lo else float("nan")
-        flat = self._pack(scaled.detach())
+        if first:
+            timer.end(perf_counter_ns())
+        else:
+            marks[-1] = self._stretched_to_now()
+        self._backwards += 1
+        if hi > lo:
+            local = float(loss.detach())
+            self._local_loss = local if first else self._local_loss + local
+        self._unsent_loss += float(scaled.detach())
+        self._kept = not self._syncing
+        if self._kept:
+            return
+        flat = self._pack(self._unsent_loss)
         timer.end(perf_counter_ns())  # ready
         self._compute = self.counters.compute()
         comm.allreduce_sum(flat) if self.exchange_group is None else \
@@ -314,8 +344,30 @@ class Session:
         self._loss = self._unpack(flat)
         timer.end(perf_counter_ns())
         self._exchanged = True
+        self._unsent_loss = 0.0
 
-    def _pack(self, scaled_loss: Any) -> Any:
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's `model.no_sync()`: the backwards inside keep their gradients on this
+        rank (no exchange), for the first backward after it to exchange with the rest.
+        Every rank must accumulate over the same steps; the optimizers step after the
+        exchange."""
+        syncing = self._syncing
+        self._syncing = False
+        try:
+            yield
+        finally:
+            self._syncing = syncing
+
+    def _stretched_to_now(self) -> int:
+        """The time since the step's last mark, done on the device and stretched as a
+        compute phase (a rank's emulated slowdown): the instant it ends."""
+        timer = self.timer
+        if timer.synchronize is not None:
+            timer.synchronize()
+        return self.stretch(timer.marks[-1], perf_counter_ns())
+
+    def _pack(self, scaled_loss: float) -> Any:
         """One buffer: every trained parameter's gradient (zeros where it has none), then
         whether it has one (so a parameter no rank's slice reached keeps no gradient, as in
         a textbook loop), then the step's count (`_agreement`), then the weighted loss."""
@@ -327,7 +379,8 @@ class Session:
                            device=grads[0].device) if grads else torch.zeros(0)
         counted = torch.tensor([1.0, float(self._step or 0)], dtype=has.dtype,
                                device=has.device)
-        flat = torch.cat([*grads, has, counted, scaled_loss.reshape(1).to(has.dtype)])
+        loss = torch.tensor([scaled_loss], dtype=has.dtype, device=has.device)
+        flat = torch.cat([*grads, has, counted, loss])
         return flat.to(self.exchange_device)
 
     def _unpack(self, flat: Any) -> float:
@@ -344,6 +397,10 @@ class Session:
                              f"{(steps - (self._step or 0) * in_step) / finished:.0f} steps, "
                              f"while rank {self.rank} took step {self._step} (every rank "
                              "must take the same steps)")
+        if steps != (self._step or 0) * world:  # another rank kept this step's gradients
+            raise UsageError("Session.no_sync", f"the ranks disagree on when to exchange: "
+                             f"rank {self.rank} exchanged at step {self._step} where another "
+                             "did not (every rank must accumulate over the same steps)")
         offset = 0
         has = flat[flat.numel() - 3 - count:flat.numel() - 3]
         for p, reached in zip(self.params, has.tolist(), strict=True):
@@ -382,9 +439,12 @@ class Session:
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step is not None and not self._exchanged:
+            kept = (" (its backwards ran inside session.no_sync(): their gradients are this "
+                    "rank's alone until a backward outside it)") if self._backwards else ""
             raise UsageError(f"{type(optimizer).__name__}.step()", f"before the exchange of "
-                             f"step {self._step}: call session.backward(loss) in place of "
-                             "loss.backward(), so that the gradients are the global batch's")
+                             f"step {self._step}{kept}: call session.backward(loss) in place "
+                             "of loss.backward(), so that the gradients are the global "
+                             "batch's")
 
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step is None or not self._exchanged:
@@ -399,13 +459,16 @@ class Session:
         """The open step recorded; a step the loop left before its backward took no step
         and leaves no record."""
         step = self._step
-        if step is None:
+        if step is None or self.closed:  # a pass the loop left after the run closed
             return
         self._step = None
-        if not self._exchanged:
+        if not (self._exchanged or self._kept):  # no backward, or its exchange raised
             return
         marks = self.timer.marks
-        if len(marks) == MARKS_EXCHANGED:  # no optimizer stepped: nothing applied
+        if not self._exchanged:  # accumulated: no pack, exchange, unpack nor apply
+            self._compute = self.counters.compute()
+            marks.extend([marks[-1]] * (MARKS_EXCHANGED + 1 - len(marks)))
+        elif len(marks) == MARKS_EXCHANGED:  # no optimizer stepped: nothing applied
             marks.append(marks[-1])
         lo, hi = self._bounds
         parts = (self.rank, step, hi - lo, lo, marks,
