@@ -66,6 +66,21 @@ def leading_size(value: Any) -> int:
     raise ValueError(f"no tensor in a batch of {type(value).__name__} to count samples by")
 
 
+def split_leading(value: Any, parts: int) -> list[Any]:
+    """`value` cut in `parts` along the leading dimension of each tensor in it (mappings,
+    lists and tuples kept as they are around them; anything else repeated in each part)."""
+    if isinstance(value, torch.Tensor):
+        return list(value.tensor_split(parts))
+    if isinstance(value, Mapping):
+        columns = {k: split_leading(v, parts) for k, v in value.items()}
+        return [type(value)({k: c[i] for k, c in columns.items()})  # type: ignore[call-arg]
+                for i in range(parts)]
+    if isinstance(value, list | tuple):
+        items = [split_leading(v, parts) for v in value]
+        return [type(value)(item[i] for item in items) for i in range(parts)]
+    return [value] * parts
+
+
 class TorchJobAdapter(TorchAdapter):
     def __init__(self, job: Job, workload: str, device: str, threads: int) -> None:
         torch.set_num_threads(threads)
@@ -117,6 +132,15 @@ class TorchJobAdapter(TorchAdapter):
     def to_device(self, inputs: Any, targets: Any) -> Batch:
         n = leading_size(targets if targets is not None else inputs)
         return Batch((to_device(inputs, self.device), to_device(targets, self.device), n))
+
+    def micro_batches(self, batch: Batch, parts: int) -> list[Batch]:
+        """The slice's batch in `parts` micro-batches (fewer where it has fewer samples),
+        each counted by its own samples, so that their summed losses are the slice's."""
+        x, y, n = cast("tuple[Any, Any, int]", batch)
+        parts = max(1, min(parts, n))
+        sizes = [len(t) for t in torch.arange(n).tensor_split(parts)]
+        return [Batch((xi, yi, size)) for xi, yi, size in
+                zip(split_leading(x, parts), split_leading(y, parts), sizes, strict=True)]
 
     def loss_sum(self, module: torch.nn.Module, batch: Batch) -> tuple[Any, torch.Tensor]:
         x, y, n = cast("tuple[Any, Any, int]", batch)

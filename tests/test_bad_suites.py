@@ -89,7 +89,7 @@ CASES = [
     ("unknown [suite] key", '[suite]\nnme = "s"\n' + run(), "suite.nme",
      "allowed: description, name, repeats"),
     ("unknown [defaults] key", "[defaults]\nstpes = 3\n" + run(), "defaults.stpes",
-     "unknown key (allowed: aggregator, args, batchnorm, calibrate"),
+     "unknown key (allowed: accumulate, aggregator, args, batchnorm, calibrate"),
     ("unknown run key", run("stpes = 3"), "runs[0].stpes", "unknown key (allowed: "),
     ("unknown worker key", worker("thread = 2"), "runs[0].workers[0].thread",
      "allowed: cores, device, framework, jitter, loader_workers, node, slowdown, slowdown_at, "

@@ -267,9 +267,18 @@ def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project
         name = "pair"
         workload = "userjob.models:make"
         loader = {{ workers = 2, prefetch = 2, pin_memory = true }}
+        accumulate = 4
+        {PAIR}
+
+        [[runs]]
+        name = "global-statistics"
+        workload = "userjob.models:make_batchnorm"
+        batchnorm = "global"
         {PAIR}
         """))
-    run = load_suite(str(path)).runs[0]
+    run, global_statistics = load_suite(str(path)).runs
+    assert parse_run(run_table(global_statistics), "runs[1]") == global_statistics
+    assert run.accumulate == 4
     assert run.is_job and run.project == str(project.resolve()) and run.dataset == "job"
     assert run.loader is not None and run.loader.kind == "processes" and run.loader.pin_memory
     assert parse_run(run_table(run), "runs[0]") == run  # advise writes jobs as it reads them
@@ -282,6 +291,11 @@ def test_a_job_resolves_from_the_suite_folder_and_round_trips_as_a_table(project
     ("project", '"nowhere"', "is not a folder"),
     ("loader", '{ kind = "threads" }', "torch's DataLoader workers"),
     ("loader", '{ augment = true }', "a job's own Dataset decodes"),
+    ("accumulate", "0", "0 is below the minimum 1"),
+    ("accumulate", '3\naggregator = "ddp"', "exchanges buckets during the backward"),
+    ("accumulate", '3\nbatchnorm = "global"', "one forward a step: accumulate = 1"),
+    ("accumulate", '2\naggregator = { name = "ps-sync", servers = 2 }\n'
+                   'placement = "fc-on-server"', "compute micro-batches of their own"),
 ])
 def test_what_a_job_cannot_do_is_refused_by_the_suite_check(project: Path, key: str,
                                                             value: str, message: str) -> None:
@@ -300,7 +314,7 @@ def test_what_a_job_cannot_do_is_refused_by_the_suite_check(project: Path, key: 
     assert f"runs[0].{key}" in caught.value.where and message in caught.value.message
 
 
-@pytest.mark.parametrize("key", ['project = "."', 'batchnorm = "global"'])
+@pytest.mark.parametrize("key", ['project = "."', 'batchnorm = "global"', "accumulate = 2"])
 def test_a_jobs_keys_are_only_for_a_job(project: Path, key: str) -> None:
     path = project / "suite.toml"
     path.write_text(suite(f"""
@@ -798,6 +812,19 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         batchnorm = "global"
         {uneven_sizes}
         {three}
+
+        [[runs]]
+        name = "accumulated"
+        accumulate = 3
+        {uneven_sizes}
+        workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }},
+                    {{ device = "cpu" }} ]
+
+        [[runs]]
+        name = "accumulated-batchnorm"
+        workload = "userjob.models:make_batchnorm"
+        accumulate = 2
+        workers = [ {{ device = "cpu" }}, {{ device = "cpu" }} ]
         """, defaults='workload = "userjob.models:make"\neval_every = 10'))
 
 
@@ -819,7 +846,10 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     # each stage's slice read through a DataLoader process
     ("pipelined", "make_layered", 1e-6),
     # BatchNorm's statistics gathered over the workers: a sum of squares less exact
-    ("batchnorm-global", "make_batchnorm", 1e-5)])
+    ("batchnorm-global", "make_batchnorm", 1e-5),
+    # each slice in 3 micro-batches (7 samples: 3, 2, 2), gradients summed before the
+    # exchange, on a slowed worker too
+    ("accumulated", "make", 1e-6)])
 def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
                                                     factory: str, tolerance: float) -> None:
     """3 workers on 7, 40 and 17 samples of each 64 (0, 40 and 24 on one run): after 20
@@ -928,6 +958,29 @@ def test_a_pipelined_batchnorm_model_is_evaluated_on_every_stages_statistics(
         x, y = job.heldout[:]
         expected = float(job.loss(model(x), y))
     assert abs(rows["loss"].iloc[-1] - expected) < 1e-4 * expected, (rows["loss"], expected)
+
+
+@pytest.mark.slow
+def test_a_jobs_accumulated_micro_batches_are_what_batchnorm_sees(
+        uneven: dict[str, Path]) -> None:
+    """Two workers on 32 samples each, in 2 micro-batches: BatchNorm takes the statistics
+    of each 16 consecutive samples of the global batch, as a textbook loop forwarding the
+    batch in 4 parts and summing their gradients does (and not of each 32, which a slice
+    forwarded whole would take)."""
+    run_dir = uneven["accumulated-batchnorm"]
+    project = run_dir.parent.parent.parent
+    assert json.loads((run_dir / "manifest.json").read_text())["run"]["accumulate"] == 2
+    got = final_parameters(run_dir)
+    in_parts, _ = textbook_model(project, "make_batchnorm", 20, 64, 0.2, 0, micro_batches=4)
+    whole_slices, _ = textbook_model(project, "make_batchnorm", 20, 64, 0.2, 0,
+                                     micro_batches=2)
+
+    def worst(model: Any) -> float:
+        return max(float(np.abs(got[name] - p.detach().numpy()).max())
+                   for name, p in model.named_parameters())
+
+    assert worst(in_parts) < 1e-5 < 1e-3 < worst(whole_slices), (worst(in_parts),
+                                                                  worst(whole_slices))
 
 
 @pytest.mark.slow

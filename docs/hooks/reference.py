@@ -223,6 +223,11 @@ DESCRIPTIONS: dict[str, str] = {
     "RunSpec.batchnorm": "a workload named by import path only: its BatchNorm layers' "
                          "statistics, each worker's slice's (`slice`) or the global "
                          "batch's (`global`, every forward gathering the workers' sums)",
+    "RunSpec.accumulate": "a workload named by import path only: micro-batches per slice, "
+                          "forward and backward over each in turn (one's memory), their "
+                          "gradients summed before the step's one exchange (gradient "
+                          "accumulation; BatchNorm takes a micro-batch's statistics). Not "
+                          "with `ddp`, `batchnorm = \"global\"`, a pipeline or a placement",
     "RunSpec.profile": "a table: torch.profiler traces of a window of steps, PyTorch runs "
                        "only ([profile](#profile); [Profiler traces in HTA]"
                        "(../howto/profiler.md))",

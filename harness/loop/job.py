@@ -135,7 +135,9 @@ def build(run: RunSpec, rank: int, backend: str
     clock = statistics.clock
     timed_stretch = stretch if clock is None else clock.outside(stretch)
     trainer = Trainer(run, rank, adapter, np.empty(0), np.empty(0), order, stretch,
-                      phase_timer(worker, adapter, timed_stretch, run.instrument, overlaps),
+                      # accumulated micro-batches fold their marks on the host clock
+                      phase_timer(worker, adapter, timed_stretch, run.instrument,
+                                  overlaps or run.accumulate > 1),
                       buffer, optimizer, flat)
     if clock is not None:
         trainer.waits_in_compute = clock.reader()

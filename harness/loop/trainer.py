@@ -12,11 +12,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hetbench.adapters.base import Adapter, DeviceEvents, Loss
+from hetbench.adapters.base import Adapter, Batch, DeviceEvents, Loss
 from hetbench.harness.exchange import Aggregator, Exchange, Holds, Overlaps, Unattached
 from hetbench.harness.loop.counters import Counters
 from hetbench.harness.loop.timer import CudaEventTimer, HostTimer, PhaseTimer, StepTimer
@@ -30,6 +30,7 @@ from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 if TYPE_CHECKING:
     import torch
 
+    from hetbench.adapters.pytorch_job import TorchJobAdapter
     from hetbench.workloads.data import BatchOrder
 
 # The phases an overlapped backward ends at an instant it measured, as module constants: an
@@ -119,6 +120,8 @@ class Trainer:
         timer.end(now())  # load
         batch = adapter.to_device(x, y)
         timer.end(now())  # to_device
+        if self.run.accumulate > 1:
+            return self._accumulated(batch)
         loss = adapter.forward(batch)
         timer.end(now())  # forward
         overlap = self.overlap
@@ -137,6 +140,43 @@ class Trainer:
         timer.end_at(BACKWARD, handed)
         timer.end_at(PACK, handed)
         return loss
+
+    def _accumulated(self, batch: Batch) -> Loss:
+        """forward -> backward over each of the run's micro-batches of the slice (a job's
+        `accumulate`), the gradients summed in the buffer, then pack with the summed loss:
+        forward is marked as the sum of the forwards, backward as that of the backwards."""
+        adapter, timer = self.adapter, self.timer
+        micro = cast("TorchJobAdapter", adapter).micro_batches(batch, self.run.accumulate)
+        marks = timer.marks
+        total: Any = None
+        for i, part in enumerate(micro):
+            loss = adapter.forward(part)
+            if i == 0:
+                timer.end(now())  # forward
+            else:  # this forward joins forward's length; backward keeps its own
+                end = self._compute_ended()
+                marks[-2] += end - marks[-1]
+                marks[-1] = end
+            adapter.backward(loss)
+            if i == 0:
+                timer.end(now())  # backward
+            else:
+                marks[-1] = self._compute_ended()
+            summed = cast("torch.Tensor", loss).detach()
+            total = summed if total is None else total + summed
+        adapter.pack(Loss(total))
+        timer.end(now())  # pack
+        return Loss(total)
+
+    def _compute_ended(self) -> int:
+        """The instant the compute since the last mark ends: done on the device, stretched
+        by the emulated slowdown (StepTimer's rules for forward and backward)."""
+        timer = self.timer
+        if isinstance(timer, StepTimer):
+            if timer.synchronize is not None:
+                timer.synchronize()
+            return timer.stretch(timer.marks[-1], now())
+        return now()  # the host clock's marks: nothing to wait for nor stretch
 
     def timed_step(self, step: int, lo: int, hi: int, counters: Counters
                    ) -> tuple[tuple[Any, ...], Exchange]:
@@ -183,13 +223,28 @@ class Trainer:
         """The same step with no timing, counters or phase synchronisation: the baseline
         that instrumentation overhead is measured against (instrument = false)."""
         adapter = self.adapter
-        loss = adapter.forward(adapter.to_device(*self.fetch(step, lo, hi)))
+        batch = adapter.to_device(*self.fetch(step, lo, hi))
+        if self.run.accumulate > 1:
+            micro = cast("TorchJobAdapter", adapter).micro_batches(batch, self.run.accumulate)
+            total = None
+            for part in micro:
+                loss = adapter.forward(part)
+                adapter.backward(loss)
+                summed = cast("torch.Tensor", loss).detach()
+                total = summed if total is None else total + summed
+            adapter.pack(Loss(total))
+            return self._exchange_bare(step, lo, hi)
+        loss = adapter.forward(batch)
         if self.overlap is not None:
             self.overlap.backward_begins(loss, None)
         adapter.backward(loss)
         if self.overlap is not None:
             self.overlap.backward_ended()
         adapter.pack(loss)
+        return self._exchange_bare(step, lo, hi)
+
+    def _exchange_bare(self, step: int, lo: int, hi: int) -> Exchange:
+        adapter = self.adapter
         exchange = self.aggregator.exchange(step, hi - lo)
         scale = self.take(step, exchange)
         if scale is not None:

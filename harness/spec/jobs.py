@@ -13,7 +13,7 @@ from typing import Any
 from hetbench.harness.spec import aggregators
 from hetbench.harness.spec.aggregators import AggregatorSpec
 from hetbench.harness.spec.errors import UsageError
-from hetbench.harness.spec.fields import At, choice, text
+from hetbench.harness.spec.fields import At, choice, integer, text
 from hetbench.harness.spec.partitions import PartitionSpec
 from hetbench.workloads.job import JobError, is_job, parse_reference
 
@@ -90,6 +90,28 @@ def parse_batchnorm(values: dict[str, Any], partition: PartitionSpec,
                          "batchnorm = 'global' needs of every worker: no empty slice, no "
                          "leave_out")
     return mode
+
+
+MAX_ACCUMULATE = 1024
+
+
+def parse_accumulate(values: dict[str, Any], aggregator: AggregatorSpec, batchnorm: str,
+                     at: At) -> int:
+    """`accumulate = k`: each worker's slice in k micro-batches, forward and backward over
+    each in turn (the memory of one), their gradients summed before the step's exchange.
+    The sum is the slice's gradient exactly where the model treats samples alone; BatchNorm
+    then takes a micro-batch's statistics."""
+    k = integer(values["accumulate"], at("accumulate"), minimum=1, maximum=MAX_ACCUMULATE)
+    if k == 1:
+        return k
+    if aggregators.kind(aggregator.name).overlaps:
+        raise UsageError(at("accumulate"), f"{aggregator.name!r} exchanges buckets during "
+                         "the backward, each micro-batch's: accumulate = 1 with it (or an "
+                         "aggregator that exchanges after the backward, 'torch')")
+    if batchnorm == "global":
+        raise UsageError(at("accumulate"), "batchnorm = 'global' takes the global batch's "
+                         "statistics in one forward a step: accumulate = 1 with it")
+    return k
 
 
 def job_schemes(keep: Callable[[aggregators.Kind], bool]) -> list[str]:

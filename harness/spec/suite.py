@@ -152,6 +152,9 @@ class RunSpec:
     # a job's BatchNorm layers: statistics of each worker's slice ("slice", as DDP takes
     # them), or of the global batch ("global": harness/training/batchnorm.py)
     batchnorm: str = "slice"
+    # a job's micro-batches per slice: forward and backward over each in turn, their
+    # gradients summed in the buffer before the one exchange (gradient accumulation)
+    accumulate: int = 1
     # a user's own loop (hetbench.join, harness/userloop/): the script that ran it, absolute;
     # None for a run hetbench's own loop took
     script: str | None = None
@@ -509,6 +512,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
         project: str | None = jobs.project_folder(values["project"], folder or Path.cwd(),
                                                   at("project"))
         batchnorm = jobs.parse_batchnorm(values, partition, aggregator, at)
+        accumulate = jobs.parse_accumulate(values, aggregator, batchnorm, at)
     else:
         workload = choice(values["workload"], WORKLOADS, at("workload"))
         spec = get_workload(workload)
@@ -521,8 +525,8 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
                 f"(allowed: {', '.join(spec.datasets)})",
             )
         metric, images, project = spec.metric, spec.loss == "classify", None
-        batchnorm = RunSpec.batchnorm
-        for key in ("project", "batchnorm"):
+        batchnorm, accumulate = RunSpec.batchnorm, RunSpec.accumulate
+        for key in ("project", "batchnorm", "accumulate"):
             if key in set_keys:
                 raise UsageError(at(key), "only for a workload named by import path "
                                  "('package.module:factory' or 'file.py:factory')")
@@ -551,6 +555,9 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     else:
         aggregators.check_without_pipeline(aggregator, at)
     placement = aggregators.parse_placement(values, aggregator, workload, workers, at)
+    if accumulate > 1 and (pipeline is not None or placement is not None):
+        raise UsageError(at("accumulate"), "a pipeline's stages, or layers placed on a "
+                         "server, compute micro-batches of their own: accumulate = 1 there")
     if not job and global_batch > (samples := sample_count(dataset, workload)):
         raise UsageError(at("global_batch"), f"{global_batch} exceeds the {samples} samples "
                          f"of dataset {dataset!r} (allowed: {len(workers)} to {samples})")
@@ -592,6 +599,7 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
                               at("profile")),
         project=project,
         batchnorm=batchnorm,
+        accumulate=accumulate,
     )
 
 

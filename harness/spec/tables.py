@@ -26,7 +26,7 @@ from hetbench.harness.spec.workers import WorkerSpec
 _PLAIN = ("framework", "workload", "dataset", "steps", "warmup_steps", "global_batch", "lr",
           "seed", "timeout_s", "instrument", "calibrate", "calibrate_steps", "counters_every",
           "trace_steps", "size", "eval_every", "on_worker_failure", "interface", "placement",
-          "keep_freed_memory", "gc")
+          "keep_freed_memory", "gc", "batchnorm", "accumulate")
 
 
 def run_table(run: RunSpec) -> dict[str, Any]:
