@@ -106,7 +106,7 @@ class Session:
         self._backwards = 0  # this step's backwards: several where the loop accumulates
         self._kept = False  # this step's gradients kept here for a later exchange (no_sync)
         self._syncing = True  # False inside no_sync(): a backward keeps its gradients here
-        self._unsent_loss = 0.0  # the weighted losses of backwards not exchanged yet
+        self._unsent_loss: Any = None  # the weighted losses not exchanged yet (a tensor)
         self._local_loss = float("nan")
         self._loss = float("nan")
         self._uncaught: tuple[type[BaseException], BaseException] | None = None
@@ -331,7 +331,9 @@ class Session:
         if hi > lo:
             local = float(loss.detach())
             self._local_loss = local if first else self._local_loss + local
-        self._unsent_loss += float(scaled.detach())
+        weighted = scaled.detach()
+        self._unsent_loss = weighted if self._unsent_loss is None else \
+            self._unsent_loss + weighted
         self._kept = not self._syncing
         if self._kept:
             return
@@ -344,7 +346,7 @@ class Session:
         self._loss = self._unpack(flat)
         timer.end(perf_counter_ns())
         self._exchanged = True
-        self._unsent_loss = 0.0
+        self._unsent_loss = None
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -367,7 +369,7 @@ class Session:
             timer.synchronize()
         return self.stretch(timer.marks[-1], perf_counter_ns())
 
-    def _pack(self, scaled_loss: float) -> Any:
+    def _pack(self, scaled_loss: Any) -> Any:
         """One buffer: every trained parameter's gradient (zeros where it has none), then
         whether it has one (so a parameter no rank's slice reached keeps no gradient, as in
         a textbook loop), then the step's count (`_agreement`), then the weighted loss."""
@@ -379,8 +381,7 @@ class Session:
                            device=grads[0].device) if grads else torch.zeros(0)
         counted = torch.tensor([1.0, float(self._step or 0)], dtype=has.dtype,
                                device=has.device)
-        loss = torch.tensor([scaled_loss], dtype=has.dtype, device=has.device)
-        flat = torch.cat([*grads, has, counted, loss])
+        flat = torch.cat([*grads, has, counted, scaled_loss.reshape(1).to(has.dtype)])
         return flat.to(self.exchange_device)
 
     def _unpack(self, flat: Any) -> float:
