@@ -394,9 +394,6 @@ def test_a_bad_job_is_one_line_and_exit_2_before_anything_runs(
      "steps on the workers, which 'ps-sync' does not: allowed: torch, allreduce-host, "
      "allreduce-device, ddp"),
     ('optimizer = "momentum"', "runs[0].optimizer: the job brings its optimizer"),
-    # a worker taken back would need the torch optimizer's state (membership.py)
-    ('partition = { policy = "model", leave_out = true }', "runs[0].partition: the job's own "
-     "optimizer (Job.optimizer) keeps its state in torch"),
 ])
 def test_a_jobs_own_optimizer_refuses_what_it_cannot_step_under(project: Path, key: str,
                                                                  message: str) -> None:
@@ -820,6 +817,15 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }},
                     {{ device = "cpu" }} ]
 
+        # worker 0 20x slower: left out at the first update; from step 10 worker 1 is 60x
+        # slower, and worker 0 is taken back, with the AdamW state the other kept
+        [[runs]]
+        name = "adamw-out-and-back"
+        workload = "userjob.models:make_adamw"
+        partition = {{ policy = "model", every = 3, leave_out = true }}
+        workers = [ {{ device = "cpu", slowdown = 20.0 }},
+                    {{ device = "cpu", slowdown_at = [[9, 1.0], [10, 60.0]] }} ]
+
         [[runs]]
         name = "accumulated-batchnorm"
         workload = "userjob.models:make_batchnorm"
@@ -842,6 +848,8 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     ("fc-on-server", "make_layered", 1e-6),
     # the job's own optimizer (AdamW) stepped on DDP's overlapped sums
     ("adamw", "make_adamw", 1e-6),
+    # and on a worker left out, then taken back with the torch optimizer's state dict
+    ("adamw-out-and-back", "make_adamw", 1e-6),
     # two virtual workers of two stages each, cut where Job.layers cuts, 2 micro-batches,
     # each stage's slice read through a DataLoader process
     ("pipelined", "make_layered", 1e-6),
@@ -958,6 +966,16 @@ def test_a_pipelined_batchnorm_model_is_evaluated_on_every_stages_statistics(
         x, y = job.heldout[:]
         expected = float(job.loss(model(x), y))
     assert abs(rows["loss"].iloc[-1] - expected) < 1e-4 * expected, (rows["loss"], expected)
+
+
+@pytest.mark.slow
+def test_a_jobs_own_optimizer_follows_a_worker_left_out_and_taken_back(
+        uneven: dict[str, Path]) -> None:
+    manifest = json.loads((uneven["adamw-out-and-back"] / "manifest.json").read_text())
+    history = manifest["partition_history"]
+    out = [h for h in history if "left out worker(s) [0]" in h["reason"]]
+    back = [h for h in history if "took back worker(s) [0]" in h["reason"]]
+    assert out and back and out[0]["step"] < back[0]["step"], [h["reason"] for h in history]
 
 
 @pytest.mark.slow

@@ -124,7 +124,7 @@ def build(run: RunSpec, rank: int, backend: str
     optimizer: Optimizer | OwnOptimizer
     if job.optimizer is not None:  # the job check refused the schemes it cannot run under
         adapter.use_own_optimizer()
-        optimizer = OwnOptimizer(run.global_batch)
+        optimizer = OwnOptimizer(run.global_batch, adapter.own_optimizer)
     else:
         optimizer = Optimizer(run.optimizer, run.lr, run.steps, run.global_batch,
                               adapter.spec.num_elements, flat, buffer.device)

@@ -10,7 +10,8 @@ the first member (the source), which tells it, point to point, only what it must
 
 - EVAL: an evaluation is due (every worker evaluates its shard): the parameters follow;
 - CHANGE: the partition changed: the sizes and the reason follow, and, to a worker taken
-  back, the parameters, the optimizer state and the repartitioner's state, so that it
+  back, the parameters, the optimizer state (a job's torch optimizer's state dict as
+  bytes) and the repartitioner's state, so that it
   computes the same updates and the same partitions as the others from then on;
 - END: the last step is done: the parameters follow (rank 0 writes the model);
 - ALIVE: nothing else was said for a second (or a quarter of the run's timeout, if less),
@@ -41,7 +42,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from hetbench.adapters.base import Adapter
-from hetbench.harness.training.optim import Optimizer
+from hetbench.harness.training.optim import Optimizer, OwnOptimizer
 
 EVAL, CHANGE, END, ALIVE = 1, 2, 3, 4
 ALIVE_EVERY_S = 1.0  # a send of 24 bytes a second: nothing against the steps
@@ -126,7 +127,7 @@ class Membership:
                 self._send_event(r, ALIVE, step)
 
     def announce_change(self, step: int, sizes: Sequence[int], reason: str, adapter: Adapter,
-                        optimizer: Optimizer, repartitioner: Any) -> None:
+                        optimizer: Optimizer | OwnOptimizer, repartitioner: Any) -> None:
         """A member, after the partition changed at `step`: the source tells every left-out
         worker the new sizes and hands the workers taken back the state to compute with."""
         if self.rank == self.source:
@@ -139,6 +140,7 @@ class Membership:
                 if r in back:
                     for tensor in self._state(adapter, optimizer, repartitioner):
                         dist.send(tensor, dst=r)
+                    self._send_bytes(r, optimizer.state_bytes())
         self.members = members_of(sizes)
 
     # -- the left-out worker's side ---------------------------------------------------------
@@ -159,8 +161,8 @@ class Membership:
         dist.recv(flat, src=self.source)
         self._load_parameters(adapter, flat)
 
-    def receive_change(self, adapter: Adapter, optimizer: Optimizer, repartitioner: Any
-                       ) -> tuple[tuple[int, ...], str]:
+    def receive_change(self, adapter: Adapter, optimizer: Optimizer | OwnOptimizer,
+                       repartitioner: Any) -> tuple[tuple[int, ...], str]:
         """After a CHANGE event: the new sizes and reason; taken back, the state too."""
         source = self.source
         sizes = torch.zeros(self.world_size, dtype=torch.int64, device=self.device)
@@ -177,6 +179,7 @@ class Membership:
                                   in zip(optimizer_state, optimizer.state(), strict=True)])
             if repartitioner is not None:
                 repartitioner.load_state(state[-1].cpu().tolist())
+            optimizer.load_state_bytes(self._receive_bytes(source))
         self.members = members_of(new)
         return new, reason
 
@@ -203,7 +206,7 @@ class Membership:
         dist.recv(data, src=source)
         return bytes(data.cpu().numpy().tobytes())
 
-    def _state(self, adapter: Adapter, optimizer: Optimizer, repartitioner: Any
+    def _state(self, adapter: Adapter, optimizer: Optimizer | OwnOptimizer, repartitioner: Any
                ) -> list[torch.Tensor]:
         """Parameters, optimizer state and repartitioner state, as tensors to send or to
         receive into (the same shapes on every worker)."""

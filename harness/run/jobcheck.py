@@ -70,8 +70,7 @@ def refuse_for_job(run: RunSpec, described: dict[str, Any], at: At) -> None:
         refuse_unplaced(run, described, at("placement"))
     if described.get("optimizer") is not None:
         jobs_spec.refuse_with_own_optimizer(run.aggregator.name,
-                                            run.optimizer != OptimizerSpec(),
-                                            run.partition.leave_out, at)
+                                            run.optimizer != OptimizerSpec(), at)
 
 
 def refuse_unpipelined(run: RunSpec, described: dict[str, Any], at: At) -> None:

@@ -128,12 +128,10 @@ def own_optimizer_aggregators() -> list[str]:
                        and k.staleness_bound == "none")
 
 
-def refuse_with_own_optimizer(aggregator: str, optimizer_set: bool, leaves_out: bool,
-                              at: At) -> None:
+def refuse_with_own_optimizer(aggregator: str, optimizer_set: bool, at: At) -> None:
     """A job that brings its optimizer, checked against the run (the job check learns
-    whether it does: the suite check cannot import it). A worker the policy leaves out and
-    takes back later receives the others' optimizer state (harness/loop/membership.py),
-    which a torch optimizer's per-parameter state does not travel as (yet)."""
+    whether it does: the suite check cannot import it). (A worker the policy leaves out
+    and takes back receives the torch optimizer's state dict: harness/loop/membership.py.)"""
     if aggregator not in (allowed := own_optimizer_aggregators()):
         raise UsageError(at("aggregator"), f"the job's own optimizer (Job.optimizer) steps "
                          f"on the workers, which {aggregator!r} does not: allowed: "
@@ -141,8 +139,4 @@ def refuse_with_own_optimizer(aggregator: str, optimizer_set: bool, leaves_out: 
     if optimizer_set:
         raise UsageError(at("optimizer"), "the job brings its optimizer (Job.optimizer), "
                          "which replaces the suite's: remove `optimizer`")
-    if leaves_out:
-        raise UsageError(at("partition"), "the job's own optimizer (Job.optimizer) keeps "
-                         "its state in torch, which a worker taken back into the run cannot "
-                         "receive: no `leave_out` with it (fixed sizes with a 0 are allowed)")
 

@@ -115,6 +115,13 @@ class Optimizer:
             mine.copy_(theirs)
         self._t = int(values[-1].item())
 
+    def state_bytes(self) -> bytes:
+        """What of the state is not in `state()`'s tensors: nothing."""
+        return b""
+
+    def load_state_bytes(self, payload: bytes) -> None:
+        """`state_bytes()` of another worker: nothing to load."""
+
     def set_parameters(self, values: Any) -> None:
         """The parameters changed outside this optimizer (an average of workers' parameters):
         the shadow copy weight decay reads follows them."""
@@ -128,10 +135,42 @@ class OwnOptimizer:
     are views of them), and the adapter's `apply` steps the torch optimizer on it
     (TorchJobAdapter), its learning rate and state its own."""
 
-    def __init__(self, global_batch: int) -> None:
+    def __init__(self, global_batch: int, stepped: Any = None) -> None:
         self.global_batch = global_batch
+        self.stepped = stepped  # the torch optimizer the adapter steps
 
     def update(self, step: int, grads: Any, samples: int | None = None) -> float:
         grads.div_(samples or self.global_batch)
         return 1.0
+
+    def state(self) -> list[Any]:
+        """No tensors of fixed shapes: torch's state is made at its first step, its shape
+        the optimizer's own (`state_bytes`)."""
+        return []
+
+    def load_state(self, values: list[Any]) -> None:
+        """`state()` of another worker: nothing."""
+
+    def state_bytes(self) -> bytes:
+        """The torch optimizer's `state_dict()` (its per-parameter state, its groups'
+        hyperparameters), serialized by torch: what a worker taken back into the run
+        receives from one that kept training."""
+        import io
+
+        import torch
+
+        assert self.stepped is not None
+        buffer = io.BytesIO()
+        torch.save(self.stepped.state_dict(), buffer)
+        return buffer.getvalue()
+
+    def load_state_bytes(self, payload: bytes) -> None:
+        """Another worker's `state_bytes()`, loaded as torch loads a state dict: onto this
+        worker's parameters, in the groups' order, on their devices."""
+        import io
+
+        import torch
+
+        assert self.stepped is not None
+        self.stepped.load_state_dict(torch.load(io.BytesIO(payload), weights_only=True))
 
