@@ -141,31 +141,33 @@ class Trainer:
         timer.end_at(PACK, handed)
         return loss
 
-    def _accumulated(self, batch: Batch) -> Loss:
+    def _accumulated(self, batch: Batch, timed: bool = True) -> Loss:
         """forward -> backward over each of the run's micro-batches of the slice (a job's
-        `accumulate`), the gradients summed in the buffer, then pack with the summed loss:
-        forward is marked as the sum of the forwards, backward as that of the backwards."""
+        `accumulate`), the gradients summed in the buffer, then pack with the summed loss.
+        `timed`: forward is marked as the sum of the forwards, backward as that of the
+        backwards (step_bare marks nothing)."""
         adapter, timer = self.adapter, self.timer
         micro = cast("TorchJobAdapter", adapter).micro_batches(batch, self.run.accumulate)
         marks = timer.marks
         total: Any = None
         for i, part in enumerate(micro):
             loss = adapter.forward(part)
-            if i == 0:
+            if timed and i == 0:
                 timer.end(now())  # forward
-            else:  # this forward joins forward's length; backward keeps its own
+            elif timed:  # this forward joins forward's length; backward keeps its own
                 end = self._compute_ended()
                 marks[-2] += end - marks[-1]
                 marks[-1] = end
             adapter.backward(loss)
-            if i == 0:
+            if timed and i == 0:
                 timer.end(now())  # backward
-            else:
+            elif timed:
                 marks[-1] = self._compute_ended()
             summed = cast("torch.Tensor", loss).detach()
             total = summed if total is None else total + summed
         adapter.pack(Loss(total))
-        timer.end(now())  # pack
+        if timed:
+            timer.end(now())  # pack
         return Loss(total)
 
     def _compute_ended(self) -> int:
@@ -225,14 +227,7 @@ class Trainer:
         adapter = self.adapter
         batch = adapter.to_device(*self.fetch(step, lo, hi))
         if self.run.accumulate > 1:
-            micro = cast("TorchJobAdapter", adapter).micro_batches(batch, self.run.accumulate)
-            total = None
-            for part in micro:
-                loss = adapter.forward(part)
-                adapter.backward(loss)
-                summed = cast("torch.Tensor", loss).detach()
-                total = summed if total is None else total + summed
-            adapter.pack(Loss(total))
+            self._accumulated(batch, timed=False)
             return self._exchange_bare(step, lo, hi)
         loss = adapter.forward(batch)
         if self.overlap is not None:
