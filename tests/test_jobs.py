@@ -817,6 +817,13 @@ def uneven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         workers = [ {{ device = "cpu" }}, {{ device = "cpu", slowdown = 2.0 }},
                     {{ device = "cpu" }} ]
 
+        [[runs]]
+        name = "accumulated-bare"
+        accumulate = 3
+        instrument = false
+        {uneven_sizes}
+        {three}
+
         # worker 0 20x slower: left out at the first update; from step 10 worker 1 is 60x
         # slower, and worker 0 is taken back, with the AdamW state the other kept
         [[runs]]
@@ -857,7 +864,8 @@ def final_parameters(run_dir: Path) -> dict[str, np.ndarray]:
     ("batchnorm-global", "make_batchnorm", 1e-5),
     # each slice in 3 micro-batches (7 samples: 3, 2, 2), gradients summed before the
     # exchange, on a slowed worker too
-    ("accumulated", "make", 1e-6)])
+    ("accumulated", "make", 1e-6),
+    ("accumulated-bare", "make", 1e-6)])  # the same without phase timing (instrument off)
 def test_uneven_slices_train_as_the_full_batch_loop(uneven: dict[str, Path], run: str,
                                                     factory: str, tolerance: float) -> None:
     """3 workers on 7, 40 and 17 samples of each 64 (0, 40 and 24 on one run): after 20
