@@ -314,6 +314,21 @@ def test_what_a_job_cannot_do_is_refused_by_the_suite_check(project: Path, key: 
     assert f"runs[0].{key}" in caught.value.where and message in caught.value.message
 
 
+def test_accumulate_runs_beside_servers_that_compute_no_layer(project: Path) -> None:
+    path = project / "suite.toml"
+    path.write_text(suite(f"""
+        [[runs]]
+        name = "pair"
+        workload = "userjob.models:make"
+        accumulate = 2
+        aggregator = {{ name = "ps-sync", servers = 2 }}
+        placement = "sharded"
+        {PAIR}
+        """))
+    (run,) = load_suite(str(path)).runs
+    assert (run.accumulate, run.placement) == (2, "sharded")
+
+
 @pytest.mark.parametrize("key", ['project = "."', 'batchnorm = "global"', "accumulate = 2"])
 def test_a_jobs_keys_are_only_for_a_job(project: Path, key: str) -> None:
     path = project / "suite.toml"

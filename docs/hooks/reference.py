@@ -227,7 +227,7 @@ DESCRIPTIONS: dict[str, str] = {
                           "forward and backward over each in turn (one's memory), their "
                           "gradients summed before the step's one exchange (gradient "
                           "accumulation; BatchNorm takes a micro-batch's statistics). Not "
-                          "with `ddp`, `batchnorm = \"global\"`, a pipeline or a placement",
+                          "with `ddp`, `batchnorm = \"global\"`, a pipeline or `fc-on-server`",
     "RunSpec.profile": "a table: torch.profiler traces of a window of steps, PyTorch runs "
                        "only ([profile](#profile); [Profiler traces in HTA]"
                        "(../howto/profiler.md))",

@@ -555,9 +555,10 @@ def parse_run(raw: dict[str, Any], where: str, defaults: dict[str, Any] | None =
     else:
         aggregators.check_without_pipeline(aggregator, at)
     placement = aggregators.parse_placement(values, aggregator, workload, workers, at)
-    if accumulate > 1 and (pipeline is not None or placement is not None):
-        raise UsageError(at("accumulate"), "a pipeline's stages, or layers placed on a "
-                         "server, compute micro-batches of their own: accumulate = 1 there")
+    if accumulate > 1 and (pipeline is not None or placement == "fc-on-server"):
+        raise UsageError(at("accumulate"), "a pipeline's stages, or a last layer computed on "
+                         "the server (fc-on-server), compute micro-batches of their own: "
+                         "accumulate = 1 there")
     if not job and global_batch > (samples := sample_count(dataset, workload)):
         raise UsageError(at("global_batch"), f"{global_batch} exceeds the {samples} samples "
                          f"of dataset {dataset!r} (allowed: {len(workers)} to {samples})")
