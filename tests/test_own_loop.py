@@ -279,8 +279,13 @@ def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
     run = load_run(run_dir)
     history = run.manifest["partition_history"]
     # profiled: equal for 5 steps, then by time per sample, then by the fitted lines;
-    # proportional: equal, then by throughput every 10 steps
-    assert [h["step"] for h in history] == ([0, 5, 10] if policy == "profiled" else [0, 10])
+    # proportional: equal, then by throughput half a window early (after 5 steps), then
+    # where a window of 10 says to move
+    steps_moved = [h["step"] for h in history]
+    if policy == "profiled":
+        assert steps_moved == [0, 5, 10]
+    else:
+        assert steps_moved[:2] == [0, 5] and all(s % 10 == 0 for s in steps_moved[2:])
     assert history[0]["sizes"] == [32, 32]
     final = history[-1]["sizes"]
     assert sum(final) == 64 and final[1] < final[0]

@@ -20,6 +20,7 @@ from hetbench.harness.partition.policies import (
     WindowStats,
     equal_finish,
     limit_moves,
+    update_ends,
 )
 from hetbench.harness.records.results import Run
 from tests.synthetic import MS, steps_frame
@@ -106,10 +107,17 @@ def test_a_slice_at_most_doubles_or_halves_per_update() -> None:
     assert limit_moves((40, 216), (1.0, 255.0), 64, 1, 256, max_ratio=2.0) == (20, 236)
     # a ratio below (o - 1) / o still lets a slice move by one sample, as it may upward
     assert limit_moves((5, 5), (1.0, 9.0), 10, 1, 10, max_ratio=1.1) == (4, 6)
-    history = run_policy("model", [(0.0, 1e6), (0.0, 1e3)], damping=Damping(min_slice=4))
-    for before, after in zip(history, history[1:], strict=False):
-        assert all(x >= y / 2 - 1 and x <= 2 * y + 1 for x, y in zip(after, before, strict=True))
-    assert history[-1][0] == 4
+    # the proportional policy (no line) always; the model policy while a worker's line was
+    # fitted on one size (its first update), after which the line fitted on 128 and 64
+    # samples takes the slice to its target at once (within max_move)
+    slow = [(0.0, 1e6), (0.0, 1e3)]
+    for policy in ("proportional", "model"):
+        history = run_policy(policy, slow, damping=Damping(min_slice=4))
+        halving = history if policy == "proportional" else history[:2]
+        for before, after in zip(halving, halving[1:], strict=False):
+            assert all(y / 2 - 1 <= x <= 2 * y + 1 for x, y in zip(after, before, strict=True))
+        assert history[-1][0] == 4
+    assert [h[0] for h in history[:3]] == [128, 64, 4]
 
 
 @pytest.mark.parametrize("policy", ["proportional", "model"])
@@ -131,6 +139,34 @@ def test_a_speed_change_resets_the_history(policy: str) -> None:
         no_reset.update((128, 128), windows_for((128, 128), before))
     lagging = no_reset.update((128, 128), windows_for((128, 128), after))
     assert lagging is not None and lagging[0][0] > change[0][0]  # moved less far
+
+
+def test_a_window_at_a_new_size_is_the_lines_second_point_not_a_new_speed() -> None:
+    """A 3x slower worker with a large fixed cost (48 samples' worth): the first update
+    can only move to the proportional split (one size fits no fixed cost); the window at
+    that new size costs more than the line through the origin predicts, which is the
+    intercept, not a change of speed. Taken for one (as before), every update threw the
+    first size away and moved proportionally again: 64, 32, 20, 15, 9."""
+    lines = [(3 * 48e4, 3e4), (48e4, 1e4)]  # t = 3(48 + n), 48 + n (10 us units)
+    history = run_policy("model", lines, total=128, updates=4, damping=Damping(every=5))
+    # then the line through 64 and 32 samples: its target, 8.0, at once
+    assert [h[0] for h in history] == [64, 32, 8, 8, 8]
+    r = Repartitioner("model", 128, 2, Damping(every=5))
+    r.update((64, 64), windows_for((64, 64), lines))
+    second = r.update((32, 96), windows_for((32, 96), lines))
+    assert second is not None and "speed changed" not in second[1]
+    # at the size the line was fitted on, a slower window is still a change of speed
+    slowed = [(2 * a, 2 * b) for a, b in lines[:1]] + lines[1:]
+    fitted = Repartitioner("model", 128, 2, Damping(every=5))
+    fitted.update((64, 64), windows_for((64, 64), lines))
+    change = fitted.update((64, 64), windows_for((64, 64), slowed))
+    assert change is not None and "speed changed on worker(s) [0]" in change[1]
+
+
+def test_the_first_update_comes_half_a_window_early() -> None:
+    assert Repartitioner("model", 128, 2, Damping(every=5)).early_update_step() == 1
+    assert Repartitioner("proportional", 128, 2, Damping(every=10)).early_update_step() == 4
+    assert Repartitioner("model", 128, 2, Damping(every=3)).early_update_step() is None
 
 
 def test_recovery_after_an_abrupt_change() -> None:
@@ -382,3 +418,21 @@ def test_a_workers_waits_inside_its_compute_stay_out_of_its_window() -> None:
         repartitioning.measure(40, record(compute))
     stats = repartitioning.window.take()
     assert stats.count == 2 and stats.t == (10 - 3 + 12 - 5) * MS
+
+
+def test_the_loop_updates_half_a_window_early_once_then_at_every_windows_end() -> None:
+    from types import SimpleNamespace
+
+    from hetbench.harness.loop.repartitioning import Repartitioning
+
+    run = SimpleNamespace(partition=SimpleNamespace(every=10))
+    repartitioning = Repartitioning(run, 0, None, SimpleNamespace(  # type: ignore[arg-type]
+        partition_history=[{"sizes": [64, 64]}]), Repartitioner("model", 128, 2, Damping(
+            every=10)), None, None, [])  # type: ignore[arg-type]
+    due = []
+    for step in range(30):
+        if repartitioning.update_due(step):
+            due.append(step)
+            repartitioning.first_update_done = True  # what between_steps marks
+    assert due == [4, 9, 19, 29]
+    assert update_ends(10, 30) == [5, 10, 20] and update_ends(3, 9) == [3, 6]

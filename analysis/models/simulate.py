@@ -50,6 +50,7 @@ from hetbench.harness.partition.policies import (
     WindowStats,
     equal_sizes,
     profiled_sizes,
+    update_ends,
 )
 
 BLOCK = 32
@@ -462,8 +463,8 @@ def adapt(sizes: np.ndarray, a: np.ndarray, b: np.ndarray, multiplier: np.ndarra
     policy = Repartitioner("model", total, n, damping)
     compute = np.empty_like(multiplier)
     current = sizes[0].copy()
-    for start in range(0, steps, damping.every):
-        stop = min(start + damping.every, steps)
+    ends = update_ends(damping.every, steps)
+    for start, stop in zip([0, *ends], [*ends, steps], strict=True):
         sizes[start:stop] = current
         window = (a + b * current) * multiplier[start:stop]
         compute[start:stop] = window

@@ -17,6 +17,7 @@ from hetbench.harness.partition.policies import (
     Repartitioner,
     WindowStats,
     equal_sizes,
+    update_ends,
 )
 from hetbench.harness.records.results import Run
 
@@ -108,6 +109,7 @@ def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
     sizes = tuple(initial) if initial is not None else equal_sizes(total, world)
     damping = damping or Damping()
     policy_runner = Repartitioner(policy, total, world, damping) if policy in ADAPTIVE else None
+    ends = set(update_ends(damping.every, len(residual.index)))
     window = [[0.0] * 5 for _ in range(world)]
     rows = []
     for k, step in enumerate(residual.index):
@@ -123,7 +125,7 @@ def replay(steps: pd.DataFrame, policy: str, damping: Damping | None = None,
             w[2] += compute[r]
             w[3] += n[r] ** 2
             w[4] += n[r] * compute[r]
-        if policy_runner is not None and (k + 1) % damping.every == 0:
+        if policy_runner is not None and k + 1 in ends:
             change = policy_runner.update(sizes, [WindowStats.of(w) for w in window])
             window = [[0.0] * 5 for _ in range(world)]
             if change is not None:

@@ -268,7 +268,8 @@ DESCRIPTIONS: dict[str, str] = {
     "PartitionSpec.smoothing": "`proportional`: weight of the newest window in the moving "
                                "average",
     "PartitionSpec.max_ratio": "adaptive: a slice at most grows or shrinks by this factor per "
-                               "update",
+                               "update (`model`: not where the worker's line was fitted on "
+                               "sizes wide apart)",
     "PartitionSpec.reset": "adaptive: a window this far from the prediction restarts the "
                            "worker's history",
     "PartitionSpec.leave_out": "`model` only: leave out a worker that does not pay for itself",

@@ -54,7 +54,7 @@ class WorkerSteps:
         if repartition.repartitioner is None:
             return
         repartition.measure(self.hi - self.lo, turn.records[0])
-        if (step + 1) % self.run.partition.every == 0 and step + 1 < self.run.steps:
+        if repartition.update_due(step) and step + 1 < self.run.steps:
             repartition.between_steps(step)
             self.lo, self.hi = repartition.bounds()
 

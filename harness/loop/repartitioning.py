@@ -43,6 +43,7 @@ class Repartitioning:
         # (allocations, the framework's kernel choice for the new shapes: measured up to
         # 1.4x a typical step): it is not what the size costs, and stays out of the window.
         self.first_at_size = True
+        self.first_update_done = False  # the first window may probe (Repartitioner.probe)
 
     def bounds(self) -> tuple[int, int]:
         return slice_bounds(self.sizes)[self.rank]
@@ -58,8 +59,17 @@ class Repartitioning:
         self.window.add(size, marks[MARK_READY] - marks[0] - waited)
         self.synchronized_sum += marks[MARK_REDUCED] - marks[0]
 
+    def update_due(self, step: int) -> bool:
+        """After step `step` the policy updates: at the end of every window, and the first
+        time half a window early (Repartitioner.early_update_step)."""
+        assert self.repartitioner is not None
+        if (step + 1) % self.run.partition.every == 0:
+            return True
+        return not self.first_update_done and step == self.repartitioner.early_update_step()
+
     def between_steps(self, step: int) -> None:
         assert self.repartitioner is not None
+        self.first_update_done = True
         stats = self.window.take()
         synchronized = self.synchronized_sum / stats.count if stats.count else math.nan
         self.synchronized_sum = 0.0

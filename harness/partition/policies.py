@@ -201,6 +201,22 @@ class WindowStats:
     def mean_t(self) -> float:
         return self.t / self.count if self.count else math.nan
 
+    @property
+    def var_n(self) -> float:
+        """The variance of the slice sizes summed (0 when every step had the same)."""
+        return self.nn / self.count - (self.n / self.count) ** 2 if self.count else 0.0
+
+    def spread(self) -> bool:
+        """Slices differed by about a sample or more: a line fitted on these sums tells
+        the fixed cost from the per-sample one."""
+        return self.var_n > 0.25
+
+    def wide(self) -> bool:
+        """The slices' spread is a fifth of their mean or more (32 and 64 samples: a
+        third): a line fitted on them is trusted beyond them, which a line through sizes a
+        sample or two apart is not (its intercept is mostly noise)."""
+        return self.count > 0 and math.sqrt(max(self.var_n, 0.0)) >= 0.2 * self.n / self.count
+
 
 class Window:
     """This worker's (n, t) pairs since the last update; cheap to add to every step."""
@@ -366,7 +382,8 @@ class Repartitioner:
             self.fits = self.by_count.at(sum(1 for n in sizes if n > 0) - 1)
             for i, (history, window) in enumerate(zip(self.fits, windows, strict=True)):
                 predicted = predict(history, self.prior_a[i], window)
-                if window.count and predicted > 0 and abs(window.mean_t / predicted - 1) > reset:
+                if window.count and predicted > 0 and predicts_at(history, window) \
+                        and abs(window.mean_t / predicted - 1) > reset:
                     changed.append(i)
             reset_ones = set(changed)
             # a worker that computed nothing this window (left out) keeps its line
@@ -390,9 +407,13 @@ class Repartitioner:
         target = self._target(members)
         if target is None:
             return None
+        # a slice at most doubles or halves per update, but where the worker's line was
+        # fitted on sizes wide apart (model): there it moves to the target at once
+        ratios = [math.inf if self.policy == "model" and self.fits[i].wide()
+                  else self.damping.max_ratio for i in members]
         moved = limit_moves([sizes[i] for i in members], target,
                             self.damping.max_move * self.total, self.damping.min_slice,
-                            self.total, self.damping.max_ratio)
+                            self.total, ratios)
         new = [0] * len(sizes)
         for i, size in zip(members, moved, strict=True):
             new[i] = size
@@ -401,6 +422,11 @@ class Repartitioner:
         speed = f", speed changed on worker(s) {changed}" if changed else ""
         return tuple(new), f"{self.policy}: imbalance {imbalance:.1%}{speed}, target " \
                            f"{[round(x, 1) for x in target]}"
+
+    def early_update_step(self) -> int | None:
+        """The step after which the first update comes, half a window early (None: at the
+        first window's end): `early_update_step(every)`."""
+        return early_update_step(self.damping.every)
 
     def state(self) -> list[float]:
         """What a worker taken back needs to compute the same partitions as the others
@@ -529,6 +555,25 @@ class Repartitioner:
         return tuple(out)
 
 
+def early_update_step(every: int) -> int | None:
+    """The step after which an adaptive policy's first update comes: half a window early
+    (None: at the window's end, as every other). One slice size fits no fixed cost, so the
+    first update moves only part of the way (the proportional target), and the second is
+    the first whose lines span two sizes: early, the run reaches it half a window sooner.
+    A window under 4 steps keeps too few steps for half of it (the first step at a size
+    is not measured)."""
+    return every // 2 - 1 if every >= 4 else None
+
+
+def update_ends(every: int, steps: int) -> list[int]:
+    """The number of steps taken when each update of a run of `steps` comes (what the
+    loop does, for the replays and the simulator): the early first, then every window's
+    end."""
+    early = early_update_step(every)
+    ends = [] if early is None else [early + 1]
+    return ends + list(range(every, steps, every))
+
+
 def predict(history: WindowStats, prior_a: float, window: WindowStats) -> float:
     """The history's fitted compute time at the window's mean slice; NaN without history."""
     if history.count <= 0 or window.count <= 0:
@@ -537,15 +582,25 @@ def predict(history: WindowStats, prior_a: float, window: WindowStats) -> float:
     return a + b * window.n / window.count
 
 
+def predicts_at(history: WindowStats, window: WindowStats) -> bool:
+    """The history's line can be held against the window to tell a change of speed: it
+    was fitted on two or more slice sizes, or on the window's own. A line of one size says
+    nothing of another's cost (its intercept is the prior's guess): a window at a new size
+    is its second point, not a new speed (measured: taken for one, every move from equal
+    slices threw the first size away and the next update was proportional again, so a 3x
+    slower worker's slice walked 64, 32, 20, 15, 9 where the fitted line reaches 8 in three
+    updates)."""
+    return history.spread() or abs(history.n / history.count - window.n / window.count) < 1.0
+
+
 def fit_line(s: WindowStats, prior_a: float = 0.0) -> tuple[float, float]:
     """(a, b) of t = a + b*n by least squares; with too little spread in n to tell the
     intercept from the slope, the intercept is the prior (0, or a profiled value)."""
     if s.count <= 0 or s.n <= 0:
         return prior_a, math.nan
     mean_n, mean_t = s.n / s.count, s.t / s.count
-    var_n = s.nn / s.count - mean_n**2
-    if var_n > 0.25:  # slices differed by about a sample or more within the fit
-        b = (s.nt / s.count - mean_n * mean_t) / var_n
+    if s.spread():
+        b = (s.nt / s.count - mean_n * mean_t) / s.var_n
         a = mean_t - b * mean_n
         if b > 0 and a >= 0:
             return a, b
@@ -590,13 +645,17 @@ def finish_time(total: int, lines: Sequence[tuple[float, float]], minimum: int) 
 
 
 def limit_moves(old: Sequence[int], target: Sequence[float], max_delta: float,
-                minimum: int, total: int, max_ratio: float = math.inf) -> tuple[int, ...]:
+                minimum: int, total: int, max_ratio: float | Sequence[float] = math.inf
+                ) -> tuple[int, ...]:
     """Integer sizes near `target` that move each slice by at most max_delta from `old`
-    (at least one sample) and by at most a factor max_ratio, never below `minimum`, and
-    sum exactly to total."""
+    (at least one sample) and by at most a factor max_ratio (one for all, or one per
+    slice), never below `minimum`, and sum exactly to total."""
     step = max(1.0, max_delta)
-    lower = [max(float(minimum), min(o - 1.0, max(o - step, o / max_ratio))) for o in old]
-    upper = [max(o + 1.0, min(o + step, o * max_ratio)) for o in old]
+    ratios = [float(max_ratio)] * len(old) if isinstance(max_ratio, (int, float)) \
+        else list(max_ratio)
+    lower = [max(float(minimum), min(o - 1.0, max(o - step, o / r)))
+             for o, r in zip(old, ratios, strict=True)]
+    upper = [max(o + 1.0, min(o + step, o * r)) for o, r in zip(old, ratios, strict=True)]
     clipped = [min(max(t, lo), hi) for t, lo, hi in zip(target, lower, upper, strict=True)]
     # Clipping can break the sum: share the difference over the slices with room left.
     for _ in range(len(old)):

@@ -98,13 +98,15 @@ class Slicing:
         where the policy decides at this step). Decided as a step begins, not as one ends,
         so that the loop's last step decides nothing."""
         every = self.run.partition.profile_steps if self.probing else self.run.partition.every
-        if step == 0 or step % every:
+        if step == 0:
             return
-        if self.probing:
+        if self.adaptive is not None and not self.probing:
+            if self.adaptive.update_due(step - 1):
+                self.adaptive.between_steps(step - 1)
+                self.sizes = self.adaptive.sizes
+            return
+        if self.probing and step % every == 0:
             self._probed(step - 1, step // every - 1)
-        elif self.adaptive is not None:
-            self.adaptive.between_steps(step - 1)
-            self.sizes = self.adaptive.sizes
 
     def _probed(self, step: int, phase: int) -> None:
         """The probing phase `phase` ended with step `step`: the next slices."""
