@@ -183,16 +183,27 @@ def batches(run: RunSpec, trainer: Trainer, most: int) -> JobBatches:
 
 def measured_exactness(run: RunSpec, rank: int, trainer: Trainer, loader: JobBatches,
                        described: dict[str, Any], statistics: GlobalStatistics,
-                       backend: str) -> dict[str, Any] | None:
+                       backend: str, sizes: tuple[int, ...] | None = None
+                       ) -> dict[str, Any] | None:
     """The slices' gradient summed over the workers against the whole batch's on rank 0
-    (exactness.py), on the slices the run starts with (equal ones where the policy measures
-    the workers first); rank 0 returns it, the others None."""
+    (exactness.py), on `sizes` (default: the slices the run starts with, equal ones where
+    the policy measures the workers first); rank 0 returns it, the others None."""
     import torch
 
     device = torch.device(run.workers[rank].device if backend == "nccl" else "cpu")
     return exactness.measure(job_adapter(trainer), loader.read,
-                             slice_bounds(starting_sizes(run.partition, run)), rank,
+                             slice_bounds(sizes or starting_sizes(run.partition, run)), rank,
                              described, statistics.alone, device)
+
+
+def exactness_after_measuring(run: RunSpec) -> bool:
+    """The run's exactness is measured on the slices its policy chose from the workers'
+    solo timings (`profiled`, or an adaptive policy started from it), after they were
+    timed: the slices it trains on, not the equal ones it timed at. Not where the
+    parameter servers compute the last layer (fc-on-server: the aggregator, attached
+    before the timing, changes what the worker's model computes; measured on equal slices
+    before it, as every run was)."""
+    return measures(run.partition) and run.placement != "fc-on-server"
 
 
 def starting_sizes(policy: PartitionSpec, run: RunSpec) -> tuple[int, ...]:

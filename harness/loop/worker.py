@@ -14,6 +14,7 @@ before any framework is imported, so every framework thread inherits them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -190,6 +191,12 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
                               adapter.spec.num_elements)
     clock_start = lifecycle.start(run_dir, info, device)
     sizes = initial_partition(trainer, comm, device)
+    if source.exactness is not None:  # a job's, on the slices its solo timings chose
+        alone = trainer.overlap.alone() if trainer.overlap is not None \
+            else contextlib.nullcontext()
+        with alone:  # rank 0's pass over the whole batch exchanges nothing
+            if (measured := source.exactness(sizes)) is not None:
+                source.closing["exactness"] = measured
     lo, hi = slice_bounds(sizes)[rank]
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
     if rank == 0:
