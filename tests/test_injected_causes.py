@@ -327,6 +327,10 @@ def test_a_dataloader_follows_repartitions_and_its_stalls_are_named_load(
     run = load_run(launched.run_dirs["stalls"])
     moved = [change["step"] for change in run.partition_history[1:]]
     assert moved, run.partition_history  # the slowed worker had its slice moved
+    # each move told the loaders at once, in force after the 2 x 4 batches made ahead
+    # (the most either worker's DataLoader holds), so none of them was for another slice
+    assert all("in force after the 8 batches made ahead" in change["reason"]
+               for change in run.partition_history[1:]), run.partition_history
     steps = run.steps[run.steps["step"] >= run.warmup_steps]
     load = steps.groupby("step")["load_ns"].max()
     assert load.loc[load.index.intersection(moved)].median() < 5 * load.median(), \

@@ -3,6 +3,8 @@ that evaluates them (recovery, time to loss, offline replay)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -436,3 +438,24 @@ def test_the_loop_updates_half_a_window_early_once_then_at_every_windows_end() -
             repartitioning.first_update_done = True  # what between_steps marks
     assert due == [4, 9, 19, 29]
     assert update_ends(10, 30) == [5, 10, 20] and update_ends(3, 9) == [3, 6]
+
+
+def test_a_jobs_partition_waits_for_the_batches_its_loaders_made_ahead() -> None:
+    """A job's new partition is in force after the most batches any worker's DataLoader
+    makes ahead (processes x prefetch), the same on every rank; none without DataLoader
+    processes, or for a built-in workload (its loader reads the slice asked for)."""
+    from types import SimpleNamespace
+
+    from hetbench.harness.loop.repartitioning import made_ahead
+    from hetbench.harness.spec.loaders import LoaderSpec
+
+    def run(is_job: bool, loader: LoaderSpec | None, *own: int | None) -> Any:
+        return SimpleNamespace(is_job=is_job, loader=loader,
+                               workers=[SimpleNamespace(loader_workers=n) for n in own])
+
+    two = LoaderSpec(workers=2, prefetch=4)
+    assert made_ahead(run(True, two, None, 1)) == 8
+    assert made_ahead(run(True, LoaderSpec(workers=1, prefetch=2), None, 3)) == 6
+    assert made_ahead(run(True, two, 0, 0)) == 0
+    assert made_ahead(run(True, None, None, None)) == 0
+    assert made_ahead(run(False, two, None, None)) == 0

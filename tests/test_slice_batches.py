@@ -76,6 +76,30 @@ def test_a_moving_slice_is_followed_by_one_dataloader_and_every_batch_is_its_sli
         batches.close()
 
 
+def test_a_slice_announced_as_many_steps_ahead_as_batches_are_made_needs_no_completing(
+        ) -> None:
+    """The adaptive policies tell a job's loader of a new slice 2 x 2 steps before it is in
+    force (harness/loop/repartitioning.py): the batches made ahead are the new slice's,
+    none is completed in the training process, and every batch is still its slice's."""
+    dataset, order = Numbered(), BatchOrder(SAMPLES, GLOBAL, seed=3)
+    batches = SliceBatches(dataset, default_collate, order, timeout_s=30, workers=2,
+                           prefetch=2)
+    # a move at most every 6 steps: the policy decides nothing while one waits
+    slices = [(0, 8)] * 6 + [(0, 11)] * 6 + [(3, 16)] * 6 + [(10, 16)] * 6
+    moves = {step: slices[step] for step in range(1, len(slices))
+             if slices[step] != slices[step - 1]}
+    try:
+        for step, (lo, hi) in enumerate(slices):
+            for at, (new_lo, new_hi) in moves.items():
+                if at - 1 - 2 * 2 == step:  # decided after this step, in force at `at`
+                    batches.announce(at, new_lo, new_hi)
+            got = batches.get(step, lo, hi, len(slices))
+            assert same(got, expected(dataset, order, step, lo, hi)), (step, lo, hi)
+        assert batches.starts == 1 and batches.completed == 0
+    finally:
+        batches.close()
+
+
 def test_a_batch_of_a_collate_of_its_own_is_read_again_for_the_moved_slice() -> None:
     def stacked(samples: list[dict[str, Any]]) -> tuple[torch.Tensor, list[str]]:
         return torch.stack([s["x"] for s in samples]) * 2, [s["name"] for s in samples]

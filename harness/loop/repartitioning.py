@@ -21,6 +21,7 @@ from hetbench.harness.loop.membership import CHANGE, END, EVAL, Membership, memb
 from hetbench.harness.partition.policies import Repartitioner, Window, WindowStats, slice_bounds
 from hetbench.harness.records import collector
 from hetbench.harness.records.collector import MARK_READY, MARK_REDUCED
+from hetbench.harness.spec.loaders import worker_loader
 from hetbench.harness.spec.suite import RunSpec
 
 
@@ -43,6 +44,15 @@ class Repartitioning:
         # (allocations, the framework's kernel choice for the new shapes: measured up to
         # 1.4x a typical step): it is not what the size costs, and stays out of the window.
         self.first_at_size = True
+        # A job's DataLoader has batches made ahead for the slices in force when torch
+        # asked for them: a new partition is decided, told to the loader at once, and put
+        # in force that many steps later, so that no batch made ahead is for another
+        # slice (completing one read its missing samples in the training process: moved
+        # steps loaded 2-4x the median step). `pending`: (the step after which the new
+        # sizes hold, sizes, reason).
+        announce = getattr(trainer, "announce", None)
+        self.lead = made_ahead(run) if announce is not None and membership is None else 0
+        self.pending: tuple[int, tuple[int, ...], str] | None = None
         self.first_update_done = False  # the first window may probe (Repartitioner.probe)
 
     def bounds(self) -> tuple[int, int]:
@@ -61,8 +71,11 @@ class Repartitioning:
 
     def update_due(self, step: int) -> bool:
         """After step `step` the policy updates: at the end of every window, and the first
-        time half a window early (Repartitioner.early_update_step)."""
+        time half a window early (Repartitioner.early_update_step); not while a partition
+        it decided waits for the batches made ahead (`pending`)."""
         assert self.repartitioner is not None
+        if self.pending is not None:
+            return False
         if (step + 1) % self.run.partition.every == 0:
             return True
         return not self.first_update_done and step == self.repartitioner.early_update_step()
@@ -93,7 +106,20 @@ class Repartitioning:
         if membership is not None:
             membership.announce_change(step, sizes, reason, self.trainer.adapter,
                                        self.trainer.optimizer, self.repartitioner)
+        if self.lead:
+            after = step + self.lead
+            self.pending = (after, sizes, f"{reason} (decided after step {step}, in force "
+                                          f"after the {self.lead} batches made ahead)")
+            self.trainer.announce(after + 1, *slice_bounds(sizes)[self.rank])
+            return
         self.apply(step, sizes, reason)
+
+    def apply_pending(self, step: int) -> None:
+        """After step `step`: the partition decided `lead` steps before, where it is due."""
+        if self.pending is not None and self.pending[0] == step:
+            _, sizes, reason = self.pending
+            self.pending = None
+            self.apply(step, sizes, reason)
 
     def apply(self, step: int, sizes: tuple[int, ...], reason: str) -> None:
         """Every rank, members and left-out alike: the partition from step + 1 on."""
@@ -108,6 +134,17 @@ class Repartitioning:
         if self.rank == 0:  # a run that fails later keeps its partition changes
             collector.write_partition_log(self.run_dir, self.trainer.partition_history,
                                           self.standalone)
+
+
+def made_ahead(run: RunSpec) -> int:
+    """The most batches a worker's DataLoader makes ahead in this run (its processes times
+    their prefetch factor, as torch keeps them outstanding), over the workers: every rank
+    computes the same. 0 for a run with no DataLoader processes, or not a job's."""
+    if not run.is_job:
+        return 0
+    loaders = [worker_loader(run.loader, worker.loader_workers) for worker in run.workers]
+    return max((spec.workers * spec.prefetch for spec in loaders
+                if spec is not None and spec.workers > 0), default=0)
 
 
 def sit_out(membership: Membership, step: int, evaluator: Any, repartition: Repartitioning

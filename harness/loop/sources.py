@@ -113,7 +113,7 @@ def _job_source(run: RunSpec, rank: int, backend: str) -> Source:
 
     trainer, data, described, statistics = job.build(run, rank, backend)
     batches = job.batches(run, trainer, most_steps(run))
-    trainer.fetch = batches.get
+    trainer.fetch, trainer.announce = batches.get, batches.announce
     measure = functools.partial(job.measured_exactness, run, rank, trainer, batches,
                                 described, statistics, backend)
     if job.exactness_after_measuring(run):  # on the slices the timings choose

@@ -68,6 +68,9 @@ class Trainer:
     # (step, lo, hi) -> batch: the loader's, or batch() in line (set once built)
     fetch: Callable[[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default=lambda step, lo, hi: _no_batch_source())
+    # (step, lo, hi): the slice from that step on, told to a job's DataLoader before its
+    # batches are made ahead for it (harness/training/job_loader.py); None elsewhere
+    announce: Callable[[int, int, int], None] | None = None
     # the buffer's loss slot as the step reads it, `loss_slot[0]` (made from the buffer)
     loss_slot: memoryview | DeviceSlot = field(init=False)
     partition_history: list[dict[str, Any]] = field(default_factory=list)

@@ -50,7 +50,7 @@ class FollowingSampler:
     def __iter__(self) -> Iterator[list[int]]:
         owner = self.owner
         while self.step < owner.end:
-            step, (lo, hi) = self.step, owner.slice
+            step, (lo, hi) = self.step, owner.slice_at(self.step)
             self.step += 1
             owner.planned.append((step, lo, hi))
             yield owner.order.indices(step)[lo:hi].tolist()
@@ -72,6 +72,9 @@ class SliceBatches:
         self.timeout_s, self.workers, self.prefetch = timeout_s, workers, prefetch
         self.pin_memory, self.worker_init_fn = pin_memory, worker_init_fn
         self.slice = (0, 0)  # what the sampler hands out next
+        # (step, lo, hi): the slice from that step on, announced before it is asked for
+        # (announce), so that batches made ahead for those steps are made for it
+        self.announced: tuple[int, int, int] | None = None
         self.end = 0  # the step the sampler stops before
         self.planned: deque[tuple[int, int, int]] = deque()  # handed out, not yet taken
         self.starts = self.completed = 0
@@ -82,6 +85,8 @@ class SliceBatches:
         """The collated batch of step `step`'s slice [lo, hi); `last`: the step the sampler
         may stop before (at least the step asked for)."""
         self.slice, self.end = (lo, hi), max(last, step + 1, self.end)
+        if self.announced is not None and step >= self.announced[0]:
+            self.announced = None  # in force now: `slice`
         if self._sampler is None or self._upcoming() > step:
             self._start(step)
         elif self._upcoming() < step:  # steps skipped: those made ahead are dropped
@@ -97,6 +102,18 @@ class SliceBatches:
             self.completed += 1
             batch = self._complete(batch, step, (made_lo, made_hi), (lo, hi))
         return batch
+
+    def announce(self, step: int, lo: int, hi: int) -> None:
+        """From step `step` on the slice is [lo, hi): the sampler hands those steps out for
+        it, so a batch made ahead for them needs no completing (the adaptive policies
+        announce a new partition as many steps ahead as batches are made ahead, one at a
+        time: harness/loop/repartitioning.py; a later announcement replaces this one)."""
+        self.announced = (step, lo, hi)
+
+    def slice_at(self, step: int) -> tuple[int, int]:
+        """The slice the sampler hands out for step `step`."""
+        ahead = self.announced
+        return (ahead[1], ahead[2]) if ahead is not None and step >= ahead[0] else self.slice
 
     def _upcoming(self) -> int:
         """The step of the batch the iterator yields next."""
@@ -211,6 +228,10 @@ class JobBatches:
         may be asked for (the profiled policy's solo steps start at 0 whatever the run's
         length): the sampler goes at least up to that one."""
         return self.job.batch_parts(self.slices.get(step, lo, hi, self.steps))
+
+    def announce(self, step: int, lo: int, hi: int) -> None:
+        """The slice from step `step` on (SliceBatches.announce)."""
+        self.slices.announce(step, lo, hi)
 
     def read(self, step: int, lo: int, hi: int) -> tuple[Any, Any]:
         """The same slice read in this process, outside the DataLoader (the exactness check
