@@ -331,6 +331,15 @@ def test_a_dataloader_follows_repartitions_and_its_stalls_are_named_load(
     # (the most either worker's DataLoader holds), so none of them was for another slice
     assert all("in force after the 8 batches made ahead" in change["reason"]
                for change in run.partition_history[1:]), run.partition_history
+    # the exactness measured on the first slices and again on those it ended with
+    exact = run.manifest["exactness"]
+    assert exact["sizes"] == run.partition_history[0]["sizes"]
+    assert exact["at_end"]["sizes"] == run.partition_history[-1]["sizes"] != exact["sizes"]
+    assert exact["at_end"]["max_relative_difference"] < 1e-4, exact
+    from hetbench.analysis.render.report import job_lines
+
+    assert f"On the slices {exact['at_end']['sizes']} it ended with" in "\n".join(
+        job_lines(run.manifest))
     steps = run.steps[run.steps["step"] >= run.warmup_steps]
     load = steps.groupby("step")["load_ns"].max()
     assert load.loc[load.index.intersection(moved)].median() < 5 * load.median(), \

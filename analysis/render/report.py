@@ -132,6 +132,10 @@ def job_lines(manifest: dict[str, Any]) -> list[str]:
                   "element" + ("" if without is None else f" ({without:.2g} with dropout "
                                                           "off)")
                   + f": {exact.get('reason')}.", ""]
+    end = exact.get("at_end") if isinstance(exact, dict) else None
+    if isinstance(end, dict) and end.get("max_relative_difference") is not None:
+        lines[-1:-1] = [f"On the slices {end.get('sizes')} it ended with (an adaptive policy "
+                        f"moved them): within {end['max_relative_difference']:.2g}."]
     return lines
 
 

@@ -196,14 +196,19 @@ def measured_exactness(run: RunSpec, rank: int, trainer: Trainer, loader: JobBat
                              described, statistics.alone, device)
 
 
+def exactness_after_attaching(run: RunSpec) -> bool:
+    """The exactness can be measured once the aggregator is attached: not where the
+    parameter servers compute the last layer (fc-on-server: attached, the aggregator
+    changes what the worker's model computes; measured before it)."""
+    return run.placement != "fc-on-server"
+
+
 def exactness_after_measuring(run: RunSpec) -> bool:
     """The run's exactness is measured on the slices its policy chose from the workers'
     solo timings (`profiled`, or an adaptive policy started from it), after they were
-    timed: the slices it trains on, not the equal ones it timed at. Not where the
-    parameter servers compute the last layer (fc-on-server: the aggregator, attached
-    before the timing, changes what the worker's model computes; measured on equal slices
-    before it, as every run was)."""
-    return measures(run.partition) and run.placement != "fc-on-server"
+    timed: the slices it trains on, not the equal ones it timed at (where it can be
+    measured after attaching; else on the equal slices before, as every run was)."""
+    return measures(run.partition) and exactness_after_attaching(run)
 
 
 def starting_sizes(policy: PartitionSpec, run: RunSpec) -> tuple[int, ...]:

@@ -118,14 +118,15 @@ def _job_source(run: RunSpec, rank: int, backend: str) -> Source:
                                 described, statistics, backend)
     if job.exactness_after_measuring(run):  # on the slices the timings choose
         return Source(trainer, data, job.METRIC, job.heldout_of(trainer), {"job": described},
-                      batches.close, exactness=measure)
+                      batches.close, exactness=measure, exactness_waits=True)
     try:
         exactness = measure()
     except BaseException:
         batches.close()
         raise
     closing = {"job": described} | ({} if exactness is None else {"exactness": exactness})
-    return Source(trainer, data, job.METRIC, job.heldout_of(trainer), closing, batches.close)
+    return Source(trainer, data, job.METRIC, job.heldout_of(trainer), closing, batches.close,
+                  exactness=measure if job.exactness_after_attaching(run) else None)
 
 
 def make_evaluator(run: RunSpec, rank: int, source: Source, run_dir: Path, device: Any

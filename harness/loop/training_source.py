@@ -34,10 +34,12 @@ class Source:
     heldout: Callable[[], Heldout] | None
     closing: dict[str, Any] = field(default_factory=dict)
     close: Callable[[], None] = _nothing_to_stop
-    # a job's exactness measure on given slices, where it waits for the slices the workers'
-    # solo timings choose (job.exactness_after_measuring): rank 0's result, the others'
-    # None; every rank calls it, with the same slices
+    # a job's exactness measure on given slices (rank 0's result, the others' None; every
+    # rank calls it, with the same slices): at the start where it waits for the slices the
+    # workers' solo timings choose (job.exactness_after_measuring), and at the end where an
+    # adaptive policy moved them
     exactness: Callable[[tuple[int, ...]], dict[str, Any] | None] | None = None
+    exactness_waits: bool = False
 
 
 

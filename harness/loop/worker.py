@@ -191,12 +191,9 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
                               adapter.spec.num_elements)
     clock_start = lifecycle.start(run_dir, info, device)
     sizes = initial_partition(trainer, comm, device)
-    if source.exactness is not None:  # a job's, on the slices its solo timings chose
-        alone = trainer.overlap.alone() if trainer.overlap is not None \
-            else contextlib.nullcontext()
-        with alone:  # rank 0's pass over the whole batch exchanges nothing
-            if (measured := source.exactness(sizes)) is not None:
-                source.closing["exactness"] = measured
+    if source.exactness is not None and source.exactness_waits:  # on the timed slices
+        if (measured := exactness_on(source, trainer, sizes)) is not None:
+            source.closing["exactness"] = measured
     lo, hi = slice_bounds(sizes)[rank]
     standalone = calibrate(trainer, comm, device, sizes) if run.calibrate else []
     if rank == 0:
@@ -229,6 +226,14 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
         writer.close()
     if profiler is not None:  # after the last step: writing the trace delays none
         profiler.write(run_dir, rank)
+    final = tuple(trainer.partition_history[-1]["sizes"])
+    if source.exactness is not None and membership is None and final != sizes \
+            and run.on_worker_failure != "continue":
+        # an adaptive run moved the slices: measured again on those it ended with (a
+        # collective: every rank is still here, none left out, none allowed to be gone)
+        at_end = exactness_on(source, trainer, final)
+        if at_end is not None and isinstance(source.closing.get("exactness"), dict):
+            source.closing["exactness"]["at_end"] = at_end
     if membership is not None and membership.computing:
         membership.announce_end(run.steps - 1, adapter)  # rank 0 writes the members' model
     if run.on_worker_failure == "continue":
@@ -249,6 +254,17 @@ def _train(run: RunSpec, run_dir: Path, rank: int, backend: str, adapter_cls: ty
                      adapter.parameters(), backend,
                      {"partition_history": trainer.partition_history, "standalone": standalone,
                       "aggregator": trainer.aggregator.describe(), **source.closing}, side)
+
+
+def exactness_on(source: Source, trainer: Trainer, sizes: tuple[int, ...]
+                 ) -> dict[str, Any] | None:
+    """A job's exactness on these slices (rank 0's measure; the others' None), under an
+    overlapping aggregator's `alone()`: rank 0's pass over the whole batch exchanges
+    nothing."""
+    assert source.exactness is not None
+    alone = trainer.overlap.alone() if trainer.overlap is not None else contextlib.nullcontext()
+    with alone:
+        return source.exactness(sizes)
 
 
 def main(argv: list[str] | None = None) -> int:
