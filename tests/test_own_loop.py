@@ -269,11 +269,13 @@ def test_ranks_that_accumulate_over_different_batches_both_say_so(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["profiled", "proportional"])
+@pytest.mark.parametrize("policy, loader_workers", [("profiled", 0), ("proportional", 0),
+                                                    ("proportional", 1)])
 def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
-        tmp_path: Path, spawn: Spawn, policy: str) -> None:
+        tmp_path: Path, spawn: Spawn, policy: str, loader_workers: int) -> None:
     out = tmp_path / "out"
-    done = torchrun(spawn, out, "--steps", "20", "--partition", policy)
+    done = torchrun(spawn, out, "--steps", "20", "--partition", policy,
+                    "--loader-workers", str(loader_workers))
     assert_ran(done, out)
     run_dir = only_run(out)
     run = load_run(run_dir)
@@ -284,6 +286,9 @@ def test_slices_sized_in_the_loop_move_to_the_slowed_rank_and_stay_exact(
     steps_moved = [h["step"] for h in history]
     if policy == "profiled":
         assert steps_moved == [0, 5, 10]
+    elif loader_workers:  # in force after the DataLoader's 1 x 2 batches made ahead
+        assert steps_moved[:2] == [0, 7], history
+        assert "in force after the 2 batches made ahead" in history[1]["reason"]
     else:
         assert steps_moved[:2] == [0, 5] and all(s % 10 == 0 for s in steps_moved[2:])
     assert history[0]["sizes"] == [32, 32]

@@ -34,7 +34,7 @@ class Repartitioning:
     def __init__(self, run: RunSpec, rank: int, device: Any, trainer: Any,
                  repartitioner: Repartitioner | None, membership: Membership | None,
                  run_dir: Path,
-                 standalone: list[dict[str, Any]]) -> None:
+                 standalone: list[dict[str, Any]], lead: int | None = None) -> None:
         self.run, self.rank, self.device, self.trainer = run, rank, device, trainer
         self.repartitioner, self.membership = repartitioner, membership
         self.run_dir, self.standalone = run_dir, standalone
@@ -49,11 +49,13 @@ class Repartitioning:
         # in force that many steps later, so that no batch made ahead is for another
         # slice (completing one read its missing samples in the training process: moved
         # steps loaded 2-4x the median step). `pending`: (the step after which the new
-        # sizes hold, sizes, reason).
-        announce = getattr(trainer, "announce", None)
-        self.lead = made_ahead(run) if announce is not None and membership is None else 0
+        # sizes hold, sizes, reason). `lead`: that many steps (default: made_ahead(run),
+        # for a job).
+        if getattr(trainer, "announce", None) is None or membership is not None:
+            lead = 0
+        self.lead = made_ahead(run) if lead is None else lead
         self.pending: tuple[int, tuple[int, ...], str] | None = None
-        self.first_update_done = False  # the first window may probe (Repartitioner.probe)
+        self.first_update_done = False  # the first update may come early (update_due)
 
     def bounds(self) -> tuple[int, int]:
         return slice_bounds(self.sizes)[self.rank]

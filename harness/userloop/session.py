@@ -206,7 +206,11 @@ class Session:
         self.clock_start = lifecycle.start(self.run_dir, self.info, self.host)
         # a slice's BatchNorm statistics need two samples: no slice (nor shadow) of one
         self.shadow = 2 if self.described["batchnorm"] else 1
-        self.slicing = Slicing(run, self.rank, self.host, self.run_dir, self.shadow)
+        # the most batches any rank's DataLoader makes ahead: a new partition waits for them
+        ahead = batches.workers * (batches.prefetch or 2) if batches.workers else 0
+        most_ahead = int(max(v[0] for v in comm.all_gather_vectors([float(ahead)], self.host)))
+        self.slicing = Slicing(run, self.rank, self.host, self.run_dir, self.shadow,
+                               batches.announce, most_ahead)
         self.writer = RecordWriter(collector.part_path(self.run_dir, self.rank))
         self.counters = Counters(cfg.counters_every)
         self.stretch = Stretcher(self.worker.slowdown_for(0))

@@ -18,6 +18,7 @@ policy, decided between steps, every rank the same.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class PartitionState:
     slice's compute holds that are not its cost (none in a user's loop)."""
 
     partition_history: list[dict[str, Any]] = field(default_factory=list)
+    # (step, lo, hi): the slice from that step on, told to the loop's DataLoader before it
+    # makes batches ahead for it (SliceBatches.announce)
+    announce: Callable[[int, int, int], None] | None = None
 
     def waits_in_compute(self) -> int:
         return 0
@@ -53,11 +57,17 @@ class Slicing:
     (`measured`), the slices decided as a step begins (`before`, on every rank together)."""
 
     def __init__(self, run: RunSpec, rank: int, device: Any, run_dir: Path,
-                 min_slice: int = 1) -> None:
+                 min_slice: int = 1,
+                 announce: Callable[[int, int, int], None] | None = None,
+                 made_ahead: int = 0) -> None:
         self.run, self.rank, self.device, self.run_dir = run, rank, device, run_dir
         self.min_slice = min_slice  # the model's: 2 where BatchNorm takes a slice's statistics
         policy = run.partition
-        self.state = PartitionState()
+        self.state = PartitionState(announce=announce)
+        # the most batches any rank's DataLoader makes ahead (the same on every rank): a
+        # new partition is in force that many steps after it is decided, as in hetbench's
+        # own loop (harness/loop/repartitioning.py); not where a rank may be left out
+        self.made_ahead = 0 if policy.leave_out else made_ahead
         self.probing = policy.policy == "profiled" or (policy.adaptive
                                                        and policy.initial == "profiled")
         if self.probing:
@@ -101,6 +111,8 @@ class Slicing:
         if step == 0:
             return
         if self.adaptive is not None and not self.probing:
+            self.adaptive.apply_pending(step - 1)
+            self.sizes = self.adaptive.sizes
             if self.adaptive.update_due(step - 1):
                 self.adaptive.between_steps(step - 1)
                 self.sizes = self.adaptive.sizes
@@ -139,7 +151,7 @@ class Slicing:
             f", then adaptive ({self.run.partition.policy})"
         return Repartitioning(self.run, self.rank, self.device, self.state,
                               make_repartitioner(self.run, lines, self.min_slice), None,
-                              self.run_dir, [])
+                              self.run_dir, [], lead=self.made_ahead)
 
     def _write_log(self) -> None:
         if self.rank == 0:  # a run that fails later keeps its partition's changes
