@@ -341,7 +341,10 @@ def test_a_dataloader_follows_repartitions_and_its_stalls_are_named_load(
     assert f"On the slices {exact['at_end']['sizes']} it ended with" in "\n".join(
         job_lines(run.manifest))
     steps = run.steps[run.steps["step"] >= run.warmup_steps]
-    load = steps.groupby("step")["load_ns"].max()
+    # worker 0's loader, which never stalls: a move costs its steps nothing (worker 1's
+    # moved steps may meet one of its stalls: with a move every 8 steps or more, one in
+    # two did once)
+    load = steps[steps["rank"] == 0].set_index("step")["load_ns"]
     assert load.loc[load.index.intersection(moved)].median() < 5 * load.median(), \
         (load.loc[load.index.intersection(moved)], load.median())
     slowed = steps[steps["rank"] == 1].set_index("step")

@@ -100,6 +100,7 @@ class Session:
         self.run: RunSpec | None = None
         self.run_dir: Path | None = None
         self.closed = False
+        self._failing_together = False  # a failure every rank meets at once (close waits)
         self.steps_done = 0
         self._step: int | None = None  # the step open in the loop
         self._exchanged = False
@@ -403,6 +404,7 @@ class Session:
                              f"while rank {self.rank} took step {self._step} (every rank "
                              "must take the same steps)")
         if steps != (self._step or 0) * world:  # another rank kept this step's gradients
+            self._failing_together = True  # every rank read the same sums: each raises
             raise UsageError("Session.no_sync", f"the ranks disagree on when to exchange: "
                              f"rank {self.rank} exchanged at step {self._step} where another "
                              "did not (every rank must accumulate over the same steps)")
@@ -537,6 +539,12 @@ class Session:
         if self.rank == 0 and self.launched is None:  # a launch's run: its launcher closes it
             rundir.close_run(self.run_dir, dataclasses.replace(self.run, steps=self.steps_done),
                              status, reason)
+        if self._failing_together:
+            # every rank fails here: none leaves before rank 0 has closed the run (a rank
+            # that exits first gets the others SIGTERMed by torchrun, and rank 0 cut while
+            # it wrote left the run `running`: once on a loaded host)
+            with contextlib.suppress(Exception):
+                comm.barrier()
 
     def __enter__(self) -> Session:
         return self
