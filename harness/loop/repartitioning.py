@@ -117,8 +117,10 @@ class Repartitioning:
         self.apply(step, sizes, reason)
 
     def apply_pending(self, step: int) -> None:
-        """After step `step`: the partition decided `lead` steps before, where it is due."""
-        if self.pending is not None and self.pending[0] == step:
+        """After step `step`: the partition decided `lead` steps before, where it is due
+        (or overdue: a scheme whose turns skip steps; the loader completes what it made
+        ahead for the announced slice)."""
+        if self.pending is not None and self.pending[0] <= step:
             _, sizes, reason = self.pending
             self.pending = None
             self.apply(step, sizes, reason)
