@@ -54,8 +54,8 @@ class WorkerSteps:
         if repartition.repartitioner is None:
             return
         repartition.measure(self.hi - self.lo, turn.records[0])
-        repartition.apply_pending(step)
-        self.lo, self.hi = repartition.bounds()
+        if repartition.apply_pending(step):
+            self.lo, self.hi = repartition.bounds()
         if repartition.update_due(step) and step + 1 < self.run.steps:
             repartition.between_steps(step)
             self.lo, self.hi = repartition.bounds()

@@ -116,14 +116,16 @@ class Repartitioning:
             return
         self.apply(step, sizes, reason)
 
-    def apply_pending(self, step: int) -> None:
+    def apply_pending(self, step: int) -> bool:
         """After step `step`: the partition decided `lead` steps before, where it is due
         (or overdue: a scheme whose turns skip steps; the loader completes what it made
-        ahead for the announced slice)."""
-        if self.pending is not None and self.pending[0] <= step:
-            _, sizes, reason = self.pending
-            self.pending = None
-            self.apply(step, sizes, reason)
+        ahead for the announced slice). True where it applied one."""
+        if self.pending is None or self.pending[0] > step:
+            return False
+        _, sizes, reason = self.pending
+        self.pending = None
+        self.apply(step, sizes, reason)
+        return True
 
     def apply(self, step: int, sizes: tuple[int, ...], reason: str) -> None:
         """Every rank, members and left-out alike: the partition from step + 1 on."""

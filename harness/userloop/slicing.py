@@ -111,8 +111,8 @@ class Slicing:
         if step == 0:
             return
         if self.adaptive is not None and not self.probing:
-            self.adaptive.apply_pending(step - 1)
-            self.sizes = self.adaptive.sizes
+            if self.adaptive.apply_pending(step - 1):
+                self.sizes = self.adaptive.sizes
             if self.adaptive.update_due(step - 1):
                 self.adaptive.between_steps(step - 1)
                 self.sizes = self.adaptive.sizes
